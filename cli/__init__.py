@@ -1,0 +1,1 @@
+"""mpskern's command line (installed as mpskern.cli)."""

@@ -1,0 +1,12 @@
+"""Entry point of the `mpskern` command: imports each subcommand module (each registers
+itself on cli/app.py's app; import order = help order) and runs the app."""
+from mpskern.cli.app import app
+from mpskern.cli import devices  # noqa: F401
+
+
+def main():
+    app()
+
+
+if __name__ == "__main__":
+    main()

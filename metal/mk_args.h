@@ -1,0 +1,91 @@
+// mk_args.h: kernel argument structs, the one layout shared by the .metal kernels, the
+// C ABI (objc/mpskern.h), the CPU kernels, the simulator and the Cython layer.
+// Rules: only 4-byte fields (int32 / uint32 / float) so MSL and C agree on size and
+// alignment without padding surprises; counts are int32 (the Python layer rejects arrays
+// of 2^31 elements or more with a clear error).
+#ifndef MK_ARGS_H
+#define MK_ARGS_H
+
+#ifdef __METAL_VERSION__
+typedef int mk_i32;
+typedef float mk_f32;
+#else
+#include <stdint.h>
+typedef int32_t mk_i32;
+typedef float mk_f32;
+#endif
+
+// dtypes
+#define MK_F32 0
+#define MK_F16 1
+
+// C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b];  row-major, leading dims in elements.
+// Batch strides of 0 broadcast one operand over the batch.
+typedef struct mk_gemm_args {
+    mk_i32 batch, M, N, K;
+    mk_i32 lda, ldb, ldc;          // ldc is also the output's leading dim
+    mk_i32 stride_a, stride_b, stride_c, stride_out;   // batch strides in elements
+    mk_i32 trans_a, trans_b;       // 0/1
+    mk_i32 has_c;                  // beta*C term present (C may alias out)
+    mk_f32 alpha, beta;
+    mk_i32 split_k;                // >1: K split over that many partial sums (GPU only)
+} mk_gemm_args;
+
+// NCHW input, weight (K, C/groups, R, S), output (N, K, P, Q).
+// pad_h/pad_w are the top/left padding; bottom/right padding is implied by P/Q
+// (this is how "same" with an even kernel works).
+typedef struct mk_conv2d_args {
+    mk_i32 N, C, H, W;
+    mk_i32 K, R, S;
+    mk_i32 P, Q;
+    mk_i32 stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+    mk_i32 groups, has_bias;
+} mk_conv2d_args;
+
+#define MK_POOL_MAX 0
+#define MK_POOL_AVG 1
+// Windows start at p*stride - pad; a window is clipped to the input for max and for the
+// count_include_pad=False divisor; the count_include_pad=True divisor clips the window to
+// the padded extent (H + pad_h_end), as torch does.
+typedef struct mk_pool2d_args {
+    mk_i32 N, C, H, W, P, Q;
+    mk_i32 kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+    mk_i32 mode;                   // MK_POOL_MAX / MK_POOL_AVG
+    mk_i32 count_include_pad;
+    mk_i32 divisor;                // >0: divisor_override
+    mk_i32 pad_h_end, pad_w_end;   // padded extent limits: H + pad_h_end, W + pad_w_end
+} mk_pool2d_args;
+
+// x viewed as (outer, n, inner); softmax along n.
+typedef struct mk_softmax_args {
+    mk_i32 outer, n, inner;
+    mk_i32 log;                    // 1: log_softmax
+} mk_softmax_args;
+
+#define MK_NORM_LAYER 0
+#define MK_NORM_RMS 1
+// layer_norm / rms_norm: x viewed as (rows, n); weight, bias: float32[n].
+typedef struct mk_rownorm_args {
+    mk_i32 rows, n;
+    mk_i32 kind;                   // MK_NORM_LAYER / MK_NORM_RMS
+    mk_i32 has_weight, has_bias;
+    mk_f32 eps;
+} mk_rownorm_args;
+
+// group_norm: x (N, C, HW); weight, bias: float32[C].
+typedef struct mk_group_norm_args {
+    mk_i32 N, C, HW, groups;
+    mk_i32 has_weight, has_bias;
+    mk_f32 eps;
+} mk_group_norm_args;
+
+// batch_norm: x (N, C, HW); running_mean/var, weight, bias: float32[C].
+// training: normalise with batch statistics (biased variance) and, when has_running,
+// update running stats in place: r = (1-momentum)*r + momentum*stat (unbiased variance).
+typedef struct mk_batch_norm_args {
+    mk_i32 N, C, HW;
+    mk_i32 training, has_running, has_weight, has_bias;
+    mk_f32 eps, momentum;
+} mk_batch_norm_args;
+
+#endif

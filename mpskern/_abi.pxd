@@ -1,0 +1,133 @@
+# _abi.pxd: Cython's view of the C ABI (objc/mpskern.h, metal/mk_args.h). Keep in step.
+from libc.stdint cimport uint32_t, uint64_t, int32_t
+
+cdef extern from "mk_args.h":
+    int MK_F32, MK_F16
+    ctypedef struct mk_gemm_args:
+        int32_t batch, M, N, K, lda, ldb, ldc
+        int32_t stride_a, stride_b, stride_c, stride_out, trans_a, trans_b, has_c
+        float alpha, beta
+        int32_t split_k
+    ctypedef struct mk_conv2d_args:
+        int32_t N, C, H, W, K, R, S, P, Q
+        int32_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, has_bias
+    ctypedef struct mk_pool2d_args:
+        int32_t N, C, H, W, P, Q, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w
+        int32_t mode, count_include_pad, divisor, pad_h_end, pad_w_end
+    ctypedef struct mk_softmax_args:
+        int32_t outer, n, inner, log
+    ctypedef struct mk_rownorm_args:
+        int32_t rows, n, kind, has_weight, has_bias
+        float eps
+    ctypedef struct mk_group_norm_args:
+        int32_t N, C, HW, groups, has_weight, has_bias
+        float eps
+    ctypedef struct mk_batch_norm_args:
+        int32_t N, C, HW, training, has_running, has_weight, has_bias
+        float eps, momentum
+
+cdef extern from "mpskern.h" nogil:
+    int MK_ABI_VERSION
+    ctypedef enum mk_status:
+        MK_OK, MK_ERR_INVALID, MK_ERR_UNAVAILABLE, MK_ERR_COMPILE, MK_ERR_RUNTIME,
+        MK_ERR_NOMEM, MK_ERR_CHECK, MK_ERR_UNSUPPORTED
+    const char *mk_last_error()
+
+    void mk_cpu_set_num_threads(int n)
+    int mk_cpu_get_num_threads()
+    mk_status mk_cpu_gemm(const mk_gemm_args *a, int dtype, const void *A, const void *B,
+                          const void *C, void *out)
+    mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const void *w,
+                            const float *bias, void *y)
+    mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y)
+    mk_status mk_cpu_softmax(const mk_softmax_args *a, int dtype, const void *x, void *y)
+    mk_status mk_cpu_rownorm(const mk_rownorm_args *a, int dtype, const void *x,
+                             const float *weight, const float *bias, void *y)
+    mk_status mk_cpu_group_norm(const mk_group_norm_args *a, int dtype, const void *x,
+                                const float *weight, const float *bias, void *y)
+    mk_status mk_cpu_batch_norm(const mk_batch_norm_args *a, int dtype, const void *x,
+                                float *running_mean, float *running_var,
+                                const float *weight, const float *bias, void *y)
+
+    ctypedef enum mk_device_kind:
+        MK_DEVICE_METAL, MK_DEVICE_SIM
+    ctypedef struct mk_device:
+        pass
+    ctypedef struct mk_buffer:
+        pass
+    ctypedef struct mk_library:
+        pass
+    ctypedef struct mk_pipeline:
+        pass
+    ctypedef struct mk_device_info:
+        char name[128]
+        char architecture[64]
+        int family, is_simulator, simd_width
+        uint32_t max_threads_per_threadgroup, max_threadgroup_memory
+        uint64_t recommended_working_set
+        int unified_memory
+        uint32_t page_size
+    int mk_device_count(mk_device_kind kind, char *why, size_t why_len)
+    mk_status mk_device_create(mk_device_kind kind, int index, mk_device **out)
+    void mk_device_free(mk_device *d)
+    mk_status mk_device_get_info(mk_device *d, mk_device_info *out)
+
+    int MK_BUFFER_READ, MK_BUFFER_WRITE
+    mk_status mk_buffer_wrap(mk_device *d, void *host, size_t nbytes, int flags, mk_buffer **out)
+    mk_status mk_buffer_alloc(mk_device *d, size_t nbytes, mk_buffer **out)
+    int mk_buffer_is_zero_copy(const mk_buffer *b)
+    mk_status mk_buffer_sync(mk_buffer *b)
+    void mk_buffer_free(mk_buffer *b)
+
+    mk_status mk_library_create(mk_device *d, const char *source, const char *const *macros,
+                                mk_library **out)
+    mk_status mk_library_load(mk_device *d, const char *compiled_path, mk_library **out)
+    void mk_library_free(mk_library *l)
+    mk_status mk_pipeline_create(mk_device *d, mk_library *l, const char *kernel_name,
+                                 mk_pipeline **out)
+    mk_status mk_pipeline_limits(mk_pipeline *p, uint32_t *max_threads, uint32_t *exec_width)
+    void mk_pipeline_free(mk_pipeline *p)
+
+    int MK_MAX_BINDINGS
+    ctypedef struct mk_binding:
+        mk_buffer *buffer
+        uint64_t offset
+        const void *bytes
+        uint32_t nbytes
+    int MK_GRID_THREADGROUPS, MK_GRID_THREADS
+    ctypedef struct mk_dispatch:
+        mk_pipeline *pipeline
+        uint32_t grid[3]
+        uint32_t threadgroup[3]
+        int grid_units
+        uint32_t threadgroup_memory[4]
+        uint32_t nbindings
+        mk_binding bindings[16]
+    ctypedef struct mk_timing:
+        double gpu_ms, wall_ms
+    mk_status mk_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *timing)
+
+    int MK_ORDER_FORWARD, MK_ORDER_REVERSE, MK_ORDER_RANDOM
+    ctypedef struct mk_sim_options:
+        int check, order
+        uint64_t seed
+        int workers, family
+        uint32_t max_threadgroup_memory, max_threads_per_threadgroup
+    mk_status mk_sim_set_options(mk_device *d, const mk_sim_options *o)
+
+    mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer *A,
+                          mk_buffer *B, mk_buffer *C, mk_buffer *out, mk_timing *t)
+    mk_status mk_mps_conv2d(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buffer *x,
+                            mk_buffer *w, mk_buffer *bias, mk_buffer *y, mk_timing *t)
+    mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buffer *x,
+                            mk_buffer *y, mk_timing *t)
+    mk_status mk_mps_softmax(mk_device *d, const mk_softmax_args *a, int dtype, mk_buffer *x,
+                             mk_buffer *y, mk_timing *t)
+    mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_buffer *x,
+                             mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t)
+    mk_status mk_mps_group_norm(mk_device *d, const mk_group_norm_args *a, int dtype,
+                                mk_buffer *x, mk_buffer *weight, mk_buffer *bias, mk_buffer *y,
+                                mk_timing *t)
+    mk_status mk_mps_batch_norm(mk_device *d, const mk_batch_norm_args *a, int dtype,
+                                mk_buffer *x, mk_buffer *running_mean, mk_buffer *running_var,
+                                mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t)

@@ -1,0 +1,19 @@
+"""Exceptions of mpskern (bad arguments raise the builtin ValueError / TypeError)."""
+
+
+class MpskernError(RuntimeError):
+    """A failure inside a backend (dispatch, command buffer, driver)."""
+
+
+class BackendUnavailable(MpskernError):
+    """The requested backend cannot run on this machine; the message says why."""
+
+
+class KernelCompileError(MpskernError):
+    """A Metal kernel failed to compile; the message carries the compiler's log."""
+
+
+class KernelCheckError(MpskernError):
+    """The simulator's checking mode found a race, a barrier divergence, an out-of-bounds
+    access or a read of uninitialised threadgroup memory. The message names the kernel,
+    the .metal file and line, and the threads involved."""

@@ -1,0 +1,265 @@
+# _native_gpu.pxi (included by _native.pyx): GPU devices (Metal, simulator), buffers,
+# libraries, pipelines and dispatch through the device-generic part of the C ABI.
+from libc.stdlib cimport malloc, free
+
+_KINDS = {"metal": MK_DEVICE_METAL, "sim": MK_DEVICE_SIM}
+_ORDERS = {"forward": MK_ORDER_FORWARD, "reverse": MK_ORDER_REVERSE, "random": MK_ORDER_RANDOM}
+
+
+def device_count(str kind):
+    """(number of devices of `kind`, reason when 0)."""
+    cdef char why[512]
+    n = mk_device_count(<mk_device_kind>_KINDS[kind], why, sizeof(why))
+    return n, why.decode("utf-8", "replace")
+
+
+def pack_args(str kind, dict args):
+    """The bytes of an mk_<kind>_args struct, for binding as `constant T&` in a kernel."""
+    cdef mk_gemm_args g
+    cdef mk_conv2d_args c
+    cdef mk_pool2d_args p
+    cdef mk_softmax_args s
+    cdef mk_rownorm_args r
+    cdef mk_group_norm_args gn
+    cdef mk_batch_norm_args bn
+    if kind == "gemm":
+        g = args; return (<char*>&g)[:sizeof(g)]
+    if kind == "conv2d":
+        c = args; return (<char*>&c)[:sizeof(c)]
+    if kind == "pool2d":
+        p = args; return (<char*>&p)[:sizeof(p)]
+    if kind == "softmax":
+        s = args; return (<char*>&s)[:sizeof(s)]
+    if kind == "rownorm":
+        r = args; return (<char*>&r)[:sizeof(r)]
+    if kind == "group_norm":
+        gn = args; return (<char*>&gn)[:sizeof(gn)]
+    if kind == "batch_norm":
+        bn = args; return (<char*>&bn)[:sizeof(bn)]
+    raise ValueError(f"pack_args: unknown args kind {kind!r}")
+
+
+cdef class Device:
+    """A Metal GPU or a simulated one (kind "metal" / "sim")."""
+    cdef mk_device* ptr
+    cdef readonly str kind
+    cdef dict _info
+
+    def __cinit__(self, str kind, int index=0):
+        if kind not in _KINDS:
+            raise ValueError(f"unknown device kind {kind!r}; expected one of {sorted(_KINDS)}")
+        self.kind = kind
+        check(mk_device_create(<mk_device_kind>_KINDS[kind], index, &self.ptr))
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            mk_device_free(self.ptr)
+            self.ptr = NULL
+
+    def info(self):
+        cdef mk_device_info i
+        check(mk_device_get_info(self.ptr, &i))
+        return dict(name=i.name.decode("utf-8", "replace"),
+                    architecture=i.architecture.decode("utf-8", "replace"),
+                    family=i.family, is_simulator=bool(i.is_simulator), simd_width=i.simd_width,
+                    max_threads_per_threadgroup=i.max_threads_per_threadgroup,
+                    max_threadgroup_memory=i.max_threadgroup_memory,
+                    recommended_working_set=i.recommended_working_set,
+                    unified_memory=bool(i.unified_memory), page_size=i.page_size)
+
+    def set_sim_options(self, *, bint check_mode=False, str order="forward", uint64_t seed=0,
+                        int workers=0, int family=0, uint32_t max_threadgroup_memory=0,
+                        uint32_t max_threads_per_threadgroup=0):
+        cdef mk_sim_options o
+        if order not in _ORDERS:
+            raise ValueError(f"order must be one of {sorted(_ORDERS)}, got {order!r}")
+        o.check = check_mode
+        o.order = _ORDERS[order]
+        o.seed = seed
+        o.workers = workers
+        o.family = family
+        o.max_threadgroup_memory = max_threadgroup_memory
+        o.max_threads_per_threadgroup = max_threads_per_threadgroup
+        check(mk_sim_set_options(self.ptr, &o))
+
+    def wrap(self, array, bint writable=False):
+        """A device view of a C-contiguous array (zero-copy where the device can)."""
+        return Buffer._wrap(self, array, writable)
+
+    def alloc(self, size_t nbytes):
+        """Device scratch memory."""
+        return Buffer._alloc(self, nbytes)
+
+    def library_from_source(self, str source, dict macros=None):
+        """Compile MSL source at run time (Metal); macros are NAME -> value."""
+        return Library._from_source(self, source, macros or {})
+
+    def library_load(self, str path):
+        """Load a library the simulator's front-end built (a shared object)."""
+        return Library._load(self, path)
+
+    def run(self, list dispatches):
+        """Encode the dispatches in one command buffer, run them in order and wait.
+        Each is a dict: pipeline, grid, threadgroup, bindings (Buffer, (Buffer, offset) or
+        bytes per [[buffer(i)]]), grid_units ("threadgroups" default, or "threads"),
+        threadgroup_memory (bytes per [[threadgroup(i)]]). Returns (gpu_ms, wall_ms)."""
+        cdef uint32_t n = len(dispatches)
+        cdef mk_dispatch* list_ = <mk_dispatch*>malloc(max(n, 1) * sizeof(mk_dispatch))
+        cdef mk_timing t
+        cdef mk_status st
+        cdef Pipeline p
+        cdef Buffer b
+        keep = []
+        if list_ == NULL:
+            raise MemoryError()
+        try:
+            memset(list_, 0, max(n, 1) * sizeof(mk_dispatch))
+            for k, d in enumerate(dispatches):
+                p = d["pipeline"]
+                list_[k].pipeline = p.ptr
+                grid = tuple(d["grid"]) + (1,) * (3 - len(d["grid"]))
+                tg = tuple(d["threadgroup"]) + (1,) * (3 - len(d["threadgroup"]))
+                for j in range(3):
+                    list_[k].grid[j] = grid[j]
+                    list_[k].threadgroup[j] = tg[j]
+                units = d.get("grid_units", "threadgroups")
+                if units not in ("threadgroups", "threads"):
+                    raise ValueError(f"grid_units must be 'threadgroups' or 'threads', got {units!r}")
+                list_[k].grid_units = MK_GRID_THREADS if units == "threads" else MK_GRID_THREADGROUPS
+                tgm = list(d.get("threadgroup_memory", ()))
+                if len(tgm) > 4:
+                    raise ValueError("at most 4 [[threadgroup(i)]] allocations")
+                for j, v in enumerate(tgm):
+                    list_[k].threadgroup_memory[j] = v
+                binds = d["bindings"]
+                if len(binds) > MK_MAX_BINDINGS:
+                    raise ValueError(f"{len(binds)} buffers bound; at most {MK_MAX_BINDINGS}")
+                list_[k].nbindings = len(binds)
+                for j, v in enumerate(binds):
+                    if v is None:
+                        continue
+                    if isinstance(v, (bytes, bytearray)):
+                        keep.append(v)
+                        list_[k].bindings[j].bytes = <const char*>v
+                        list_[k].bindings[j].nbytes = len(v)
+                    elif isinstance(v, tuple):
+                        b = v[0]
+                        list_[k].bindings[j].buffer = b.ptr
+                        list_[k].bindings[j].offset = v[1]
+                    else:
+                        b = v
+                        list_[k].bindings[j].buffer = b.ptr
+            with nogil:
+                st = mk_run(self.ptr, list_, n, &t)
+            check(st)
+            return t.gpu_ms, t.wall_ms
+        finally:
+            free(list_)
+
+
+cdef class Buffer:
+    cdef mk_buffer* ptr
+    cdef readonly Device device
+    cdef readonly object array       # keeps the host memory alive
+    cdef readonly size_t nbytes
+
+    @staticmethod
+    cdef Buffer _wrap(Device dev, object array, bint writable):
+        cdef Buffer b = Buffer.__new__(Buffer)
+        b.device = dev
+        b.array = array
+        b.nbytes = array.nbytes
+        cdef void* p = addr(array, writable)
+        flags = MK_BUFFER_READ | (MK_BUFFER_WRITE if writable else 0)
+        check(mk_buffer_wrap(dev.ptr, p, b.nbytes, flags, &b.ptr))
+        return b
+
+    @staticmethod
+    cdef Buffer _alloc(Device dev, size_t nbytes):
+        cdef Buffer b = Buffer.__new__(Buffer)
+        b.device = dev
+        b.nbytes = nbytes
+        check(mk_buffer_alloc(dev.ptr, nbytes, &b.ptr))
+        return b
+
+    @property
+    def zero_copy(self):
+        return bool(mk_buffer_is_zero_copy(self.ptr))
+
+    def sync(self):
+        """Make the device's writes visible in the wrapped array."""
+        check(mk_buffer_sync(self.ptr))
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            mk_buffer_free(self.ptr)
+            self.ptr = NULL
+
+
+cdef class Library:
+    cdef mk_library* ptr
+    cdef readonly Device device
+
+    @staticmethod
+    cdef Library _from_source(Device dev, str source, dict macros):
+        cdef Library l = Library.__new__(Library)
+        l.device = dev
+        enc = [f"{k}={v}".encode() for k, v in macros.items()]
+        cdef const char** m = <const char**>malloc((len(enc) + 1) * sizeof(char*))
+        if m == NULL:
+            raise MemoryError()
+        try:
+            for i, s in enumerate(enc):
+                m[i] = s
+            m[len(enc)] = NULL
+            src = source.encode()
+            check(mk_library_create(dev.ptr, src, m, &l.ptr))
+        finally:
+            free(m)
+        return l
+
+    @staticmethod
+    cdef Library _load(Device dev, str path):
+        cdef Library l = Library.__new__(Library)
+        l.device = dev
+        check(mk_library_load(dev.ptr, path.encode(), &l.ptr))
+        return l
+
+    def pipeline(self, str name):
+        return Pipeline._create(self, name)
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            mk_library_free(self.ptr)
+            self.ptr = NULL
+
+
+cdef class Pipeline:
+    cdef mk_pipeline* ptr
+    cdef readonly Library library
+    cdef readonly str name
+
+    @staticmethod
+    cdef Pipeline _create(Library lib, str name):
+        cdef Pipeline p = Pipeline.__new__(Pipeline)
+        p.library = lib
+        p.name = name
+        check(mk_pipeline_create(lib.device.ptr, lib.ptr, name.encode(), &p.ptr))
+        return p
+
+    @property
+    def max_threads(self):
+        cdef uint32_t mt, ew
+        mk_pipeline_limits(self.ptr, &mt, &ew)
+        return mt
+
+    @property
+    def exec_width(self):
+        cdef uint32_t mt, ew
+        mk_pipeline_limits(self.ptr, &mt, &ew)
+        return ew
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            mk_pipeline_free(self.ptr)
+            self.ptr = NULL

@@ -1,0 +1,182 @@
+// mpskern.h: the one C ABI behind the Python package.
+//
+//   CPU kernels      objc/cpu/*.c        mk_cpu_*           (every platform)
+//   Metal device     objc/mk_metal*.m    mk_device_* etc.   (macOS; objc/mk_metal_stub.c elsewhere)
+//   simulator device objc/sim/*.cc       mk_device_* etc.   (every platform with a C++ compiler)
+//   MPS primitives   objc/mk_mps*.m      mk_mps_*           (macOS; stubbed elsewhere)
+//
+// Conventions: opaque handles with _create/_free pairs, every call returns an mk_status,
+// and on failure a thread-local message is left for mk_last_error(). No exceptions and no
+// Python cross this boundary. Argument structs live in metal/mk_args.h, shared with the
+// kernels so the two sides cannot disagree on a layout.
+#ifndef MPSKERN_H
+#define MPSKERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "mk_args.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MK_ABI_VERSION 1
+
+typedef enum mk_status {
+    MK_OK = 0,
+    MK_ERR_INVALID = 1,       // bad argument (the Python layer should have caught it)
+    MK_ERR_UNAVAILABLE = 2,   // backend / device / feature not on this machine
+    MK_ERR_COMPILE = 3,       // kernel compilation failed; message carries the compiler log
+    MK_ERR_RUNTIME = 4,       // command buffer / dispatch failed
+    MK_ERR_NOMEM = 5,
+    MK_ERR_CHECK = 6,         // simulator checking mode found a race / divergence / OOB
+    MK_ERR_UNSUPPORTED = 7,   // valid request this implementation does not do (e.g. an MPS quirk)
+} mk_status;
+
+// Thread-local message of the last failing call on this thread ("" if none).
+const char *mk_last_error(void);
+// Used by implementations: printf-style, returns `st`.
+mk_status mk_set_error(mk_status st, const char *fmt, ...);
+
+/* ---------------------------------------------------------------- CPU kernels */
+// Pointers are host memory, C-contiguous, dtype MK_F32 or MK_F16 (`dtype`) unless noted;
+// small per-channel vectors (bias, weights, running stats) are always float32.
+// Threads: MPSKERN_NUM_THREADS or mk_cpu_set_num_threads (0 = all cores).
+void mk_cpu_set_num_threads(int n);
+int mk_cpu_get_num_threads(void);
+
+mk_status mk_cpu_gemm(const mk_gemm_args *a, int dtype, const void *A, const void *B,
+                      const void *C, void *out);
+mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const void *w,
+                        const float *bias, void *y);
+mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y);
+mk_status mk_cpu_softmax(const mk_softmax_args *a, int dtype, const void *x, void *y);
+mk_status mk_cpu_rownorm(const mk_rownorm_args *a, int dtype, const void *x,
+                         const float *weight, const float *bias, void *y);
+mk_status mk_cpu_group_norm(const mk_group_norm_args *a, int dtype, const void *x,
+                            const float *weight, const float *bias, void *y);
+mk_status mk_cpu_batch_norm(const mk_batch_norm_args *a, int dtype, const void *x,
+                            float *running_mean, float *running_var,
+                            const float *weight, const float *bias, void *y);
+
+/* ---------------------------------------------------------------- GPU devices */
+typedef enum mk_device_kind { MK_DEVICE_METAL = 1, MK_DEVICE_SIM = 2 } mk_device_kind;
+
+typedef struct mk_device mk_device;
+typedef struct mk_buffer mk_buffer;
+typedef struct mk_library mk_library;
+typedef struct mk_pipeline mk_pipeline;
+
+typedef struct mk_device_info {
+    char name[128];              // "Apple M2 Pro", "mpskern simulator (apple8)"
+    char architecture[64];       // "applegpu_g14s" where the OS says, else ""
+    int family;                  // 7..10 for Apple7..Apple10, 0 if unknown
+    int is_simulator;
+    int simd_width;              // 32
+    uint32_t max_threads_per_threadgroup;
+    uint32_t max_threadgroup_memory;      // bytes
+    uint64_t recommended_working_set;     // bytes (0 if unknown)
+    int unified_memory;
+    uint32_t page_size;                   // for zero-copy wrapping
+} mk_device_info;
+
+// Number of devices of a kind (0 where unavailable; then `why` says why).
+int mk_device_count(mk_device_kind kind, char *why, size_t why_len);
+mk_status mk_device_create(mk_device_kind kind, int index, mk_device **out);
+void mk_device_free(mk_device *d);
+mk_status mk_device_get_info(mk_device *d, mk_device_info *out);
+
+/* buffers: host memory seen by the device. Metal wraps page-aligned memory without a copy
+   (newBufferWithBytesNoCopy on the enclosing pages) and copies otherwise; the simulator
+   always uses the host memory directly. */
+#define MK_BUFFER_READ 1          // device reads it
+#define MK_BUFFER_WRITE 2         // device writes it: mk_buffer_sync copies back if not zero-copy
+mk_status mk_buffer_wrap(mk_device *d, void *host, size_t nbytes, int flags, mk_buffer **out);
+mk_status mk_buffer_alloc(mk_device *d, size_t nbytes, mk_buffer **out);   // device scratch
+int mk_buffer_is_zero_copy(const mk_buffer *b);
+mk_status mk_buffer_sync(mk_buffer *b);   // make device writes visible in the host memory
+void mk_buffer_free(mk_buffer *b);
+
+/* libraries and pipelines.
+   Metal: mk_library_create compiles MSL source at run time (newLibraryWithSource:options:)
+   with "NAME=VALUE" preprocessor macros (NULL-terminated list); the pipeline cache is keyed
+   by (kernel, macros) in the Python layer.
+   Simulator: the source-to-C++ front-end and host compiler run in Python
+   (mpskern/sim/), which hands the built shared object to mk_library_load. */
+mk_status mk_library_create(mk_device *d, const char *source, const char *const *macros,
+                            mk_library **out);
+mk_status mk_library_load(mk_device *d, const char *compiled_path, mk_library **out);
+void mk_library_free(mk_library *l);
+mk_status mk_pipeline_create(mk_device *d, mk_library *l, const char *kernel_name,
+                             mk_pipeline **out);
+// maxTotalThreadsPerThreadgroup and threadExecutionWidth of the pipeline
+mk_status mk_pipeline_limits(mk_pipeline *p, uint32_t *max_threads, uint32_t *exec_width);
+void mk_pipeline_free(mk_pipeline *p);
+
+/* dispatch: a list of dispatches encoded in one command buffer, run in order. */
+#define MK_MAX_BINDINGS 16
+typedef struct mk_binding {
+    mk_buffer *buffer;           // a buffer at [[buffer(i)]], or
+    uint64_t offset;             // (byte offset into it)
+    const void *bytes;           // small constant data (setBytes) when buffer == NULL
+    uint32_t nbytes;
+} mk_binding;
+
+#define MK_GRID_THREADGROUPS 0    // grid counts threadgroups (dispatchThreadgroups)
+#define MK_GRID_THREADS 1         // grid counts threads (dispatchThreads, partial groups)
+typedef struct mk_dispatch {
+    mk_pipeline *pipeline;
+    uint32_t grid[3];
+    uint32_t threadgroup[3];
+    int grid_units;                           // MK_GRID_THREADGROUPS / MK_GRID_THREADS
+    uint32_t threadgroup_memory[4];           // bytes for [[threadgroup(i)]] parameters
+    uint32_t nbindings;
+    mk_binding bindings[MK_MAX_BINDINGS];     // bindings[i] -> [[buffer(i)]]
+} mk_dispatch;
+
+typedef struct mk_timing {
+    double gpu_ms;     // GPUEndTime - GPUStartTime (simulator: CPU time of the run)
+    double wall_ms;    // commit to completion as seen by the host
+} mk_timing;
+
+mk_status mk_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *timing);
+
+/* simulator options (ignored by Metal devices) */
+#define MK_ORDER_FORWARD 0
+#define MK_ORDER_REVERSE 1
+#define MK_ORDER_RANDOM 2
+typedef struct mk_sim_options {
+    int check;          // races, barrier divergence, out-of-bounds, uninitialised reads
+    int order;          // fiber order per round
+    uint64_t seed;      // for MK_ORDER_RANDOM
+    int workers;        // OS threads running threadgroups (0 = all cores)
+    int family;         // 7..10: the family (and limits) the simulated device claims
+    uint32_t max_threadgroup_memory;      // 0 = the family's (32 KiB)
+    uint32_t max_threads_per_threadgroup; // 0 = the family's (1024)
+} mk_sim_options;
+mk_status mk_sim_set_options(mk_device *d, const mk_sim_options *o);
+
+/* ---------------------------------------------------------------- MPS primitives
+   Apple's kernels on a Metal device (MPSMatrixMultiplication, MPSGraph). Elsewhere they
+   return MK_ERR_UNAVAILABLE. Buffers come from mk_buffer_wrap on the same device. */
+mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer *A,
+                      mk_buffer *B, mk_buffer *C, mk_buffer *out, mk_timing *t);
+mk_status mk_mps_conv2d(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buffer *x,
+                        mk_buffer *w, mk_buffer *bias, mk_buffer *y, mk_timing *t);
+mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buffer *x,
+                        mk_buffer *y, mk_timing *t);
+mk_status mk_mps_softmax(mk_device *d, const mk_softmax_args *a, int dtype, mk_buffer *x,
+                         mk_buffer *y, mk_timing *t);
+mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_buffer *x,
+                         mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t);
+mk_status mk_mps_group_norm(mk_device *d, const mk_group_norm_args *a, int dtype,
+                            mk_buffer *x, mk_buffer *weight, mk_buffer *bias, mk_buffer *y,
+                            mk_timing *t);
+mk_status mk_mps_batch_norm(mk_device *d, const mk_batch_norm_args *a, int dtype,
+                            mk_buffer *x, mk_buffer *running_mean, mk_buffer *running_var,
+                            mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,125 @@
+"""Build of mpskern: one Cython extension, mpskern._native, holding the C ABI.
+
+objc/ sources are compiled per language with their own flags and linked into it:
+  C       objc/*.c objc/cpu/*.c (+ objc/stub/*.c off macOS)   -std=gnu11
+  C++     objc/sim/*.cc (the simulator runtime)                -std=c++17
+  ObjC    objc/*.m (the Metal/MPS shim, macOS only)            -fobjc-arc
+so no language's flags reach another's sources (-fobjc-arc never reaches the Cython C).
+The .metal kernels and the simulator's MSL compatibility headers are shipped as package
+data (mpskern/_data/) because both Metal and the simulator compile them at run time.
+"""
+import os
+import shutil
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+DARWIN = sys.platform == "darwin"
+
+# Cython directives: the one place they are set.
+CYTHON_DIRECTIVES = dict(language_level=3, boundscheck=False, wraparound=False,
+                         cdivision=True, initializedcheck=False, embedsignature=True)
+
+OPT = ["-O3"] if os.environ.get("MPSKERN_DEBUG") != "1" else ["-O0", "-g"]
+C_FLAGS = OPT + ["-std=gnu11", "-Wall", "-Wno-unused-function", "-fvisibility=hidden"]
+CXX_FLAGS = OPT + ["-std=c++17", "-Wall", "-fvisibility=hidden"]
+OBJC_FLAGS = OPT + ["-fobjc-arc", "-Wall", "-mmacosx-version-min=12.0"]
+INCLUDE = [str(ROOT / "objc"), str(ROOT / "metal"), str(ROOT / "objc" / "cpu")]
+
+
+def rel(paths):
+    return sorted(str(p.relative_to(ROOT)) for p in paths)
+
+
+def native_sources():
+    """(language flags, sources) groups compiled into mpskern._native besides the .pyx."""
+    c = rel(ROOT.glob("objc/*.c")) + rel(ROOT.glob("objc/cpu/*.c"))
+    if not DARWIN:
+        c += rel(ROOT.glob("objc/stub/*.c"))
+    groups = [(C_FLAGS, c), (CXX_FLAGS, rel(ROOT.glob("objc/sim/*.cc")))]
+    if DARWIN:
+        groups.append((OBJC_FLAGS, rel(ROOT.glob("objc/*.m"))))
+    return groups
+
+
+def blas():
+    """BLAS for the CPU GEMM core: Accelerate on macOS, scipy-openblas32 elsewhere."""
+    if DARWIN:
+        return dict(define_macros=[("ACCELERATE_NEW_LAPACK", "1")],
+                    extra_link_args=["-framework", "Accelerate"])
+    import scipy_openblas32 as ob
+    return dict(include_dirs=[ob.get_include_dir()], library_dirs=[ob.get_lib_dir()],
+                libraries=[ob.get_library()],
+                runtime_library_dirs=["$ORIGIN/../scipy_openblas32/lib", ob.get_lib_dir()])
+
+
+class BuildExt(build_ext):
+    def build_extensions(self):
+        cc = self.compiler
+        for e in (".cc", ".m"):
+            if e not in cc.src_extensions:
+                cc.src_extensions.append(e)
+        jobs = []
+        for ext in self.extensions:
+            for flags, srcs in native_sources():
+                for s in srcs:
+                    jobs.append((ext, s, flags))
+
+        def compile_one(job):
+            ext, src, flags = job
+            return ext, cc.compile([src], output_dir=self.build_temp,
+                                   include_dirs=ext.include_dirs, macros=ext.define_macros,
+                                   extra_postargs=flags, depends=ext.depends)
+
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
+            for ext, objs in pool.map(compile_one, jobs):
+                ext.extra_objects.extend(objs)
+        super().build_extensions()
+
+
+class BuildPy(build_py):
+    """Copy metal/ and the simulator's headers into the package as data."""
+    def run(self):
+        super().run()
+        data = Path(self.build_lib) / "mpskern" / "_data"
+        for src, dst in (("metal", "metal"), ("objc/sim/include", "sim_include")):
+            if (ROOT / src).is_dir():
+                shutil.copytree(ROOT / src, data / dst, dirs_exist_ok=True)
+
+
+def extensions():
+    from Cython.Build import cythonize
+    b = blas()
+    headers = rel(ROOT.glob("objc/**/*.h")) + rel(ROOT.glob("metal/*.h"))
+    ext = Extension(
+        "mpskern._native",
+        sources=["mpskern/_native.pyx"],
+        include_dirs=INCLUDE + b.get("include_dirs", []),
+        define_macros=b.get("define_macros", []),
+        library_dirs=b.get("library_dirs", []),
+        libraries=b.get("libraries", []) + (["c++"] if DARWIN else ["stdc++", "dl", "pthread"]),
+        runtime_library_dirs=b.get("runtime_library_dirs", []),
+        extra_compile_args=OPT,
+        extra_link_args=b.get("extra_link_args", []) + (
+            ["-framework", "Foundation", "-framework", "Metal", "-framework",
+             "MetalPerformanceShaders", "-framework", "MetalPerformanceShadersGraph"]
+            if DARWIN else []),
+        depends=headers,
+    )
+    return cythonize([ext], compiler_directives=CYTHON_DIRECTIVES,
+                     include_path=["mpskern"])
+
+
+setup(
+    # cli/ is installed as mpskern.cli (a top-level "cli" package would collide in site-packages)
+    packages=find_packages(include=["mpskern", "mpskern.*"]) + ["mpskern.cli"],
+    package_dir={"mpskern": "mpskern", "mpskern.cli": "cli"},
+    package_data={"mpskern": ["*.pyx", "*.pxd", "*.pxi", "**/*.json"]},
+    ext_modules=extensions(),
+    cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
+)

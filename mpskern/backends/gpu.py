@@ -1,13 +1,78 @@
-"""Backends "metal" and "sim": mpskern's MSL kernels (metal/) on a Metal device or on the
-simulator. SKELETON: availability only; the op encoders land with the kernels issue."""
+"""Backends "metal" and "sim": mpskern's MSL kernels (metal/) on a Metal device or in the
+simulator. Both go through the same code: compile (Metal: at run time from source; sim:
+mpskern.sim's front-end + host compiler), a pipeline cache keyed by (source, kernel,
+macros, check), buffers wrapped around numpy memory, dispatch lists run in one command
+buffer. The per-op encoders (which kernel, which tile configuration, which grid) live in
+mpskern/gpu_ops/<op>.py and call `pipeline`, `wrap` and `run` below.
+"""
+import hashlib
+import threading
+
 from mpskern import _native
 from mpskern.backends.base import Backend
+from mpskern.paths import metal_source
 
 
 class GpuBackend(Backend):
+    def __init__(self, name):
+        super().__init__(name)
+        self._device = None
+        self._pipelines = {}
+        self._lock = threading.RLock()
+
     def availability(self):
         n, why = _native.device_count(self.name)
-        return (n > 0), why
+        if n > 0:
+            return True, self.device.info()["name"]
+        return False, why
+
+    @property
+    def device(self):
+        """The _native.Device (created on first use)."""
+        if self._device is None:
+            with self._lock:
+                if self._device is None:
+                    self._device = _native.Device(self.name)
+        return self._device
+
+    @property
+    def info(self):
+        return self.device.info()
+
+    def pipeline(self, kernel, *, file=None, source=None, macros=None, check=False):
+        """A compiled pipeline for `kernel` from a metal/ file (e.g. "gemm.metal") or from
+        MSL `source` text, with preprocessor `macros`; cached."""
+        if (file is None) == (source is None):
+            raise ValueError("give exactly one of file= or source=")
+        if file is not None:
+            source = metal_source(file)
+        macros = {k: macros[k] for k in sorted(macros or {})}
+        key = (hashlib.sha1(source.encode()).hexdigest(), kernel, tuple(macros.items()),
+               bool(check) and self.name == "sim")
+        p = self._pipelines.get(key)
+        if p is None:
+            with self._lock:
+                p = self._pipelines.get(key)
+                if p is None:
+                    if self.name == "sim":
+                        from mpskern import sim
+                        lib = self.device.library_load(
+                            sim.build_library(source, macros, check=key[3], origin=file))
+                    else:
+                        lib = self.device.library_from_source(source, macros)
+                    p = lib.pipeline(kernel)
+                    self._pipelines[key] = p
+        return p
+
+    def wrap(self, array, writable=False):
+        return self.device.wrap(array, writable)
+
+    def run(self, dispatches, config=None):
+        """Run dispatch dicts (see _native.Device.run) in one command buffer; records
+        (gpu_ms, wall_ms) and the configuration for bench."""
+        t = self.device.run(dispatches)
+        self._record(t, config)
+        return t
 
 
 def create(name):

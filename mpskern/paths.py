@@ -1,0 +1,49 @@
+"""Where the packaged data lives: the .metal kernels and the simulator's MSL compatibility
+headers. Installed: mpskern/_data/{metal,sim_include}; in a source checkout: ../metal and
+../objc/sim/include."""
+import os
+import re
+from functools import lru_cache
+
+_PKG = os.path.dirname(os.path.abspath(__file__))
+_ROOT = os.path.dirname(_PKG)
+
+
+def _first(*cands):
+    for c in cands:
+        if os.path.isdir(c):
+            return c
+    return cands[0]
+
+
+METAL_DIR = _first(os.path.join(_PKG, "_data", "metal"), os.path.join(_ROOT, "metal"))
+SIM_INCLUDE_DIR = _first(os.path.join(_PKG, "_data", "sim_include"),
+                         os.path.join(_ROOT, "objc", "sim", "include"))
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[^\n]*$', re.M)
+
+
+@lru_cache(maxsize=None)
+def metal_source(name):
+    """The MSL source of metal/`name` with project headers ("...") inlined once each:
+    Metal's run-time compiler (newLibraryWithSource) cannot open files, and the simulator
+    gets the very same text. #line directives keep errors pointing at the real file."""
+    seen = set()
+
+    def expand(fname):
+        if fname in seen:
+            return ""
+        seen.add(fname)
+        path = os.path.join(METAL_DIR, fname)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        out, pos = [], 0
+        for m in _INCLUDE.finditer(text):
+            out.append(text[pos:m.start()])
+            line = text.count("\n", 0, m.end()) + 2
+            out.append(expand(m.group(1)) + f'\n#line {line} "{fname}"\n')
+            pos = m.end() + 1
+        out.append(text[pos:])
+        return f'#line 1 "{fname}"\n' + "".join(out)
+
+    return expand(name)

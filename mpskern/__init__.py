@@ -21,3 +21,6 @@ from mpskern._version import __version__
 from mpskern._errors import (BackendUnavailable, KernelCheckError, KernelCompileError,
                              MpskernError)
 from mpskern import _blas_preload  # noqa: F401  (loads OpenBLAS before _native)
+from mpskern.ops import (Device, avg_pool2d, batch_norm, conv2d, devices, gemm,  # noqa: E402
+                         group_norm, layer_norm, log_softmax, matmul, max_pool2d, rms_norm,
+                         softmax)

@@ -1,0 +1,270 @@
+"""Bad input: each case checks the exception type and that the message names the
+argument, the offending shapes/values and the fix. None of these reach a kernel."""
+import re
+
+import numpy as np
+import pytest
+
+import mpskern
+
+f32 = np.float32
+X = np.zeros((2, 4, 8, 8), f32)
+W = np.zeros((6, 4, 3, 3), f32)
+
+
+def bad(exc, fn, *args, must=(), **kw):
+    """Call fn expecting `exc`; every regex in `must` must occur in the message."""
+    kw.setdefault("backend", "cpu")
+    with pytest.raises(exc) as info:
+        fn(*args, **kw)
+    msg = str(info.value)
+    for m in must:
+        assert re.search(m, msg), f"{m!r} not in message: {msg}"
+    return msg
+
+
+# -- dtypes ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.int32, np.int64, np.bool_, np.complex64])
+def test_wrong_dtype_is_type_error_with_cast_hint(dtype):
+    x = np.zeros((2, 3), dtype)
+    bad(TypeError, mpskern.softmax, x, must=[r"\bx\b", np.dtype(dtype).name, r"astype\(np\.float32\)"])
+
+
+def test_float64_hint_mentions_metal():
+    bad(TypeError, mpskern.matmul, np.zeros((2, 2)), np.zeros((2, 2)),
+        must=["a has dtype float64", "no double", r"a\.astype\(np\.float32\)"])
+
+
+def test_mixed_dtypes():
+    bad(TypeError, mpskern.matmul, np.zeros((2, 2), f32), np.zeros((2, 2), np.float16),
+        must=["b has dtype float16", "a has float32", "astype"])
+    bad(TypeError, mpskern.conv2d, X, W.astype(np.float16), must=["weight", "float16", "x"])
+
+
+def test_float64_weight_rejected():
+    bad(TypeError, mpskern.layer_norm, np.zeros((2, 4), f32), 4, np.ones(4),
+        must=["weight has dtype float64", "astype"])
+
+
+# -- ranks ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("fn,args", [
+    (mpskern.conv2d, (np.zeros((4, 8), f32), W)),
+    (mpskern.max_pool2d, (np.zeros((8, 8), f32), 2)),
+    (mpskern.avg_pool2d, (np.zeros((1, 1, 1, 8, 8), f32), 2)),
+    (mpskern.group_norm, (np.zeros((4,), f32), 2)),
+    (mpskern.batch_norm, (np.zeros((4,), f32), None, None, None, None, True)),
+])
+def test_wrong_rank(fn, args):
+    bad(ValueError, fn, *args, must=[r"x has shape \(", r"takes \("])
+
+
+def test_conv_weight_rank():
+    bad(ValueError, mpskern.conv2d, X, np.zeros((6, 4, 3), f32),
+        must=[r"weight has shape \(6, 4, 3\)", r"\(K, C/groups, R, S\)"])
+
+
+def test_matmul_scalar_operand():
+    bad(ValueError, mpskern.matmul, np.float32(2), np.zeros(3, f32), must=["at least 1 dimension"])
+
+
+def test_gemm_rank():
+    bad(ValueError, mpskern.gemm, np.zeros(3, f32), np.zeros((3, 2), f32),
+        must=[r"a has shape \(3,\)", "2-D", "matmul"])
+
+
+# -- channels and groups --------------------------------------------------------------------
+def test_channel_mismatch():
+    bad(ValueError, mpskern.conv2d, X, np.zeros((6, 3, 3, 3), f32),
+        must=[r"weight has shape \(6, 3, 3, 3\)", "4 channels", r"x\.shape=\(2, 4, 8, 8\)",
+              "must be C/groups = 4"])
+
+
+def test_groups_must_divide():
+    bad(ValueError, mpskern.conv2d, X, np.zeros((6, 4, 3, 3), f32), groups=3,
+        must=["groups=3", r"x\.shape\[1\]=4", r"weight\.shape\[0\]=6", "divisor"])
+    bad(ValueError, mpskern.group_norm, np.zeros((2, 6, 3), f32), 4,
+        must=["num_groups=4", r"x\.shape\[1\]=6", "divisor of 6"])
+
+
+def test_groups_positive():
+    bad(ValueError, mpskern.conv2d, X, W, groups=0, must=["groups=0", ">= 1"])
+
+
+def test_per_channel_vector_shapes():
+    bad(ValueError, mpskern.conv2d, X, W, np.zeros(5, f32),
+        must=[r"bias has shape \(5,\)", "6 output channels", r"shape \(6,\)"])
+    bad(ValueError, mpskern.batch_norm, X, np.zeros(3, f32), np.ones(4, f32),
+        must=[r"running_mean has shape \(3,\)", "4 channels", r"shape \(4,\)"])
+    bad(ValueError, mpskern.group_norm, X, 2, np.ones(8, f32),
+        must=[r"weight has shape \(8,\)", "4 channels"])
+
+
+# -- kernels, strides, padding --------------------------------------------------------------
+def test_kernel_larger_than_padded_input():
+    bad(ValueError, mpskern.conv2d, np.zeros((1, 4, 2, 8), f32), W,
+        must=["kernel's height", r"padded input's height \(2 \+ 2\*0 = 2\)", "more padding"])
+    bad(ValueError, mpskern.conv2d, np.zeros((1, 4, 5, 5), f32), W, dilation=3,
+        must=["7 with dilation 3", "padded input"])
+    bad(ValueError, mpskern.max_pool2d, np.zeros((1, 1, 2, 2), f32), 3, 1,
+        must=["kernel_size=", "larger than the padded input 2x2"])
+
+
+@pytest.mark.parametrize("fn,kw,must", [
+    (mpskern.conv2d, dict(padding=-1), ["padding must be >= 0", "-1"]),
+    (mpskern.max_pool2d, dict(kernel_size=3, padding=2), ["padding=2", "more than half",
+                                                          r"kernel_size // 2 = \(1, 1\)"]),
+    (mpskern.avg_pool2d, dict(kernel_size=2, padding=-1), ["padding must be >= 0"]),
+    (mpskern.max_pool2d, dict(kernel_size=(4, 2), padding=(2, 2)), ["more than half"]),
+])
+def test_bad_padding(fn, kw, must):
+    args = (X, W) if fn is mpskern.conv2d else (X,)
+    bad(ValueError, fn, *args, **kw, must=must)
+
+
+def test_same_padding_needs_stride_one():
+    bad(ValueError, mpskern.conv2d, X, W, stride=2, padding="same",
+        must=["padding='same' needs stride=1", "explicit padding"])
+    bad(ValueError, mpskern.conv2d, X, W, padding="full", must=["'full'", "'same' or 'valid'"])
+
+
+@pytest.mark.parametrize("fn,kw,name", [
+    (mpskern.max_pool2d, dict(kernel_size=0), "kernel_size"),
+    (mpskern.avg_pool2d, dict(kernel_size=(2, -1)), "kernel_size"),
+    (mpskern.max_pool2d, dict(kernel_size=2, stride=0), "stride"),
+    (mpskern.max_pool2d, dict(kernel_size=2, dilation=0), "dilation"),
+    (mpskern.conv2d, dict(stride=(1, 0)), "stride"),
+    (mpskern.conv2d, dict(dilation=-2), "dilation"),
+])
+def test_zero_or_negative_kernel_stride(fn, kw, name):
+    args = (X, W) if fn is mpskern.conv2d else (X,)
+    bad(ValueError, fn, *args, **kw, must=[name, ">= 1"])
+
+
+def test_pair_arguments():
+    bad(ValueError, mpskern.conv2d, X, W, stride=(1, 1, 1), must=["stride", r"pair \(h, w\)"])
+    bad(TypeError, mpskern.max_pool2d, X, 2.5, must=["kernel_size must be an int"])
+
+
+def test_divisor_override():
+    bad(ValueError, mpskern.avg_pool2d, X, 2, divisor_override=0,
+        must=["divisor_override=0", ">= 1"])
+
+
+# -- axes and normalized_shape --------------------------------------------------------------
+@pytest.mark.parametrize("axis", [2, -3, 5])
+def test_axis_out_of_range(axis):
+    bad(ValueError, mpskern.softmax, np.zeros((3, 4), f32), axis,
+        must=[f"axis={axis}", r"shape \(3, 4\)", r"-2\.\.1"])
+    bad(ValueError, mpskern.log_softmax, np.zeros((3, 4), f32), axis, must=[f"axis={axis}"])
+
+
+def test_axis_type():
+    bad(TypeError, mpskern.softmax, np.zeros((3, 4), f32), 1.0, must=["axis must be an int"])
+
+
+@pytest.mark.parametrize("ns", [3, (4, 4), (8, 4), (), (2, 3, 4)])
+def test_normalized_shape_mismatch(ns):
+    x = np.zeros((3, 4), f32)
+    bad(ValueError, mpskern.layer_norm, x, ns,
+        must=["normalized_shape=", r"trailing dimensions of x \(x\.shape=\(3, 4\)\)", r"x\.shape\[-k:\]"])
+    bad(ValueError, mpskern.rms_norm, x, ns, must=["normalized_shape="])
+
+
+def test_layer_norm_weight_shape():
+    bad(ValueError, mpskern.layer_norm, np.zeros((3, 4), f32), 4, np.ones(3, f32),
+        must=[r"weight has shape \(3,\)", r"normalized_shape is \(4,\)", r"shape \(4,\)"])
+
+
+# -- matmul / gemm --------------------------------------------------------------------------
+def test_matmul_inner_mismatch():
+    bad(ValueError, mpskern.matmul, np.zeros((2, 3), f32), np.zeros((4, 5), f32),
+        must=[r"a has shape \(2, 3\) \(K=3\)", r"b has shape \(4, 5\) \(K=4\)",
+              r"a\.shape\[-1\] must equal b\.shape\[-2\]"])
+    bad(ValueError, mpskern.matmul, np.zeros((2, 3), f32), np.zeros(4, f32),
+        must=[r"b\.shape\[0\]"])
+
+
+def test_matmul_batch_mismatch():
+    bad(ValueError, mpskern.matmul, np.zeros((2, 3, 4), f32), np.zeros((3, 4, 5), f32),
+        must=["batch dimensions", r"\(2, 3, 4\)", r"\(3, 4, 5\)", "2 vs 3", "equal or 1"])
+
+
+def test_gemm_inner_mismatch_names_trans_flags():
+    bad(ValueError, mpskern.gemm, np.zeros((2, 3), f32), np.zeros((2, 3), f32),
+        must=["op\\(a\\) is 2x3", "op\\(b\\) is 2x3", "trans_a=False", "trans_b"])
+
+
+def test_gemm_beta_without_c():
+    bad(ValueError, mpskern.gemm, np.zeros((2, 3), f32), np.zeros((3, 2), f32), beta=1.0,
+        must=["beta=1.0 needs c", r"shape \(2, 2\)"])
+
+
+def test_gemm_c_shape():
+    bad(ValueError, mpskern.gemm, np.zeros((2, 3), f32), np.zeros((3, 2), f32),
+        np.zeros((3, 3), f32), beta=1.0, must=[r"c has shape \(3, 3\)", r"\(2, 2\)"])
+
+
+# -- out= -----------------------------------------------------------------------------------
+def test_out_wrong_shape_or_dtype():
+    x = np.zeros((3, 4), f32)
+    bad(ValueError, mpskern.softmax, x, out=np.empty((4, 3), f32),
+        must=[r"out has shape \(4, 3\)", r"result has shape \(3, 4\)", "out=np.empty"])
+    bad(ValueError, mpskern.softmax, x, out=np.empty((3, 4), np.float16),
+        must=["dtype float16", "dtype float32"])
+    bad(ValueError, mpskern.matmul, x, x.T, out=np.empty((4, 4), f32),
+        must=[r"out has shape \(4, 4\)", r"\(3, 3\)"])
+    bad(TypeError, mpskern.softmax, x, out=[0.0] * 12, must=["out must be a numpy array"])
+
+
+def test_out_read_only():
+    out = np.empty((3, 4), f32)
+    out.flags.writeable = False
+    bad(ValueError, mpskern.softmax, np.zeros((3, 4), f32), out=out, must=["out is read-only"])
+
+
+# -- backends, sizes, scalars --------------------------------------------------------------
+@pytest.mark.parametrize("name", ["gpu", "CPU", "", None, ["cpu"]])
+def test_unknown_backend(name):
+    bad(ValueError, mpskern.softmax, np.zeros(3, f32), backend=name,
+        must=["backend=", "auto, cpu, metal, mps, sim"])
+
+
+def test_unavailable_backend_says_why():
+    from mpskern import backends
+    for name in backends.NAMES:
+        ok, why = backends.availability(name)
+        if not ok:
+            bad(mpskern.BackendUnavailable, mpskern.softmax, np.zeros(3, f32), backend=name,
+                must=[name, re.escape(why)])
+
+
+def test_too_many_elements():
+    x = np.lib.stride_tricks.as_strided(np.zeros(1, f32), shape=(2 ** 16, 2 ** 15), strides=(0, 0))
+    x.flags.writeable = False
+    # the check runs before any copy: as_strided costs no memory, a copy would (8 GiB)
+    from mpskern import _args
+    with pytest.raises(ValueError, match=r"x with shape \(65536, 32768\) has 2\*\*31 elements"):
+        _args.check_size(x.shape, "x", "softmax")
+    bad(ValueError, mpskern.matmul, np.zeros((2 ** 16, 1), f32), np.zeros((1, 2 ** 15), f32),
+        must=[r"the result with shape \(65536, 32768\)", "int32", "smaller calls"])
+
+
+def test_real_number_arguments():
+    bad(TypeError, mpskern.gemm, np.zeros((2, 2), f32), np.zeros((2, 2), f32), alpha="x",
+        must=["alpha must be a real number"])
+    bad(TypeError, mpskern.layer_norm, np.zeros((2, 2), f32), 2, eps=None,
+        must=["eps must be a real number"])
+
+
+def test_batch_norm_arguments():
+    x = np.zeros((2, 3, 4), f32)
+    bad(ValueError, mpskern.batch_norm, x, None, None, must=["inference", "running_mean",
+                                                              "training=True"])
+    bad(ValueError, mpskern.batch_norm, x, np.zeros(3, f32), None, training=True,
+        must=["both running_mean and running_var"])
+    rm = np.zeros(3, f32)
+    rm.flags.writeable = False
+    bad(ValueError, mpskern.batch_norm, x, rm, np.ones(3, f32), training=True,
+        must=["running_mean is read-only", "writable"])
+    bad(ValueError, mpskern.batch_norm, np.zeros((1, 3), f32), None, None, training=True,
+        must=["more than 1 value per channel", r"x\.shape=\(1, 3\)"])

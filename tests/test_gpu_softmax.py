@@ -1,0 +1,121 @@
+"""metal/softmax.metal on the simulator: every kernel x dtype x shipped configuration
+against the float64 references of tests/refs.py, in two fiber orders, and under the
+checking mode (which must report nothing). Shapes are small: the simulator is slow."""
+import contextlib
+
+import numpy as np
+import pytest
+
+import refs
+from mpskern import _native, backends
+from mpskern.gpu_ops import softmax as S
+
+DT = {np.float32: _native.F32, np.float16: _native.F16}
+
+# per shipped configuration: (outer, n, inner) shapes that exercise its edges (dead rows
+# in the last threadgroup, n below/at its capacity, strided rows)
+CASES = {
+    ("rows", 32): [(5, 1, 1), (3, 37, 1), (2, 128, 3)],
+    ("rows", 256): [(2, 300, 1), (1, 2048, 1), (2, 129, 2)],
+    ("rows", 1024): [(1, 5000, 1), (2, 1030, 2)],
+    ("looped", 256): [(3, 1000, 1), (2, 700, 3), (4, 5, 1)],
+    ("looped", 1024): [(1, 3000, 1), (2, 50, 2)],
+    ("cols", None): [(2, 50, 7), (1, 3, 300), (1, 1, 1)],
+}
+
+
+def _key(cfg):
+    return (cfg["variant"], cfg.get("TPR"))
+
+
+@pytest.fixture(scope="module")
+def sim():
+    ok, why = backends.availability("sim")
+    if not ok:
+        pytest.skip(f"sim unavailable: {why}")
+    return backends.get("sim")
+
+
+@contextlib.contextmanager
+def sim_mode(be, order="forward", check=False):
+    """Run the block's dispatches in fiber `order`, instrumented when `check`."""
+    be.device.set_sim_options(check_mode=check, order=order, seed=7)
+    be.check = check
+    try:
+        yield
+    finally:
+        be.device.set_sim_options()
+        be.check = False
+
+
+def _run(be, shape, dtype, cfg, log, rng, scale=4.0):
+    x = refs.rand(shape, dtype, rng, -scale, scale)
+    y = np.full_like(x, np.nan)
+    args = {"outer": shape[0], "n": shape[1], "inner": shape[2], "log": int(log)}
+    S.softmax(be, args, DT[dtype], x, y, config=cfg)
+    ref = (refs.log_softmax if log else refs.softmax)(x, axis=1)
+    refs.assert_close(y, ref, dtype, terms=shape[1], what=f"{cfg} {shape} log={log}")
+
+
+def test_every_shipped_config_has_cases():
+    assert {_key(c) for c in S.SHIPPED} == set(CASES)
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("dtype", refs.DTYPES, ids=["f32", "f16"])
+@pytest.mark.parametrize("cfg", S.SHIPPED, ids=lambda c: "-".join(map(str, c.values())))
+def test_softmax_configs(sim, cfg, dtype, order):
+    rng = np.random.default_rng(1)
+    with sim_mode(sim, order):
+        for shape in CASES[_key(cfg)]:
+            for log in (False, True):
+                _run(sim, shape, dtype, cfg, log, rng)
+
+
+@pytest.mark.parametrize("cfg", S.SHIPPED, ids=lambda c: "-".join(map(str, c.values())))
+def test_softmax_checking_mode_is_clean(sim, cfg):
+    rng = np.random.default_rng(2)
+    with sim_mode(sim, "random", check=True):
+        for dtype in refs.DTYPES:
+            _run(sim, CASES[_key(cfg)][0], dtype, cfg, True, rng)
+
+
+@pytest.mark.parametrize("cfg", S.SHIPPED, ids=lambda c: "-".join(map(str, c.values())))
+def test_softmax_infinities(sim, cfg):
+    """-inf entries contribute 0 (the online max/sum must not form exp(-inf - -inf)); a row
+    of only -inf is NaN, as in torch; large magnitudes do not overflow."""
+    shape = next(s for s in CASES[_key(cfg)] if s[1] >= 3)
+    outer, n, inner = shape
+    x = np.random.default_rng(3).uniform(-80, 80, shape).astype(np.float32)
+    x[:, 1::2, :] = -np.inf
+    x[0, :, 0] = -np.inf                      # one row of only -inf
+    for log in (0, 1):
+        y = np.zeros_like(x)
+        args = {"outer": outer, "n": n, "inner": inner, "log": log}
+        S.softmax(sim, args, _native.F32, x, y, config=cfg)
+        with np.errstate(invalid="ignore"):
+            ref = (refs.log_softmax if log else refs.softmax)(x, axis=1)
+        assert np.array_equal(np.isnan(y), np.isnan(ref)), f"{cfg} log={log}: NaN pattern"
+        refs.assert_close(y, ref, np.float32, terms=n, what=f"{cfg} log={log}")
+
+
+def test_generic_choice_fits_and_runs(sim):
+    """The rule-based default picks a configuration that can run each kind of shape."""
+    info = sim.info
+    for shape, variant in [((3, 100, 1), "rows"), ((1, 9000, 1), "looped"),
+                           ((2, 20, 600), "cols"), ((1, 40, 3), "rows")]:
+        args = {"outer": shape[0], "n": shape[1], "inner": shape[2], "log": 0}
+        cfg = S.generic(args, info)
+        assert cfg["variant"] == variant, (shape, cfg)
+        assert S.problem(cfg, args, info) is None
+
+
+def test_bad_configuration_is_a_clear_error(sim):
+    x = np.zeros((1, 300, 1), np.float32)
+    args = {"outer": 1, "n": 300, "inner": 1, "log": 0}
+    with pytest.raises(ValueError, match="TPR\\*VPT=128"):
+        S.softmax(sim, args, _native.F32, x, x.copy(),
+                  config={"variant": "rows", "TPR": 32, "RPG": 8, "VPT": 4})
+    with pytest.raises(ValueError, match="multiple of the SIMD width"):
+        S.softmax(sim, args, _native.F32, x, x.copy(),
+                  config={"variant": "looped", "TPR": 48, "RPG": 1})

@@ -30,6 +30,11 @@ class Choice:
     source: str                 # file or rule the configuration came from
     entry: object = None        # the db.Entry, when it came from a database
     rejected: list = field(default_factory=list)   # (level, source, config, reason)
+    op: str = ""                # what was looked up: the database key of the dispatch
+    dtype: str = ""
+    shape: tuple = ()
+    valid: object = field(default=None, repr=False)     # the rules it was checked with
+    generic: dict = field(default=None, repr=False)     # the caller's rule-based default
 
     def explain(self):
         """One sentence: which level matched and where the configuration came from."""
@@ -113,6 +118,21 @@ def last_choice():
     return getattr(_tls, "last", None)
 
 
+@contextlib.contextmanager
+def recording():
+    """Collect the Choices made on this thread within the block (a list): the tuner learns
+    this way which op key and shape key an op's encoder looks up."""
+    seen = []
+    stack = getattr(_tls, "recorders", None)
+    if stack is None:
+        stack = _tls.recorders = []
+    stack.append(seen)
+    try:
+        yield seen
+    finally:
+        stack.remove(seen)
+
+
 # -- matching -------------------------------------------------------------------------------
 def _device_match(e, info):
     """2: same device name, 1: same architecture, 0: another device. Simulator entries
@@ -176,7 +196,11 @@ def choose(op, dtype, shape, device_info, *, generic, valid=None, user_db=None):
 
     def done(choice):
         choice.rejected = rejected
+        choice.op, choice.dtype, choice.shape = op, dtype, shape
+        choice.valid, choice.generic = valid, dict(generic)
         _tls.last = choice
+        for rec in getattr(_tls, "recorders", None) or ():
+            rec.append(choice)
         if stale:
             _warn_stale(op, choice, stale)
         return choice

@@ -55,12 +55,35 @@ def untuned(key, device):
                          valid=key.valid, user_db=_db.Database(""))
 
 
-def candidates_for(key, device):
+def candidates_for(key, device, seed=0):
+    """The space's valid configurations for this device, in the order the search tries
+    them: the packaged defaults of every family first (known-good starting points), then
+    the rest shuffled (random order is a robust baseline when the budget cannot cover the
+    space), leaving out tiles far larger than the problem when smaller ones exist."""
+    import random
     try:
         from mpskern.tuning import spaces
     except ImportError as e:
         raise ValueError(f"no configuration spaces in this build ({e})") from None
-    return [dict(c) for c in spaces.candidates(key.op, key.dtype, key.shape, device)]
+    cands = [dict(c) for c in spaces.candidates(key.op, device)]
+    cands = [c for c in cands if not _oversized(c, key.shape)] or cands
+    seeded = []
+    for fam in (7, 8, 9, 10):
+        for e in _db.family_defaults(fam).for_op(key.op, key.dtype):
+            if e.config in cands and e.config not in seeded:
+                seeded.append(dict(e.config))
+    rest = [c for c in cands if c not in seeded]
+    random.Random(seed).shuffle(rest)
+    return seeded + rest
+
+
+def _oversized(cfg, shape):
+    """A BM x BN tile more than twice the padded problem's M or N (GEMM-shaped keys
+    (batch, M, N, K)) only adds idle threads."""
+    if len(shape) != 4 or "BM" not in cfg or "BN" not in cfg:
+        return False
+    _, M, N, _ = shape
+    return cfg["BM"] > max(16, 2 * M) or cfg["BN"] > max(16, 2 * N)
 
 
 def timed_run(problem, backend_obj, op_key):

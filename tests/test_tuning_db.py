@@ -140,3 +140,14 @@ def test_missing_user_file_is_silent(user_db):
         warnings.simplefilter("error")
         c = lookup.choose("gemm", "float32", (64, 64, 64), INFO, generic=GENERIC)
     assert c.level == "family"
+
+
+def test_packaged_defaults_fit_the_spaces_on_their_family():
+    """Every packaged entry names a declared space and is valid within Apple GPU limits
+    (32 KiB threadgroup memory, 1024 threads, SIMD width 32)."""
+    from mpskern.tuning import spaces
+    limits = dict(max_threads_per_threadgroup=1024, max_threadgroup_memory=32768, simd_width=32)
+    for fam in (7, 8, 9, 10):
+        for e in db.family_defaults(fam).entries:
+            assert e.op in spaces.SPACES, (fam, e.op)
+            assert spaces.problems(e.op, e.config, dict(limits, family=fam)) == [], (fam, e)

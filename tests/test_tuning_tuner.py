@@ -158,3 +158,20 @@ def test_cli_tune_show_list_merge(fake, monkeypatch, tmp_path):
                      (["tune", "gemm", "--budget", "0"], "positive")):
         r = run(app, bad)
         assert r.exit_code == 2 and msg in r.output, (bad, r.output)
+
+
+def test_candidate_order_and_limits():
+    """Real spaces: packaged defaults first, all valid for the device, none far larger
+    than the problem, and smaller device limits give a smaller space."""
+    from mpskern.tuning import spaces
+    big = dict(SIM11, family=8)
+    key = lookup.Choice({}, "generic", "", op="gemm", dtype="float32", shape=(1, 40, 24, 16))
+    c = tuner.candidates_for(key, big)
+    fam = [e.config for f in (7, 8, 9, 10) for e in db.family_defaults(f).for_op("gemm", "float32")]
+    fitting = [f for f in fam if f["BN"] <= 48]        # 64-wide tiles are oversized for N=24
+    assert c[0] == fitting[0] and all(spaces.problems("gemm", x, big) == [] for x in c)
+    assert all(x["BM"] <= 80 and x["BN"] <= 48 for x in c)
+    small = dict(big, max_threads_per_threadgroup=64, max_threadgroup_memory=4096)
+    cs = tuner.candidates_for(key, small)
+    assert cs and len(cs) < len(c) and all(32 * x["WM"] * x["WN"] <= 64 for x in cs)
+    assert tuner.candidates_for(key, big) == c                 # seeded: reproducible

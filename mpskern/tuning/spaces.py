@@ -1,0 +1,233 @@
+"""The one place that declares mpskern's tunable kernels: each op's configuration space,
+the rules that make a configuration valid on a device, the macros a configuration compiles
+with, and the rule-based generic default.
+
+A configuration is a flat JSON-friendly dict, e.g. for gemm
+
+    {"variant": "simd", "BM": 64, "BN": 64, "BK": 16, "WM": 2, "WN": 2}
+
+`variant` picks the kernel (`<op>_<variant>_<f32|f16>` in metal/<file>); the other keys
+are tile parameters passed to the compiler as macros MK_<KEY> (the same dict goes to
+Metal's preprocessorMacros and to the simulator's -D); keys listed in a space's `runtime`
+(gemm's optional `split_k`) change the dispatch, not the compiled kernel.
+
+Validity (problems() lists every violation, in words):
+  - the space's own rules: kernel divisibility (gemm/conv2d: BM % 8*WM, BN % 8*WN, BK % 8,
+    which metal/mk_gemm_tile.h also static_asserts), known keys and values;
+  - the device's limits from _native.Device.info(): threads per threadgroup <=
+    max_threads_per_threadgroup (and <= a pipeline's maxTotalThreadsPerThreadgroup when
+    given), a multiple of simd_width, threadgroup memory <= max_threadgroup_memory.
+
+The packaged per-family defaults (with provenance) are data: mpskern/tuning/defaults/
+apple<N>.json; lookup.py picks among user database, family default and generic().
+select() is the call an encoder makes.
+"""
+import itertools
+from dataclasses import dataclass, field
+
+from mpskern.tuning import lookup
+
+FLOAT = 4   # bytes per staged element: tiles are staged in threadgroup memory as float
+
+
+@dataclass(frozen=True)
+class Space:
+    op: str
+    file: str                       # metal/ file holding the kernels
+    variants: tuple                 # kernel variants (the config's "variant")
+    params: dict                    # tile parameter -> candidate values (compiled as MK_<name>)
+    runtime: dict = field(default_factory=dict)   # dispatch-time parameter -> candidates
+    doc: str = ""
+
+    def kernel(self, config, dtype):
+        """The kernel's name: op_variant_dtype."""
+        sfx = {"float32": "f32", "float16": "f16"}[lookup.dtype_name(dtype)]
+        return f"{self.op}_{config['variant']}_{sfx}"
+
+
+def _gemm_threads(c):
+    return 32 * c["WM"] * c["WN"]
+
+
+def _gemm_tg_memory(c):
+    """Bytes of threadgroup memory of the variant (mk_gemm_tile.h: MK_AB_FLOATS for tiled,
+    MK_SMEM_FLOATS for simd, which reuses the staging area for the output tile)."""
+    ab = c["BM"] * c["BK"] + c["BK"] * c["BN"]
+    if c["variant"] == "simd":
+        return FLOAT * max(ab, c["BM"] * c["BN"])
+    return FLOAT * ab
+
+
+def _gemm_rules(c):
+    out = []
+    if c["BM"] % (8 * c["WM"]):
+        out.append(f"BM={c['BM']} is not a multiple of 8*WM={8 * c['WM']}")
+    if c["BN"] % (8 * c["WN"]):
+        out.append(f"BN={c['BN']} is not a multiple of 8*WN={8 * c['WN']}")
+    if c["BK"] % 8:
+        out.append(f"BK={c['BK']} is not a multiple of 8")
+    return out
+
+
+_TILES = dict(BM=(16, 32, 48, 64, 96, 128), BN=(16, 32, 48, 64, 96, 128),
+              BK=(8, 16, 24, 32, 64), WM=(1, 2, 4), WN=(1, 2, 4))
+
+SPACES = {
+    "gemm": Space("gemm", "gemm.metal", ("simd", "tiled"), _TILES,
+                  runtime=dict(split_k=(1, 2, 4, 8, 16)),
+                  doc="BM x BN output tile per threadgroup, BK-deep K slices, WM x WN "
+                      "SIMD-groups; split_k > 1 sums K chunks in a second pass"),
+    "conv2d": Space("conv2d", "conv2d.metal", ("simd", "tiled"), _TILES,
+                    doc="implicit GEMM: Kg x N*P*Q output per group, K = Cg*R*S; the "
+                        "GEMM's tile parameters"),
+    "conv2d_depthwise": Space("conv2d", "conv2d.metal", ("depthwise",), {},
+                              runtime=dict(threads=(32, 64, 128, 256, 512, 1024)),
+                              doc="one thread per output element; threads per threadgroup"),
+}
+
+# How each space sizes a threadgroup: threads, threadgroup memory bytes, own rules.
+_SIZING = {
+    "gemm": (_gemm_threads, _gemm_tg_memory, _gemm_rules),
+    "conv2d": (_gemm_threads, _gemm_tg_memory, _gemm_rules),
+    "conv2d_depthwise": (lambda c: c.get("threads", 256), lambda c: 0, lambda c: []),
+}
+
+
+def space(op):
+    try:
+        return SPACES[op]
+    except KeyError:
+        raise ValueError(f"no tuning space for op {op!r}; known: {', '.join(SPACES)}") from None
+
+
+def threads(op, config):
+    """Threads per threadgroup of `config`."""
+    return _SIZING[op][0](config)
+
+
+def threadgroup_memory(op, config):
+    """Bytes of threadgroup memory one threadgroup of `config` uses."""
+    return _SIZING[op][1](config)
+
+
+def macros(op, config):
+    """The preprocessor macros `config` compiles with ({"MK_BM": 64, ...})."""
+    sp = space(op)
+    return {f"MK_{k}": int(config[k]) for k in sp.params}
+
+
+def problems(op, config, device_info, *, pipeline_max_threads=None):
+    """Why `config` cannot run on the device described by `device_info` (a list of
+    sentences; empty when it can)."""
+    sp = space(op)
+    want = {"variant", *sp.params}
+    keys = set(config)
+    out = []
+    missing = want - keys
+    extra = keys - want - set(sp.runtime)
+    if missing:
+        out.append(f"missing keys {sorted(missing)}")
+    if extra:
+        out.append(f"unknown keys {sorted(extra)}")
+    if out:
+        return out
+    if config["variant"] not in sp.variants:
+        out.append(f"variant {config['variant']!r} is not one of {list(sp.variants)}")
+    for k in list(sp.params) + [k for k in sp.runtime if k in config]:
+        v = config[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            out.append(f"{k}={v!r} is not a positive integer")
+    if out:
+        return out
+    if "split_k" in config and config["split_k"] not in sp.runtime.get("split_k", ()):
+        out.append(f"split_k={config['split_k']} is not one of {list(sp.runtime['split_k'])}")
+    out += _SIZING[op][2](config)
+    t = threads(op, config)
+    simd = device_info.get("simd_width") or 32
+    max_t = device_info.get("max_threads_per_threadgroup") or 1024
+    if t % simd:
+        out.append(f"{t} threads per threadgroup is not a multiple of the SIMD width {simd}")
+    if t > max_t:
+        out.append(f"{t} threads per threadgroup > the device's {max_t}")
+    if pipeline_max_threads and t > pipeline_max_threads:
+        out.append(f"{t} threads per threadgroup > the pipeline's {pipeline_max_threads}")
+    mem = threadgroup_memory(op, config)
+    max_mem = device_info.get("max_threadgroup_memory") or 32768
+    if mem > max_mem:
+        out.append(f"{mem} B of threadgroup memory > the device's {max_mem} B")
+    return out
+
+
+def valid_for(op, device_info):
+    """A `valid(config)` callable for lookup.choose and search.search: None when usable,
+    else the reasons joined."""
+    def valid(config):
+        p = problems(op, config, device_info)
+        return "; ".join(p) if p else None
+    return valid
+
+
+def require(op, config, device_info, *, pipeline_max_threads=None):
+    """Raise ValueError naming every problem of `config` on this device."""
+    p = problems(op, config, device_info, pipeline_max_threads=pipeline_max_threads)
+    if p:
+        raise ValueError(f"{op} configuration {config} is invalid on "
+                         f"{device_info.get('name', 'this device')}: {'; '.join(p)}")
+
+
+def candidates(op, device_info, *, variants=None):
+    """Every valid configuration of the space on this device (tile parameters only; the
+    runtime parameters are searched separately)."""
+    sp = space(op)
+    names = list(sp.params) or list(sp.runtime)
+    values = [sp.params.get(n) or sp.runtime[n] for n in names]
+    out = []
+    for v in variants or sp.variants:
+        for combo in itertools.product(*values):
+            cfg = {"variant": v, **dict(zip(names, combo))}
+            if not problems(op, cfg, device_info):
+                out.append(cfg)
+    return out
+
+
+# Rule-based defaults, used when neither the user database nor the family's packaged
+# defaults have a valid entry (e.g. an unknown GPU family). Public heuristics, not
+# measured by mpskern: MLX's steel GEMM uses 64x64x16 tiles with 2x2 SIMD-groups for
+# float32 and 1x2 for half (mlx/backend/metal/matmul.cpp); depthwise: 256 threads, a
+# common choice for elementwise-style kernels.
+def generic(op, dtype, shape=None):
+    """The generic default configuration of `op` for `dtype` (shape is the op's key)."""
+    dt = lookup.dtype_name(dtype)
+    if op in ("gemm", "conv2d"):
+        return {"variant": "simd", "BM": 64, "BN": 64, "BK": 16, "WM": 2 if dt == "float32" else 1,
+                "WN": 2}
+    if op == "conv2d_depthwise":
+        return {"variant": "depthwise", "threads": 256}
+    space(op)
+    raise ValueError(f"no generic default for {op!r}")
+
+
+def split_k(config, batch, M, N, K):
+    """How many K chunks a gemm of this shape sums in parallel: the configuration's
+    `split_k` when it has one, else a rule (mpskern's own, not measured): when the output
+    has fewer than 16 tiles but K is at least 16 times the larger of M and N, split K so
+    each chunk keeps at least 256 of it (at most 16 chunks)."""
+    if "split_k" in config:
+        return int(config["split_k"])
+    tiles = -(-M // config["BM"]) * -(-N // config["BN"]) * batch
+    if tiles >= 16 or K < 16 * max(M, N) or K < 512:
+        return 1
+    s = 1
+    while s < 16 and K // (2 * s) >= 256 and tiles * s < 16:
+        s *= 2
+    return s
+
+
+def select(op, dtype, shape, device_info):
+    """The configuration a dispatch uses: a lookup.Choice (config, level, explain()).
+    Levels: forced > user database (exact shape, bucket) > the family's packaged default >
+    generic(); every level must pass problems() on this device. `shape` is the op's key:
+    gemm (batch, M, N, K); conv2d its GEMM view (groups, Kg, N*P*Q, Cg*R*S);
+    conv2d_depthwise (N, K, P, Q)."""
+    return lookup.choose(op, dtype, shape, device_info, generic=generic(op, dtype, shape),
+                         valid=valid_for(op, device_info))

@@ -2,58 +2,59 @@
 // float32 for both storage types; variance is two-pass (rows held in registers) or Welford
 // (looped rows), combined exactly across threads (mk_row_moments): never E[x^2]-E[x]^2.
 //
-//   rownorm_{rows,looped}_<dt>     layer_norm / rms_norm (mk_rownorm_args.kind) of x viewed
-//                                  as (rows, n); weight, bias float32[n].
-//   group_norm_{rows,looped}_<dt>  x (N, C, HW): the C/groups channels of a group are
-//                                  contiguous, so (n, g) is a row of (C/groups)*HW elements;
-//                                  weight, bias float32[C].
-//   batch_norm_stats_<dt>          training: per-channel batch mean and biased variance of
-//                                  x (N, C, HW) into stats[0:C], stats[C:2C]; updates the
-//                                  running statistics (unbiased variance) when present.
-//   batch_norm_apply_<dt>          y = (x - mean[c]) * rsqrt(var[c] + eps) * w[c] + b[c],
-//                                  one thread per element: inference binds the running
-//                                  statistics as mean/var, training the stats buffer.
+//   norm_rownorm_{rows,looped}_<dt>  layer_norm / rms_norm (mk_rownorm_args.kind) of x
+//                                    viewed as (rows, n); weight, bias float32[n].
+//   norm_group_{rows,looped}_<dt>    x (N, C, HW): the C/groups channels of a group are
+//                                    contiguous, so (n, g) is a row of (C/groups)*HW
+//                                    elements; weight, bias float32[C].
+//   norm_batch_stats_<dt>            training: per-channel batch mean and biased variance of
+//                                    x (N, C, HW) into stats[0:C], stats[C:2C]; updates the
+//                                    running statistics (unbiased variance) when present.
+//   norm_batch_apply_<dt>            y = (x - mean[c]) * rsqrt(var[c] + eps) * w[c] + b[c],
+//                                    one thread per element: inference binds the running
+//                                    statistics as mean/var, training the stats buffer.
 //
-// Configuration (macros): NM_TPR threads per row (multiple of 32), NM_RPG rows per
-// threadgroup, NM_VPT values per thread for the rows variants (n <= NM_TPR*NM_VPT);
-// NM_TPR*NM_RPG <= 1024. Dispatch: rows/looped/stats: ceil(rows / NM_RPG) threadgroups of
-// NM_TPR*NM_RPG threads (stats: a row is a channel); apply: N*C*HW threads.
+// Configuration (macros): MK_TPR threads per row (multiple of 32), MK_RPG rows per
+// threadgroup, MK_VPT values per thread for the rows variants (n <= MK_TPR*MK_VPT; the
+// others ignore it);
+// MK_TPR*MK_RPG <= 1024. Dispatch: rows/looped/stats: ceil(rows / MK_RPG) threadgroups of
+// MK_TPR*MK_RPG threads (stats: a row is a channel); apply: N*C*HW threads.
 // Absent weight/bias (has_weight/has_bias == 0) may be bound to any buffer: never read.
 #include <metal_stdlib>
 #include "mk_args.h"
 #include "mk_rowreduce.h"
 using namespace metal;
 
-#ifndef NM_TPR
-#define NM_TPR 256
+#ifndef MK_TPR
+#define MK_TPR 256
 #endif
-#ifndef NM_RPG
-#define NM_RPG 1
+#ifndef MK_RPG
+#define MK_RPG 1
 #endif
-#ifndef NM_VPT
-#define NM_VPT 4
+#ifndef MK_VPT
+#define MK_VPT 8
 #endif
-#define NM_TG (NM_TPR * NM_RPG)
+#define NM_THREADS (MK_TPR * MK_RPG)
 
-static_assert(NM_TPR % 32 == 0, "NM_TPR must be a multiple of the SIMD width (32)");
-static_assert(NM_TG <= 1024, "NM_TPR * NM_RPG must be at most 1024 threads");
-static_assert(NM_VPT >= 1, "NM_VPT must be at least 1");
+static_assert(MK_TPR % 32 == 0, "MK_TPR must be a multiple of the SIMD width (32)");
+static_assert(NM_THREADS <= 1024, "MK_TPR * MK_RPG must be at most 1024 threads");
+static_assert(MK_VPT >= 1, "MK_VPT must be at least 1");
 
 // Per-thread moments of the values a thread holds in registers (two-pass, exact).
 inline float3 nm_thread_moments(thread const float* v, int t, int n)
 {
     float c = 0.0f;
     float s = 0.0f;
-    for (int j = 0; j < NM_VPT; ++j) {
-        if (t + j * NM_TPR < n) {
+    for (int j = 0; j < MK_VPT; ++j) {
+        if (t + j * MK_TPR < n) {
             c += 1.0f;
             s += v[j];
         }
     }
     const float mu = c > 0.0f ? s / c : 0.0f;
     float m2 = 0.0f;
-    for (int j = 0; j < NM_VPT; ++j) {
-        if (t + j * NM_TPR < n) {
+    for (int j = 0; j < MK_VPT; ++j) {
+        if (t + j * MK_TPR < n) {
             m2 += (v[j] - mu) * (v[j] - mu);
         }
     }
@@ -68,21 +69,21 @@ inline void rownorm_rows_impl(const device T* x, const device float* w, const de
                               threadgroup float* red0, threadgroup float* red1,
                               uint group, uint tid, uint lane, uint sg)
 {
-    const int t = int(tid % NM_TPR);
-    const int row = int(group) * NM_RPG + int(tid / NM_TPR);
+    const int t = int(tid % MK_TPR);
+    const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int n = row < a.rows ? a.n : 0;
     const int base = n > 0 ? row * a.n : 0;
-    float v[NM_VPT];
-    for (int j = 0; j < NM_VPT; ++j) {
-        const int k = t + j * NM_TPR;
+    float v[MK_VPT];
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
         v[j] = k < n ? float(x[base + k]) : 0.0f;
     }
     const float3 tm = nm_thread_moments(v, t, n);
     const float2 mv = mk_row_moments(tm.x, tm.y, tm.z, float(a.n), a.kind == MK_NORM_LAYER,
-                                     red0, red1, tid, lane, sg, NM_TPR);
+                                     red0, red1, tid, lane, sg, MK_TPR);
     const float rstd = rsqrt(mv.y + a.eps);
-    for (int j = 0; j < NM_VPT; ++j) {
-        const int k = t + j * NM_TPR;
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
         if (k < n) {
             float o = (v[j] - mv.x) * rstd;
             o = a.has_weight != 0 ? o * w[k] : o;
@@ -98,20 +99,20 @@ inline void rownorm_looped_impl(const device T* x, const device float* w, const 
                                 threadgroup float* red0, threadgroup float* red1,
                                 uint group, uint tid, uint lane, uint sg)
 {
-    const int t = int(tid % NM_TPR);
-    const int row = int(group) * NM_RPG + int(tid / NM_TPR);
+    const int t = int(tid % MK_TPR);
+    const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int n = row < a.rows ? a.n : 0;
     const int base = n > 0 ? row * a.n : 0;
     float c = 0.0f;
     float mu = 0.0f;
     float m2 = 0.0f;
-    for (int k = t; k < n; k += NM_TPR) {
+    for (int k = t; k < n; k += MK_TPR) {
         mk_welford(c, mu, m2, float(x[base + k]));
     }
     const float2 mv = mk_row_moments(c, mu, m2, float(a.n), a.kind == MK_NORM_LAYER,
-                                     red0, red1, tid, lane, sg, NM_TPR);
+                                     red0, red1, tid, lane, sg, MK_TPR);
     const float rstd = rsqrt(mv.y + a.eps);
-    for (int k = t; k < n; k += NM_TPR) {
+    for (int k = t; k < n; k += MK_TPR) {
         float o = (float(x[base + k]) - mv.x) * rstd;
         o = a.has_weight != 0 ? o * w[k] : o;
         o = a.has_bias != 0 ? o + b[k] : o;
@@ -128,24 +129,24 @@ inline void group_norm_rows_impl(const device T* x, const device float* w,
                                  threadgroup float* red0, threadgroup float* red1,
                                  uint group, uint tid, uint lane, uint sg)
 {
-    const int t = int(tid % NM_TPR);
-    const int row = int(group) * NM_RPG + int(tid / NM_TPR);
+    const int t = int(tid % MK_TPR);
+    const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int cg = a.C / a.groups;
     const int len = cg * a.HW;
     const int n = row < a.N * a.groups ? len : 0;
     const int base = n > 0 ? row * len : 0;
     const int c0 = (row % a.groups) * cg;     // first channel of this group
-    float v[NM_VPT];
-    for (int j = 0; j < NM_VPT; ++j) {
-        const int k = t + j * NM_TPR;
+    float v[MK_VPT];
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
         v[j] = k < n ? float(x[base + k]) : 0.0f;
     }
     const float3 tm = nm_thread_moments(v, t, n);
     const float2 mv = mk_row_moments(tm.x, tm.y, tm.z, float(len), true,
-                                     red0, red1, tid, lane, sg, NM_TPR);
+                                     red0, red1, tid, lane, sg, MK_TPR);
     const float rstd = rsqrt(mv.y + a.eps);
-    for (int j = 0; j < NM_VPT; ++j) {
-        const int k = t + j * NM_TPR;
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
         if (k < n) {
             const int ch = c0 + k / a.HW;
             float o = (v[j] - mv.x) * rstd;
@@ -163,8 +164,8 @@ inline void group_norm_looped_impl(const device T* x, const device float* w,
                                    threadgroup float* red0, threadgroup float* red1,
                                    uint group, uint tid, uint lane, uint sg)
 {
-    const int t = int(tid % NM_TPR);
-    const int row = int(group) * NM_RPG + int(tid / NM_TPR);
+    const int t = int(tid % MK_TPR);
+    const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int cg = a.C / a.groups;
     const int len = cg * a.HW;
     const int n = row < a.N * a.groups ? len : 0;
@@ -173,13 +174,13 @@ inline void group_norm_looped_impl(const device T* x, const device float* w,
     float c = 0.0f;
     float mu = 0.0f;
     float m2 = 0.0f;
-    for (int k = t; k < n; k += NM_TPR) {
+    for (int k = t; k < n; k += MK_TPR) {
         mk_welford(c, mu, m2, float(x[base + k]));
     }
     const float2 mv = mk_row_moments(c, mu, m2, float(len), true,
-                                     red0, red1, tid, lane, sg, NM_TPR);
+                                     red0, red1, tid, lane, sg, MK_TPR);
     const float rstd = rsqrt(mv.y + a.eps);
-    for (int k = t; k < n; k += NM_TPR) {
+    for (int k = t; k < n; k += MK_TPR) {
         const int ch = c0 + k / a.HW;
         float o = (float(x[base + k]) - mv.x) * rstd;
         o = a.has_weight != 0 ? o * w[ch] : o;
@@ -197,19 +198,19 @@ inline void batch_norm_stats_impl(const device T* x, device float* running_mean,
                                   threadgroup float* red0, threadgroup float* red1,
                                   uint group, uint tid, uint lane, uint sg)
 {
-    const int t = int(tid % NM_TPR);
-    const int ch = int(group) * NM_RPG + int(tid / NM_TPR);
+    const int t = int(tid % MK_TPR);
+    const int ch = int(group) * MK_RPG + int(tid / MK_TPR);
     const int count = a.N * a.HW;
     const int n = ch < a.C ? count : 0;
     float c = 0.0f;
     float mu = 0.0f;
     float m2 = 0.0f;
-    for (int k = t; k < n; k += NM_TPR) {
+    for (int k = t; k < n; k += MK_TPR) {
         const int img = k / a.HW;
         mk_welford(c, mu, m2, float(x[(img * a.C + ch) * a.HW + (k - img * a.HW)]));
     }
     const float2 mv = mk_row_moments(c, mu, m2, float(count), true,
-                                     red0, red1, tid, lane, sg, NM_TPR);
+                                     red0, red1, tid, lane, sg, MK_TPR);
     if (t == 0 && ch < a.C) {
         stats[ch] = mv.x;
         stats[a.C + ch] = mv.y;
@@ -238,7 +239,7 @@ inline void batch_norm_apply_impl(const device T* x, const device float* mean,
 
 // ---------------------------------------------------------------- kernels
 
-kernel void rownorm_rows_f32(const device float* x [[buffer(0)]],
+kernel void norm_rownorm_rows_f32(const device float* x [[buffer(0)]],
                              const device float* w [[buffer(1)]],
                              const device float* b [[buffer(2)]],
                              device float* y [[buffer(3)]],
@@ -248,12 +249,12 @@ kernel void rownorm_rows_f32(const device float* x [[buffer(0)]],
                              uint lane [[thread_index_in_simdgroup]],
                              uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red0[NM_TG / 32];
-    threadgroup float red1[NM_TG / 32];
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     rownorm_rows_impl<float>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
 }
 
-kernel void rownorm_rows_f16(const device half* x [[buffer(0)]],
+kernel void norm_rownorm_rows_f16(const device half* x [[buffer(0)]],
                              const device float* w [[buffer(1)]],
                              const device float* b [[buffer(2)]],
                              device half* y [[buffer(3)]],
@@ -263,12 +264,12 @@ kernel void rownorm_rows_f16(const device half* x [[buffer(0)]],
                              uint lane [[thread_index_in_simdgroup]],
                              uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red0[NM_TG / 32];
-    threadgroup float red1[NM_TG / 32];
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     rownorm_rows_impl<half>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
 }
 
-kernel void rownorm_looped_f32(const device float* x [[buffer(0)]],
+kernel void norm_rownorm_looped_f32(const device float* x [[buffer(0)]],
                                const device float* w [[buffer(1)]],
                                const device float* b [[buffer(2)]],
                                device float* y [[buffer(3)]],
@@ -278,12 +279,12 @@ kernel void rownorm_looped_f32(const device float* x [[buffer(0)]],
                                uint lane [[thread_index_in_simdgroup]],
                                uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red0[NM_TG / 32];
-    threadgroup float red1[NM_TG / 32];
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     rownorm_looped_impl<float>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
 }
 
-kernel void rownorm_looped_f16(const device half* x [[buffer(0)]],
+kernel void norm_rownorm_looped_f16(const device half* x [[buffer(0)]],
                                const device float* w [[buffer(1)]],
                                const device float* b [[buffer(2)]],
                                device half* y [[buffer(3)]],
@@ -293,12 +294,12 @@ kernel void rownorm_looped_f16(const device half* x [[buffer(0)]],
                                uint lane [[thread_index_in_simdgroup]],
                                uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red0[NM_TG / 32];
-    threadgroup float red1[NM_TG / 32];
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     rownorm_looped_impl<half>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
 }
 
-kernel void group_norm_rows_f32(const device float* x [[buffer(0)]],
+kernel void norm_group_rows_f32(const device float* x [[buffer(0)]],
                                 const device float* w [[buffer(1)]],
                                 const device float* b [[buffer(2)]],
                                 device float* y [[buffer(3)]],
@@ -308,12 +309,12 @@ kernel void group_norm_rows_f32(const device float* x [[buffer(0)]],
                                 uint lane [[thread_index_in_simdgroup]],
                                 uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red0[NM_TG / 32];
-    threadgroup float red1[NM_TG / 32];
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     group_norm_rows_impl<float>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
 }
 
-kernel void group_norm_rows_f16(const device half* x [[buffer(0)]],
+kernel void norm_group_rows_f16(const device half* x [[buffer(0)]],
                                 const device float* w [[buffer(1)]],
                                 const device float* b [[buffer(2)]],
                                 device half* y [[buffer(3)]],
@@ -323,12 +324,12 @@ kernel void group_norm_rows_f16(const device half* x [[buffer(0)]],
                                 uint lane [[thread_index_in_simdgroup]],
                                 uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red0[NM_TG / 32];
-    threadgroup float red1[NM_TG / 32];
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     group_norm_rows_impl<half>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
 }
 
-kernel void group_norm_looped_f32(const device float* x [[buffer(0)]],
+kernel void norm_group_looped_f32(const device float* x [[buffer(0)]],
                                   const device float* w [[buffer(1)]],
                                   const device float* b [[buffer(2)]],
                                   device float* y [[buffer(3)]],
@@ -338,12 +339,12 @@ kernel void group_norm_looped_f32(const device float* x [[buffer(0)]],
                                   uint lane [[thread_index_in_simdgroup]],
                                   uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red0[NM_TG / 32];
-    threadgroup float red1[NM_TG / 32];
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     group_norm_looped_impl<float>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
 }
 
-kernel void group_norm_looped_f16(const device half* x [[buffer(0)]],
+kernel void norm_group_looped_f16(const device half* x [[buffer(0)]],
                                   const device float* w [[buffer(1)]],
                                   const device float* b [[buffer(2)]],
                                   device half* y [[buffer(3)]],
@@ -353,12 +354,12 @@ kernel void group_norm_looped_f16(const device half* x [[buffer(0)]],
                                   uint lane [[thread_index_in_simdgroup]],
                                   uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red0[NM_TG / 32];
-    threadgroup float red1[NM_TG / 32];
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     group_norm_looped_impl<half>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
 }
 
-kernel void batch_norm_stats_f32(const device float* x [[buffer(0)]],
+kernel void norm_batch_stats_f32(const device float* x [[buffer(0)]],
                                  device float* running_mean [[buffer(1)]],
                                  device float* running_var [[buffer(2)]],
                                  device float* stats [[buffer(3)]],
@@ -368,13 +369,13 @@ kernel void batch_norm_stats_f32(const device float* x [[buffer(0)]],
                                  uint lane [[thread_index_in_simdgroup]],
                                  uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red0[NM_TG / 32];
-    threadgroup float red1[NM_TG / 32];
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     batch_norm_stats_impl<float>(x, running_mean, running_var, stats, a, red0, red1,
                                  group, tid, lane, sg);
 }
 
-kernel void batch_norm_stats_f16(const device half* x [[buffer(0)]],
+kernel void norm_batch_stats_f16(const device half* x [[buffer(0)]],
                                  device float* running_mean [[buffer(1)]],
                                  device float* running_var [[buffer(2)]],
                                  device float* stats [[buffer(3)]],
@@ -384,13 +385,13 @@ kernel void batch_norm_stats_f16(const device half* x [[buffer(0)]],
                                  uint lane [[thread_index_in_simdgroup]],
                                  uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red0[NM_TG / 32];
-    threadgroup float red1[NM_TG / 32];
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     batch_norm_stats_impl<half>(x, running_mean, running_var, stats, a, red0, red1,
                                 group, tid, lane, sg);
 }
 
-kernel void batch_norm_apply_f32(const device float* x [[buffer(0)]],
+kernel void norm_batch_apply_f32(const device float* x [[buffer(0)]],
                                  const device float* mean [[buffer(1)]],
                                  const device float* var [[buffer(2)]],
                                  const device float* w [[buffer(3)]],
@@ -402,7 +403,7 @@ kernel void batch_norm_apply_f32(const device float* x [[buffer(0)]],
     batch_norm_apply_impl<float>(x, mean, var, w, b, y, a, gid);
 }
 
-kernel void batch_norm_apply_f16(const device half* x [[buffer(0)]],
+kernel void norm_batch_apply_f16(const device half* x [[buffer(0)]],
                                  const device float* mean [[buffer(1)]],
                                  const device float* var [[buffer(2)]],
                                  const device float* w [[buffer(3)]],

@@ -1,5 +1,5 @@
-// pool.metal: max_pool2d and avg_pool2d over NCHW, one thread per output element
-// (barrier-free). Semantics are torch's (see mk_pool2d_args in mk_args.h):
+// pool.metal: max_pool2d (pool_max_<dt>) and avg_pool2d (pool_avg_<dt>) over NCHW, one
+// thread per output element (barrier-free). Semantics are torch's (mk_pool2d_args):
 //   window rows h = p*stride_h - pad_h + i*dil_h, i < kh (likewise columns); dilation is
 //   used by max only (avg_pool2d has none: the API passes dil = 1).
 //   max: the maximum over the window clipped to the input; NaN propagates.
@@ -75,7 +75,7 @@ inline void pool2d_avg_impl(const device T* x, device T* y, constant mk_pool2d_a
     }
 }
 
-kernel void pool2d_max_f32(const device float* x [[buffer(0)]],
+kernel void pool_max_f32(const device float* x [[buffer(0)]],
                            device float* y [[buffer(1)]],
                            constant mk_pool2d_args& a [[buffer(2)]],
                            uint gid [[thread_position_in_grid]])
@@ -83,7 +83,7 @@ kernel void pool2d_max_f32(const device float* x [[buffer(0)]],
     pool2d_max_impl<float>(x, y, a, gid);
 }
 
-kernel void pool2d_max_f16(const device half* x [[buffer(0)]],
+kernel void pool_max_f16(const device half* x [[buffer(0)]],
                            device half* y [[buffer(1)]],
                            constant mk_pool2d_args& a [[buffer(2)]],
                            uint gid [[thread_position_in_grid]])
@@ -91,7 +91,7 @@ kernel void pool2d_max_f16(const device half* x [[buffer(0)]],
     pool2d_max_impl<half>(x, y, a, gid);
 }
 
-kernel void pool2d_avg_f32(const device float* x [[buffer(0)]],
+kernel void pool_avg_f32(const device float* x [[buffer(0)]],
                            device float* y [[buffer(1)]],
                            constant mk_pool2d_args& a [[buffer(2)]],
                            uint gid [[thread_position_in_grid]])
@@ -99,7 +99,7 @@ kernel void pool2d_avg_f32(const device float* x [[buffer(0)]],
     pool2d_avg_impl<float>(x, y, a, gid);
 }
 
-kernel void pool2d_avg_f16(const device half* x [[buffer(0)]],
+kernel void pool_avg_f16(const device half* x [[buffer(0)]],
                            device half* y [[buffer(1)]],
                            constant mk_pool2d_args& a [[buffer(2)]],
                            uint gid [[thread_position_in_grid]])

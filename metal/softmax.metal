@@ -1,17 +1,17 @@
 // softmax.metal: softmax and log_softmax along n of x viewed as (outer, n, inner).
 // Row (o, i) holds the n elements x[o*n*inner + k*inner + i], k = 0..n-1.
 //
-//   softmax_rows_<dt>    TPR threads per row, SM_RPG rows per threadgroup, the row held in
-//                        registers (SM_VPT values per thread, so n <= SM_TPR*SM_VPT):
+//   softmax_rows_<dt>    MK_TPR threads per row, MK_RPG rows per threadgroup, the row held in
+//                        registers (MK_VPT values per thread, so n <= MK_TPR*MK_VPT):
 //                        one read of x, a max and a sum reduction, one write.
 //   softmax_looped_<dt>  any n: an online (single pass) max/sum per thread, the partial
 //                        (max, sum) pairs combined over the row, then a pass that writes.
 //   softmax_cols_<dt>    inner > 1 with many rows: one thread per row, so neighbouring
 //                        threads read neighbouring addresses (the rows are strided).
 //
-// Configuration (macros): SM_TPR threads per row (multiple of 32), SM_RPG rows per
-// threadgroup, SM_VPT values per thread for the rows variant; SM_TPR*SM_RPG <= 1024.
-// Dispatch: rows/looped: ceil(outer*inner / SM_RPG) threadgroups of SM_TPR*SM_RPG threads;
+// Configuration (macros): MK_TPR threads per row (multiple of 32), MK_RPG rows per
+// threadgroup, MK_VPT values per thread for the rows variant; MK_TPR*MK_RPG <= 1024.
+// Dispatch: rows/looped: ceil(outer*inner / MK_RPG) threadgroups of MK_TPR*MK_RPG threads;
 // cols: outer*inner threads (any threadgroup size).
 // float32 accumulation for both storage types.
 #include <metal_stdlib>
@@ -19,20 +19,20 @@
 #include "mk_rowreduce.h"
 using namespace metal;
 
-#ifndef SM_TPR
-#define SM_TPR 256
+#ifndef MK_TPR
+#define MK_TPR 256
 #endif
-#ifndef SM_RPG
-#define SM_RPG 1
+#ifndef MK_RPG
+#define MK_RPG 1
 #endif
-#ifndef SM_VPT
-#define SM_VPT 4
+#ifndef MK_VPT
+#define MK_VPT 8
 #endif
-#define SM_TG (SM_TPR * SM_RPG)
+#define SM_THREADS (MK_TPR * MK_RPG)
 
-static_assert(SM_TPR % 32 == 0, "SM_TPR must be a multiple of the SIMD width (32)");
-static_assert(SM_TG <= 1024, "SM_TPR * SM_RPG must be at most 1024 threads");
-static_assert(SM_VPT >= 1, "SM_VPT must be at least 1");
+static_assert(MK_TPR % 32 == 0, "MK_TPR must be a multiple of the SIMD width (32)");
+static_assert(SM_THREADS <= 1024, "MK_TPR * MK_RPG must be at most 1024 threads");
+static_assert(MK_VPT >= 1, "MK_VPT must be at least 1");
 
 // The row a thread works on, where it starts and how far apart its elements are.
 struct sm_row {
@@ -75,26 +75,26 @@ inline void softmax_rows_impl(const device T* x, device T* y, constant mk_softma
                               threadgroup float* red_max, threadgroup float* red_sum,
                               uint group, uint tid, uint lane, uint sg)
 {
-    const int t = int(tid % SM_TPR);
-    const sm_row r = sm_locate(a, int(group) * SM_RPG + int(tid / SM_TPR));
-    float v[SM_VPT];
+    const int t = int(tid % MK_TPR);
+    const sm_row r = sm_locate(a, int(group) * MK_RPG + int(tid / MK_TPR));
+    float v[MK_VPT];
     float m = -INFINITY;
-    for (int j = 0; j < SM_VPT; ++j) {
-        const int k = t + j * SM_TPR;
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
         v[j] = (r.live && k < a.n) ? float(x[r.base + k * r.step]) : -INFINITY;
         m = max(m, v[j]);
     }
-    m = mk_row_max(m, red_max, tid, lane, sg, SM_TPR);
+    m = mk_row_max(m, red_max, tid, lane, sg, MK_TPR);
     float s = 0.0f;
-    for (int j = 0; j < SM_VPT; ++j) {
-        const int k = t + j * SM_TPR;
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
         if (r.live && k < a.n) {
             s += exp(v[j] - m);
         }
     }
-    s = mk_row_sum(s, red_sum, tid, lane, sg, SM_TPR);
-    for (int j = 0; j < SM_VPT; ++j) {
-        const int k = t + j * SM_TPR;
+    s = mk_row_sum(s, red_sum, tid, lane, sg, MK_TPR);
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
         if (r.live && k < a.n) {
             y[r.base + k * r.step] = sm_out<T>(v[j], m, s, a.log != 0);
         }
@@ -106,19 +106,19 @@ inline void softmax_looped_impl(const device T* x, device T* y, constant mk_soft
                                 threadgroup float* red_max, threadgroup float* red_sum,
                                 uint group, uint tid, uint lane, uint sg)
 {
-    const int t = int(tid % SM_TPR);
-    const sm_row r = sm_locate(a, int(group) * SM_RPG + int(tid / SM_TPR));
+    const int t = int(tid % MK_TPR);
+    const sm_row r = sm_locate(a, int(group) * MK_RPG + int(tid / MK_TPR));
     const int n = r.live ? a.n : 0;
     float m = -INFINITY;
     float s = 0.0f;
-    for (int k = t; k < n; k += SM_TPR) {
+    for (int k = t; k < n; k += MK_TPR) {
         sm_online(m, s, float(x[r.base + k * r.step]));
     }
-    const float row_m = mk_row_max(m, red_max, tid, lane, sg, SM_TPR);
+    const float row_m = mk_row_max(m, red_max, tid, lane, sg, MK_TPR);
     // rescale this thread's sum to the row maximum; a thread that saw only -inf adds 0
     const float part = (m == -INFINITY) ? 0.0f : s * exp(m - row_m);
-    const float row_s = mk_row_sum(part, red_sum, tid, lane, sg, SM_TPR);
-    for (int k = t; k < n; k += SM_TPR) {
+    const float row_s = mk_row_sum(part, red_sum, tid, lane, sg, MK_TPR);
+    for (int k = t; k < n; k += MK_TPR) {
         const int at = r.base + k * r.step;
         y[at] = sm_out<T>(float(x[at]), row_m, row_s, a.log != 0);
     }
@@ -150,8 +150,8 @@ kernel void softmax_rows_f32(const device float* x [[buffer(0)]],
                              uint lane [[thread_index_in_simdgroup]],
                              uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red_max[SM_TG / 32];
-    threadgroup float red_sum[SM_TG / 32];
+    threadgroup float red_max[SM_THREADS / 32];
+    threadgroup float red_sum[SM_THREADS / 32];
     softmax_rows_impl<float>(x, y, a, red_max, red_sum, group, tid, lane, sg);
 }
 
@@ -163,8 +163,8 @@ kernel void softmax_rows_f16(const device half* x [[buffer(0)]],
                              uint lane [[thread_index_in_simdgroup]],
                              uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red_max[SM_TG / 32];
-    threadgroup float red_sum[SM_TG / 32];
+    threadgroup float red_max[SM_THREADS / 32];
+    threadgroup float red_sum[SM_THREADS / 32];
     softmax_rows_impl<half>(x, y, a, red_max, red_sum, group, tid, lane, sg);
 }
 
@@ -176,8 +176,8 @@ kernel void softmax_looped_f32(const device float* x [[buffer(0)]],
                                uint lane [[thread_index_in_simdgroup]],
                                uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red_max[SM_TG / 32];
-    threadgroup float red_sum[SM_TG / 32];
+    threadgroup float red_max[SM_THREADS / 32];
+    threadgroup float red_sum[SM_THREADS / 32];
     softmax_looped_impl<float>(x, y, a, red_max, red_sum, group, tid, lane, sg);
 }
 
@@ -189,8 +189,8 @@ kernel void softmax_looped_f16(const device half* x [[buffer(0)]],
                                uint lane [[thread_index_in_simdgroup]],
                                uint sg [[simdgroup_index_in_threadgroup]])
 {
-    threadgroup float red_max[SM_TG / 32];
-    threadgroup float red_sum[SM_TG / 32];
+    threadgroup float red_max[SM_THREADS / 32];
+    threadgroup float red_sum[SM_THREADS / 32];
     softmax_looped_impl<half>(x, y, a, red_max, red_sum, group, tid, lane, sg);
 }
 

@@ -10,27 +10,33 @@ import pytest
 import refs
 from mpskern import _native, backends
 from mpskern.gpu_ops import norm as N
+from mpskern.tuning import spaces
 
 DT = {np.float32: _native.F32, np.float16: _native.F16}
 LAYER, RMS = 0, 1
 
-# per shipped row configuration: (rows, n) shapes that exercise its edges
+# Every row configuration mpskern ships (spaces.shipped) plus a looped one with several
+# rows per threadgroup; per configuration, shapes that exercise its edges.
+ROW_CONFIGS = spaces.shipped("rownorm") + [{"variant": "looped", "TPR": 64, "RPG": 4, "VPT": 8}]
+assert spaces.shipped("group_norm") == spaces.shipped("rownorm")
+# (rows, n)
 ROW_CASES = {
     ("rows", 32): [(5, 100), (9, 1), (3, 128)],
     ("rows", 256): [(3, 1500), (2, 2048)],
     ("rows", 1024): [(1, 6000), (2, 1100)],
-    ("looped", 256): [(3, 3000), (2, 10)],
-    ("looped", 1024): [(2, 2500)],
+    ("looped", 1024): [(2, 2500), (1, 9000)],
+    ("looped", 64): [(3, 700), (5, 10)],
 }
-# per shipped row configuration: (N, C, HW, groups); a row is C/groups*HW long
+# (N, C, HW, groups); a row is C/groups*HW long
 GROUP_CASES = {
     ("rows", 32): [(2, 6, 10, 3), (3, 4, 1, 4)],
     ("rows", 256): [(2, 4, 300, 2)],
     ("rows", 1024): [(1, 8, 700, 2)],
-    ("looped", 256): [(2, 6, 500, 2), (1, 3, 7, 3)],
     ("looped", 1024): [(1, 4, 900, 1)],
+    ("looped", 64): [(2, 6, 500, 2), (1, 3, 7, 3)],
 }
-# batch_norm: (N, C, HW)
+BATCH_CONFIGS = spaces.shipped("batch_norm") + [
+    {"variant": "stats", "TPR": 32, "RPG": 4, "threads": 64}]
 BATCH_CASES = [(2, 3, 50), (5, 9, 1), (1, 2, 300)]
 
 
@@ -49,13 +55,11 @@ def sim():
 @contextlib.contextmanager
 def sim_mode(be, order="forward", check=False):
     """Run the block's dispatches in fiber `order`, instrumented when `check`."""
-    be.device.set_sim_options(check_mode=check, order=order, seed=7)
-    be.check = check
+    be.set_sim_options(check_mode=check, order=order, seed=7)
     try:
         yield
     finally:
-        be.device.set_sim_options()
-        be.check = False
+        be.set_sim_options()
 
 
 def _data(shape, dtype, rng, offset=0.0):
@@ -112,18 +116,18 @@ def _batch_norm(be, shape, dtype, cfg, training, running, affine, rng):
         refs.assert_close(rv, rv_ref, np.float32, terms=n_ * hw, what=what + " running_var")
 
 
-def test_every_shipped_config_has_cases():
-    assert {_key(c) for c in N.ROW_SHIPPED} == set(ROW_CASES) == set(GROUP_CASES)
+def test_every_config_has_cases():
+    assert {_key(c) for c in ROW_CONFIGS} == set(ROW_CASES) == set(GROUP_CASES)
 
 
-ROW_IDS = ["-".join(map(str, c.values())) for c in N.ROW_SHIPPED]
-BATCH_IDS = ["-".join(map(str, c.values())) for c in N.BATCH_SHIPPED]
+ROW_IDS = ["-".join(map(str, c.values())) for c in ROW_CONFIGS]
+BATCH_IDS = ["-".join(map(str, c.values())) for c in BATCH_CONFIGS]
 DT_IDS = ["f32", "f16"]
 
 
 @pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("cfg", N.ROW_SHIPPED, ids=ROW_IDS)
+@pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
 def test_rownorm_configs(sim, cfg, dtype, order):
     rng = np.random.default_rng(1)
     with sim_mode(sim, order):
@@ -133,7 +137,7 @@ def test_rownorm_configs(sim, cfg, dtype, order):
                     _rownorm(sim, rows, n, dtype, cfg, kind, affine, rng)
 
 
-@pytest.mark.parametrize("cfg", N.ROW_SHIPPED, ids=ROW_IDS)
+@pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
 def test_layer_norm_large_offset_float32(sim, cfg):
     """mean 1000, spread 2: float32 E[x^2]-E[x]^2 would miss the variance (~1.3) by tens
     of percent; two-pass / Welford keep the output within float32 rounding of the mean."""
@@ -146,7 +150,7 @@ def test_layer_norm_large_offset_float32(sim, cfg):
 
 @pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("cfg", N.ROW_SHIPPED, ids=ROW_IDS)
+@pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
 def test_group_norm_configs(sim, cfg, dtype, order):
     rng = np.random.default_rng(2)
     with sim_mode(sim, order):
@@ -157,7 +161,7 @@ def test_group_norm_configs(sim, cfg, dtype, order):
 
 @pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
-@pytest.mark.parametrize("cfg", N.BATCH_SHIPPED, ids=BATCH_IDS)
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
 def test_batch_norm_configs(sim, cfg, dtype, order):
     rng = np.random.default_rng(3)
     with sim_mode(sim, order):
@@ -166,7 +170,7 @@ def test_batch_norm_configs(sim, cfg, dtype, order):
                 _batch_norm(sim, shape, dtype, cfg, training, running, training, rng)
 
 
-@pytest.mark.parametrize("cfg", N.ROW_SHIPPED, ids=ROW_IDS)
+@pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
 def test_norm_checking_mode_is_clean(sim, cfg):
     rng = np.random.default_rng(4)
     with sim_mode(sim, "random", check=True):
@@ -176,7 +180,7 @@ def test_norm_checking_mode_is_clean(sim, cfg):
             _group_norm(sim, GROUP_CASES[_key(cfg)][0], dtype, cfg, True, rng)
 
 
-@pytest.mark.parametrize("cfg", N.BATCH_SHIPPED, ids=BATCH_IDS)
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
 def test_batch_norm_checking_mode_is_clean(sim, cfg):
     rng = np.random.default_rng(6)
     with sim_mode(sim, "random", check=True):
@@ -185,11 +189,11 @@ def test_batch_norm_checking_mode_is_clean(sim, cfg):
                 _batch_norm(sim, BATCH_CASES[0], dtype, cfg, training, True, True, rng)
 
 
-def test_generic_choices(sim):
-    info = sim.info
-    assert N._row_default(100, info)["TPR"] == 32
-    assert N._row_default(2000, info)["variant"] == "rows"
-    assert N._row_default(100000, info)["variant"] == "looped"
+def test_default_choice_by_row_length(sim):
+    rng = np.random.default_rng(7)
+    for n, variant, tpr in [(100, "rows", 32), (2000, "rows", 256), (9000, "looped", 1024)]:
+        _rownorm(sim, 2, n, np.float32, None, LAYER, True, rng)
+        assert (sim.last_config["variant"], sim.last_config["TPR"]) == (variant, tpr)
 
 
 def test_batch_norm_inference_without_running_stats_is_an_error(sim):

@@ -10,6 +10,7 @@ import pytest
 import refs
 from mpskern import _native, backends
 from mpskern.gpu_ops import pool as P
+from mpskern.tuning import spaces
 
 DT = {np.float32: _native.F32, np.float16: _native.F16}
 MAX, AVG = 0, 1
@@ -38,13 +39,11 @@ def sim():
 @contextlib.contextmanager
 def sim_mode(be, order="forward", check=False):
     """Run the block's dispatches in fiber `order`, instrumented when `check`."""
-    be.device.set_sim_options(check_mode=check, order=order, seed=7)
-    be.check = check
+    be.set_sim_options(check_mode=check, order=order, seed=7)
     try:
         yield
     finally:
-        be.device.set_sim_options()
-        be.check = False
+        be.set_sim_options()
 
 
 def _pool(be, mode, window, dtype, cfg, rng, count_include_pad=True, divisor=None):
@@ -75,18 +74,20 @@ def _all(be, dtype, cfg, rng):
             _pool(be, AVG, window, dtype, cfg, rng, cip, div)
 
 
-CFG_IDS = [f"TG{c['TG']}" for c in P.SHIPPED]
+# the shipped configuration and a small threadgroup (several partial groups)
+CONFIGS = spaces.shipped("pool2d") + [{"variant": "direct", "threads": 32}]
+CFG_IDS = [f"threads{c['threads']}" for c in CONFIGS]
 
 
 @pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=["f32", "f16"])
-@pytest.mark.parametrize("cfg", P.SHIPPED, ids=CFG_IDS)
+@pytest.mark.parametrize("cfg", CONFIGS, ids=CFG_IDS)
 def test_pool_configs(sim, cfg, dtype, order):
     with sim_mode(sim, order):
         _all(sim, dtype, cfg, np.random.default_rng(1))
 
 
-@pytest.mark.parametrize("cfg", P.SHIPPED, ids=CFG_IDS)
+@pytest.mark.parametrize("cfg", CONFIGS, ids=CFG_IDS)
 def test_pool_checking_mode_is_clean(sim, cfg):
     with sim_mode(sim, "random", check=True):
         for dtype in refs.DTYPES:

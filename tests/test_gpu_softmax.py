@@ -9,19 +9,24 @@ import pytest
 import refs
 from mpskern import _native, backends
 from mpskern.gpu_ops import softmax as S
+from mpskern.tuning import spaces
 
 DT = {np.float32: _native.F32, np.float16: _native.F16}
 
-# per shipped configuration: (outer, n, inner) shapes that exercise its edges (dead rows
-# in the last threadgroup, n below/at its capacity, strided rows)
+# Every configuration mpskern ships (spaces.shipped), plus one looped configuration with
+# several rows per threadgroup, each with (outer, n, inner) shapes that exercise its edges:
+# rows absent from the last threadgroup, n below / at its capacity, strided rows.
+CONFIGS = spaces.shipped("softmax") + spaces.shipped("softmax_cols") + [
+    {"variant": "looped", "TPR": 64, "RPG": 4, "VPT": 8}]
 CASES = {
     ("rows", 32): [(5, 1, 1), (3, 37, 1), (2, 128, 3)],
     ("rows", 256): [(2, 300, 1), (1, 2048, 1), (2, 129, 2)],
     ("rows", 1024): [(1, 5000, 1), (2, 1030, 2)],
-    ("looped", 256): [(3, 1000, 1), (2, 700, 3), (4, 5, 1)],
-    ("looped", 1024): [(1, 3000, 1), (2, 50, 2)],
+    ("looped", 1024): [(1, 3000, 1), (2, 50, 2), (1, 9000, 1)],
+    ("looped", 64): [(3, 1000, 1), (5, 70, 3), (4, 5, 1)],
     ("cols", None): [(2, 50, 7), (1, 3, 300), (1, 1, 1)],
 }
+IDS = ["-".join(map(str, c.values())) for c in CONFIGS]
 
 
 def _key(cfg):
@@ -39,13 +44,11 @@ def sim():
 @contextlib.contextmanager
 def sim_mode(be, order="forward", check=False):
     """Run the block's dispatches in fiber `order`, instrumented when `check`."""
-    be.device.set_sim_options(check_mode=check, order=order, seed=7)
-    be.check = check
+    be.set_sim_options(check_mode=check, order=order, seed=7)
     try:
         yield
     finally:
-        be.device.set_sim_options()
-        be.check = False
+        be.set_sim_options()
 
 
 def _run(be, shape, dtype, cfg, log, rng, scale=4.0):
@@ -57,13 +60,13 @@ def _run(be, shape, dtype, cfg, log, rng, scale=4.0):
     refs.assert_close(y, ref, dtype, terms=shape[1], what=f"{cfg} {shape} log={log}")
 
 
-def test_every_shipped_config_has_cases():
-    assert {_key(c) for c in S.SHIPPED} == set(CASES)
+def test_every_config_has_cases():
+    assert {_key(c) for c in CONFIGS} == set(CASES)
 
 
 @pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=["f32", "f16"])
-@pytest.mark.parametrize("cfg", S.SHIPPED, ids=lambda c: "-".join(map(str, c.values())))
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_softmax_configs(sim, cfg, dtype, order):
     rng = np.random.default_rng(1)
     with sim_mode(sim, order):
@@ -72,7 +75,7 @@ def test_softmax_configs(sim, cfg, dtype, order):
                 _run(sim, shape, dtype, cfg, log, rng)
 
 
-@pytest.mark.parametrize("cfg", S.SHIPPED, ids=lambda c: "-".join(map(str, c.values())))
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_softmax_checking_mode_is_clean(sim, cfg):
     rng = np.random.default_rng(2)
     with sim_mode(sim, "random", check=True):
@@ -80,7 +83,7 @@ def test_softmax_checking_mode_is_clean(sim, cfg):
             _run(sim, CASES[_key(cfg)][0], dtype, cfg, True, rng)
 
 
-@pytest.mark.parametrize("cfg", S.SHIPPED, ids=lambda c: "-".join(map(str, c.values())))
+@pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_softmax_infinities(sim, cfg):
     """-inf entries contribute 0 (the online max/sum must not form exp(-inf - -inf)); a row
     of only -inf is NaN, as in torch; large magnitudes do not overflow."""
@@ -99,15 +102,14 @@ def test_softmax_infinities(sim, cfg):
         refs.assert_close(y, ref, np.float32, terms=n, what=f"{cfg} log={log}")
 
 
-def test_generic_choice_fits_and_runs(sim):
-    """The rule-based default picks a configuration that can run each kind of shape."""
-    info = sim.info
+def test_default_choice_by_shape(sim):
+    """Without a pinned configuration the lookup picks a space and configuration that fit
+    each kind of shape (short, long, strided rows) and the result is right."""
+    rng = np.random.default_rng(4)
     for shape, variant in [((3, 100, 1), "rows"), ((1, 9000, 1), "looped"),
                            ((2, 20, 600), "cols"), ((1, 40, 3), "rows")]:
-        args = {"outer": shape[0], "n": shape[1], "inner": shape[2], "log": 0}
-        cfg = S.generic(args, info)
-        assert cfg["variant"] == variant, (shape, cfg)
-        assert S.problem(cfg, args, info) is None
+        _run(sim, shape, np.float32, None, False, rng)
+        assert sim.last_config["variant"] == variant, (shape, sim.last_config)
 
 
 def test_bad_configuration_is_a_clear_error(sim):
@@ -116,6 +118,6 @@ def test_bad_configuration_is_a_clear_error(sim):
     with pytest.raises(ValueError, match="TPR\\*VPT=128"):
         S.softmax(sim, args, _native.F32, x, x.copy(),
                   config={"variant": "rows", "TPR": 32, "RPG": 8, "VPT": 4})
-    with pytest.raises(ValueError, match="multiple of the SIMD width"):
+    with pytest.raises(ValueError, match="SIMD"):
         S.softmax(sim, args, _native.F32, x, x.copy(),
-                  config={"variant": "looped", "TPR": 48, "RPG": 1})
+                  config={"variant": "looped", "TPR": 48, "RPG": 1, "VPT": 8})

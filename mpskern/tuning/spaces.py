@@ -116,9 +116,10 @@ def macros(op, config):
     return {f"MK_{k}": int(config[k]) for k in sp.params}
 
 
-def problems(op, config, device_info, *, pipeline_max_threads=None):
+def problems(op, config, device_info, *, pipeline_max_threads=None, shape=None):
     """Why `config` cannot run on the device described by `device_info` (a list of
-    sentences; empty when it can)."""
+    sentences; empty when it can). With the op's `shape` key, also the rules that depend on
+    the problem (e.g. a row held in registers must fit them)."""
     sp = space(op)
     want = {"variant", *sp.params}
     keys = set(config)
@@ -155,21 +156,24 @@ def problems(op, config, device_info, *, pipeline_max_threads=None):
     max_mem = device_info.get("max_threadgroup_memory") or 32768
     if mem > max_mem:
         out.append(f"{mem} B of threadgroup memory > the device's {max_mem} B")
+    if shape is not None and op in _SHAPE_RULES:
+        out += _SHAPE_RULES[op](config, tuple(shape))
     return out
 
 
-def valid_for(op, device_info):
+def valid_for(op, device_info, shape=None):
     """A `valid(config)` callable for lookup.choose and search.search: None when usable,
     else the reasons joined."""
     def valid(config):
-        p = problems(op, config, device_info)
+        p = problems(op, config, device_info, shape=shape)
         return "; ".join(p) if p else None
     return valid
 
 
-def require(op, config, device_info, *, pipeline_max_threads=None):
+def require(op, config, device_info, *, pipeline_max_threads=None, shape=None):
     """Raise ValueError naming every problem of `config` on this device."""
-    p = problems(op, config, device_info, pipeline_max_threads=pipeline_max_threads)
+    p = problems(op, config, device_info, pipeline_max_threads=pipeline_max_threads,
+                 shape=shape)
     if p:
         raise ValueError(f"{op} configuration {config} is invalid on "
                          f"{device_info.get('name', 'this device')}: {'; '.join(p)}")
@@ -203,6 +207,12 @@ def generic(op, dtype, shape=None):
                 "WN": 2}
     if op == "conv2d_depthwise":
         return {"variant": "depthwise", "threads": 256}
+    if op in _ROW_OPS:
+        return _row_generic(op, shape)
+    if op in ("softmax_cols", "pool2d"):
+        return {"variant": SPACES[op].variants[0], "threads": 256}
+    if op == "batch_norm":
+        return dict(BATCH_NORM_DEFAULT)
     space(op)
     raise ValueError(f"no generic default for {op!r}")
 
@@ -228,6 +238,114 @@ def select(op, dtype, shape, device_info):
     Levels: forced > user database (exact shape, bucket) > the family's packaged default >
     generic(); every level must pass problems() on this device. `shape` is the op's key:
     gemm (batch, M, N, K); conv2d its GEMM view (groups, Kg, N*P*Q, Cg*R*S);
-    conv2d_depthwise (N, K, P, Q)."""
+    conv2d_depthwise (N, K, P, Q); softmax and softmax_cols (outer, n, inner); rownorm and
+    group_norm (rows, n); batch_norm (N, C, HW); pool2d (N, C, P, Q)."""
     return lookup.choose(op, dtype, shape, device_info, generic=generic(op, dtype, shape),
-                         valid=valid_for(op, device_info))
+                         valid=valid_for(op, device_info, shape))
+
+
+# -- row reductions and elementwise kernels (metal/softmax.metal, norm.metal, pool.metal) ----
+# Row kernels: MK_TPR threads per row (whole SIMD-groups), MK_RPG rows per threadgroup,
+# MK_VPT values per thread held in registers by the "rows" variant (a row of n elements
+# needs n <= TPR*VPT); "looped" streams rows of any length. Threadgroup memory: two float
+# arrays of one entry per SIMD-group (metal/mk_rowreduce.h).
+_ROW_PARAMS = dict(TPR=(32, 64, 128, 256, 512, 1024), RPG=(1, 2, 4, 8, 16, 32),
+                   VPT=(1, 2, 4, 8, 16))
+_THREADS = dict(threads=(32, 64, 128, 256, 512, 1024))
+# looped holds nothing in registers; its VPT stays at this value so it shares one compiled
+# library with the rows configuration of the same TPR and RPG (and is not searched twice)
+LOOPED_VPT = 8
+_ROW_OPS = ("softmax", "rownorm", "group_norm")
+
+SPACES.update({
+    "softmax": Space("softmax", "softmax.metal", ("rows", "looped"), _ROW_PARAMS,
+                     doc="softmax / log_softmax, TPR threads per row, RPG rows per "
+                         "threadgroup, VPT values per thread (rows variant)"),
+    "softmax_cols": Space("softmax", "softmax.metal", ("cols",), {}, runtime=_THREADS,
+                          doc="strided rows (inner > 1), one thread per row; threads per "
+                              "threadgroup"),
+    "rownorm": Space("norm_rownorm", "norm.metal", ("rows", "looped"), _ROW_PARAMS,
+                     doc="layer_norm / rms_norm rows; as softmax"),
+    "group_norm": Space("norm_group", "norm.metal", ("rows", "looped"), _ROW_PARAMS,
+                        doc="a (sample, group) is one contiguous row; as softmax"),
+    "batch_norm": Space("norm_batch", "norm.metal", ("stats",),
+                        dict(TPR=_ROW_PARAMS["TPR"], RPG=_ROW_PARAMS["RPG"]), runtime=_THREADS,
+                        doc="training statistics: a channel per TPR threads, RPG channels "
+                            "per threadgroup; `threads` per threadgroup of the elementwise "
+                            "normalisation"),
+    "pool2d": Space("pool", "pool.metal", ("direct",), {}, runtime=_THREADS,
+                    doc="one thread per output element (pool_max / pool_avg by the mode); "
+                        "threads per threadgroup"),
+})
+
+
+def _row_threads(c):
+    return c["TPR"] * c["RPG"]
+
+
+def _row_tg_memory(c):
+    return FLOAT * 2 * max(1, c["TPR"] * c["RPG"] // 32)
+
+
+def _row_rules(c):
+    out = []
+    if c["TPR"] % 32:
+        out.append(f"TPR={c['TPR']} is not a whole number of SIMD-groups (32 threads)")
+    if c.get("variant") == "looped" and c.get("VPT", LOOPED_VPT) != LOOPED_VPT:
+        out.append(f"the looped variant keeps VPT={LOOPED_VPT} (it holds no values in "
+                   "registers)")
+    if "threads" in c and c["threads"] not in _THREADS["threads"]:
+        out.append(f"threads={c['threads']} is not one of {list(_THREADS['threads'])}")
+    return out
+
+
+def _elementwise_rules(c):
+    t = c.get("threads", 256)
+    return [] if t in _THREADS["threads"] else [
+        f"threads={t} is not one of {list(_THREADS['threads'])}"]
+
+
+def _row_fits(c, shape):
+    n = shape[1]
+    if c["variant"] == "rows" and n > c["TPR"] * c["VPT"]:
+        return [f"a row of {n} elements does not fit TPR*VPT={c['TPR'] * c['VPT']} registers "
+                "(use a larger TPR or VPT, or the looped variant)"]
+    return []
+
+
+_SIZING.update({
+    "softmax": (_row_threads, _row_tg_memory, _row_rules),
+    "rownorm": (_row_threads, _row_tg_memory, _row_rules),
+    "group_norm": (_row_threads, _row_tg_memory, _row_rules),
+    "batch_norm": (_row_threads, _row_tg_memory, _row_rules),
+    "softmax_cols": (lambda c: c.get("threads", 256), lambda c: 0, _elementwise_rules),
+    "pool2d": (lambda c: c.get("threads", 256), lambda c: 0, _elementwise_rules),
+})
+_SHAPE_RULES = {op: _row_fits for op in _ROW_OPS}
+
+# What the row ops ship (mpskern's own choice, not measured yet): the smallest
+# register-resident configuration that holds the row, else looped with 1024 threads.
+# Short rows pack 8 per threadgroup so a 256-thread group still has work.
+ROW_LADDER = (
+    {"variant": "rows", "TPR": 32, "RPG": 8, "VPT": 4},        # n <= 128
+    {"variant": "rows", "TPR": 256, "RPG": 1, "VPT": 8},       # n <= 2048
+    {"variant": "rows", "TPR": 1024, "RPG": 1, "VPT": 8},      # n <= 8192
+    {"variant": "looped", "TPR": 1024, "RPG": 1, "VPT": LOOPED_VPT},
+)
+BATCH_NORM_DEFAULT = {"variant": "stats", "TPR": 256, "RPG": 1, "threads": 256}
+
+
+def _row_generic(op, shape):
+    for c in ROW_LADDER:
+        if shape is None or not _row_fits(c, shape):
+            return dict(c)
+    return dict(ROW_LADDER[-1])
+
+
+def shipped(op):
+    """The configurations generic() can return for `op` (what tests must cover)."""
+    if op in _ROW_OPS:
+        return [dict(c) for c in ROW_LADDER]
+    if op == "batch_norm":
+        return [dict(BATCH_NORM_DEFAULT)]
+    return [generic(op, "float32")]

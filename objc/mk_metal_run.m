@@ -51,10 +51,12 @@ mk_status mk_metal_library_create(mk_device *d, const char *source, const char *
 }
 
 mk_status mk_metal_library_load(mk_device *d, const char *path, mk_library **out) {
-    if (out) *out = NULL;
-    return mk_set_error(MK_ERR_UNSUPPORTED,
-                        "mk_library_load loads simulator libraries; a Metal device compiles MSL "
-                        "source at run time (mk_library_create)");
+    @autoreleasepool {
+        if (out) *out = NULL;
+        return mk_set_error(MK_ERR_UNSUPPORTED,
+                            "mk_library_load loads simulator libraries; a Metal device compiles MSL "
+                            "source at run time (mk_library_create)");
+    }
 }
 
 void mk_metal_library_free(mk_library *l) {

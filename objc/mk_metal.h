@@ -34,6 +34,9 @@ mk_status mk_metal_check_device(mk_device *d, const char *op);
 mk_status mk_metal_check_buffer(mk_device *d, mk_buffer *b, size_t need, const char *op,
                                 const char *what);
 
+// 1 if the two buffers' memory overlaps (same MTLBuffer, or intersecting host ranges).
+int mk_metal_overlap(mk_buffer *a, mk_buffer *b);
+
 // Copy-mode buffers (zero_copy == 0) mirror their host memory: before a run the host
 // contents go to the device, after it the device's writes come back (MK_BUFFER_WRITE),
 // so a copied buffer behaves exactly like a zero-copy one, only slower.

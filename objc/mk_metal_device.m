@@ -153,6 +153,14 @@ mk_status mk_metal_check_buffer(mk_device *d, mk_buffer *b, size_t need, const c
     return MK_OK;
 }
 
+int mk_metal_overlap(mk_buffer *a, mk_buffer *b) {
+    if (!a || !b) return 0;
+    if (a == b || mk_metal_buffer(a).buffer == mk_metal_buffer(b).buffer) return 1;
+    if (!a->host || !b->host || !a->nbytes || !b->nbytes) return 0;
+    uintptr_t a0 = (uintptr_t)a->host, b0 = (uintptr_t)b->host;
+    return a0 < b0 + b->nbytes && b0 < a0 + a->nbytes;
+}
+
 void mk_metal_upload(mk_buffer *b) {
     MKMetalBuffer *mb = mk_metal_buffer(b);
     if (mb.copied && b->host && b->nbytes && (b->flags & MK_BUFFER_READ))

@@ -80,6 +80,9 @@ mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer 
             (st = mk_metal_check_buffer(d, B, span(a->batch, a->stride_b, rb, cb_, a->ldb) * es, OP, "B")) != MK_OK)
             return st;
 
+        if (mk_metal_overlap(out, A) || mk_metal_overlap(out, B))
+            return mk_set_error(MK_ERR_INVALID, OP ": out overlaps A or B; MPS writes the result while "
+                                "reading them (pass a separate output array)");
         MKMetalDevice *md = mk_metal_device(d);
         mk_buffer *ins[3] = {A, B, a->has_c ? C : NULL};
         for (int i = 0; i < 3; i++) if (ins[i]) mk_metal_upload(ins[i]);
@@ -109,9 +112,11 @@ mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer 
                                               resultColumns:(NSUInteger)a->N interiorColumns:(NSUInteger)a->K
                                                       alpha:a->alpha beta:(a->has_c ? a->beta : 1.0)];
         // beta 1.0 without C: out was zeroed above, so adding it is exact
+        // one batched encode needs, per operand, matrixBytes >= rows * rowBytes and a multiple of it
         BOOL batched = a->batch == 1 ||
-            ((size_t)a->stride_a >= (size_t)ra * a->lda && (size_t)a->stride_b >= (size_t)rb * a->ldb &&
-             (size_t)a->stride_out >= (size_t)a->M * a->ldc);
+            ((size_t)a->stride_a >= (size_t)ra * a->lda && a->stride_a % a->lda == 0 &&
+             (size_t)a->stride_b >= (size_t)rb * a->ldb && a->stride_b % a->ldb == 0 &&
+             (size_t)a->stride_out >= (size_t)a->M * a->ldc && a->stride_out % a->ldc == 0);
         if (batched) {
             mm.batchStart = 0;
             mm.batchSize = (NSUInteger)a->batch;

@@ -47,10 +47,9 @@ static size_t tensor_bytes(MPSGraphTensor *x) {
     return n;
 }
 
-static BOOL shares_storage(mk_buffer *a, mk_buffer *const *list, NSUInteger n) {
-    id<MTLBuffer> ab = mk_metal_buffer(a).buffer;
+static BOOL overlaps_any(mk_buffer *a, mk_buffer *const *list, NSUInteger n) {
     for (NSUInteger i = 0; i < n; i++)
-        if (list[i] && mk_metal_buffer(list[i]).buffer == ab) return YES;
+        if (mk_metal_overlap(a, list[i])) return YES;
     return NO;
 }
 
@@ -89,7 +88,10 @@ mk_status mk_mps_graph_run(mk_device *d, MKGraph *g, mk_buffer *const *in, mk_bu
             if (mb.offset != 0) {
                 size_t n = tensor_bytes(x);
                 src = [md.device newBufferWithLength:(n ? n : 16) options:MTLResourceStorageModePrivate];
-                if (!src) return mk_set_error(MK_ERR_NOMEM, "%s: scratch buffer of %zu bytes", op, n);
+                if (!src) {
+                    if (blit) [blit endEncoding];
+                    return mk_set_error(MK_ERR_NOMEM, "%s: scratch buffer of %zu bytes", op, n);
+                }
                 if (!blit) blit = [cb blitCommandEncoder];
                 if (n) [blit copyFromBuffer:mb.buffer sourceOffset:mb.offset toBuffer:src destinationOffset:0 size:n];
             }
@@ -101,10 +103,10 @@ mk_status mk_mps_graph_run(mk_device *d, MKGraph *g, mk_buffer *const *in, mk_bu
             MKMetalBuffer *mb = mk_metal_buffer(out[j]);
             id<MTLBuffer> dst = mb.buffer;
             // a result written over memory the graph still reads (e.g. running stats) is not safe
-            if (mb.offset != 0 || shares_storage(out[j], in, nin)) {
+            if (mb.offset != 0 || overlaps_any(out[j], in, nin)) {
                 size_t n = tensor_bytes(y);
                 dst = [md.device newBufferWithLength:(n ? n : 16) options:MTLResourceStorageModePrivate];
-                if (!dst) return mk_set_error(MK_ERR_NOMEM, "%s: scratch buffer of %zu bytes", op, n);
+                if (!dst) return mk_set_error(MK_ERR_NOMEM, "%s: scratch buffer of %zu bytes", op, n);   // nothing encoded is open
                 [scratch_out addObject:dst];
             } else {
                 [scratch_out addObject:(id)[NSNull null]];

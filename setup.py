@@ -116,7 +116,8 @@ def extensions():
             ["-framework", "Foundation", "-framework", "CoreFoundation", "-framework", "Metal",
              "-framework", "MetalPerformanceShaders", "-framework", "MetalPerformanceShadersGraph"]
             if DARWIN else []),
-        depends=headers,
+        # the objc/ sources are linked in as objects: list them so an edit relinks the .so
+        depends=headers + [s for _, srcs in native_sources() for s in srcs],
     )
     return cythonize([ext], compiler_directives=CYTHON_DIRECTIVES,
                      include_path=["mpskern"])

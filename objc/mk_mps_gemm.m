@@ -1,7 +1,7 @@
 // mk_mps_gemm.m: gemm / matmul on MPSMatrixMultiplication:
 //   out[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b]
 // MPS updates its result matrix in place (result = alpha*AB + beta*result), so out is first
-// set to C (a blit) when C is a different buffer, or to zero when there is no C: MPS
+// set to C when C is a different buffer, or to zero when there is no C: MPS
 // documents no "beta == 0 ignores the result" rule, and numpy's empty() may hold NaNs.
 // Uniform batches are one batched encode; broadcast operands (batch stride 0) or strides
 // MPS cannot express are encoded matrix by matrix, all in one command buffer.
@@ -88,24 +88,24 @@ mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer 
         for (int i = 0; i < 3; i++) if (ins[i]) mk_metal_upload(ins[i]);
         mk_metal_upload(out);
 
-        id<MTLCommandBuffer> cmd = [md.queue commandBuffer];
-        // out <- C, or out <- 0, before MPS accumulates into it
-        id<MTLBlitCommandEncoder> blit = [cmd blitCommandEncoder];
+        // out <- C, or out <- 0, before MPS accumulates into it. On the CPU (unified memory):
+        // blits would need 4-byte multiples on macOS, and float16 rows need not be.
+        double t0 = mk_metal_now_ms();
         MKMetalBuffer *mo = mk_metal_buffer(out);
-        size_t mat = span(1, 0, a->M, a->N, a->ldc) * es;
+        size_t row = (size_t)a->N * es;   // row by row: the gaps of ldc > N belong to someone else
         BOOL in_place = a->has_c && same_place(C, out) && a->stride_c == a->stride_out;
-        for (int b = 0; b < a->batch && !in_place; b++) {
-            NSUInteger dst = mo.offset + (size_t)b * a->stride_out * es;
-            if (a->has_c) {
-                MKMetalBuffer *mc = mk_metal_buffer(C);
-                [blit copyFromBuffer:mc.buffer sourceOffset:mc.offset + (size_t)b * a->stride_c * es
-                            toBuffer:mo.buffer destinationOffset:dst size:mat];
-            } else {
-                [blit fillBuffer:mo.buffer range:NSMakeRange(dst, mat) value:0];
+        for (int b = 0; b < a->batch && !in_place; b++)
+            for (int i = 0; i < a->M; i++) {
+                char *dst = (char *)mo.buffer.contents + mo.offset + ((size_t)b * a->stride_out + (size_t)i * a->ldc) * es;
+                if (a->has_c) {
+                    MKMetalBuffer *mc = mk_metal_buffer(C);
+                    memmove(dst, (const char *)mc.buffer.contents + mc.offset +
+                                     ((size_t)b * a->stride_c + (size_t)i * a->ldc) * es, row);
+                } else {
+                    memset(dst, 0, row);
+                }
             }
-        }
-        [blit endEncoding];
-
+        id<MTLCommandBuffer> cmd = [md.queue commandBuffer];
         MPSMatrixMultiplication *mm =
             [[MPSMatrixMultiplication alloc] initWithDevice:md.device transposeLeft:a->trans_a != 0
                                              transposeRight:a->trans_b != 0 resultRows:(NSUInteger)a->M
@@ -132,7 +132,6 @@ mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer 
                              resultMatrix:matrix(out, (size_t)b * a->stride_out, a->M, a->N, a->ldc, 1, 0, dtype)];
         }
         mk_timing dummy;
-        double t0 = mk_metal_now_ms();
         [cmd commit];
         [cmd waitUntilCompleted];
         if ((st = mk_metal_finish(cmd, cmd, t0, t ? t : &dummy, OP)) != MK_OK) return st;

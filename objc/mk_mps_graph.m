@@ -3,9 +3,12 @@
 //
 // MPSGraphTensorData wraps a whole MTLBuffer from offset 0 (no offset argument before
 // macOS 15). A zero-copy wrap of memory that is not page-aligned sits at an offset inside
-// its page-rounded MTLBuffer, so such buffers go through a scratch buffer with a GPU blit,
-// in the same command buffer. Page-aligned arrays (mpskern.empty) take the direct path.
+// its page-rounded MTLBuffer, so such buffers are copied (by the CPU: unified memory, and
+// blits would need 4-byte multiples) into and out of scratch buffers around the run.
+// Page-aligned arrays (mpskern.empty) take the direct path.
 #import "mk_mps.h"
+
+#include <string.h>
 
 @implementation MKGraph
 @end
@@ -71,33 +74,24 @@ mk_status mk_mps_graph_run(mk_device *d, MKGraph *g, mk_buffer *const *in, mk_bu
         for (NSUInteger i = 0; i < nin; i++) mk_metal_upload(in[i]);
         for (NSUInteger j = 0; j < nout; j++) mk_metal_upload(out[j]);
 
-        // MPSGraph may commit parts while encoding (commitAndContinue): wall time starts here
-        // and GPU time spans the first underlying command buffer to the last.
+        // Wall time covers the scratch copies too; GPU time spans the first underlying command
+        // buffer to the last (MPSGraph may commit parts while encoding: commitAndContinue).
         double t0 = mk_metal_now_ms();
-        MPSCommandBuffer *cb = [MPSCommandBuffer commandBufferFromCommandQueue:md.queue];
-        id<MTLCommandBuffer> first = cb.rootCommandBuffer;
         NSMutableDictionary<MPSGraphTensor *, MPSGraphTensorData *> *feeds = [NSMutableDictionary dictionary];
         NSMutableDictionary<MPSGraphTensor *, MPSGraphTensorData *> *results = [NSMutableDictionary dictionary];
-        NSMutableArray<id<MTLBuffer>> *scratch_out = [NSMutableArray array];   // parallel to outputs, NSNull if direct
-
-        id<MTLBlitCommandEncoder> blit = nil;
+        NSMutableArray *scratch_out = [NSMutableArray array];   // per output: a scratch buffer or NSNull
         for (NSUInteger i = 0; i < nin; i++) {
             MPSGraphTensor *x = g.inputs[i];
             MKMetalBuffer *mb = mk_metal_buffer(in[i]);
             id<MTLBuffer> src = mb.buffer;
-            if (mb.offset != 0) {
+            if (mb.offset != 0) {   // a CPU copy: blits need 4-byte multiples on macOS, float16 data may not be
                 size_t n = tensor_bytes(x);
-                src = [md.device newBufferWithLength:(n ? n : 16) options:MTLResourceStorageModePrivate];
-                if (!src) {
-                    if (blit) [blit endEncoding];
-                    return mk_set_error(MK_ERR_NOMEM, "%s: scratch buffer of %zu bytes", op, n);
-                }
-                if (!blit) blit = [cb blitCommandEncoder];
-                if (n) [blit copyFromBuffer:mb.buffer sourceOffset:mb.offset toBuffer:src destinationOffset:0 size:n];
+                src = [md.device newBufferWithBytes:(const char *)mb.buffer.contents + mb.offset length:(n ? n : 16)
+                                            options:MTLResourceStorageModeShared];
+                if (!src) return mk_set_error(MK_ERR_NOMEM, "%s: scratch buffer of %zu bytes", op, n);
             }
             feeds[x] = [[MPSGraphTensorData alloc] initWithMTLBuffer:src shape:x.shape dataType:x.dataType];
         }
-        if (blit) [blit endEncoding];
         for (NSUInteger j = 0; j < nout; j++) {
             MPSGraphTensor *y = g.outputs[j];
             MKMetalBuffer *mb = mk_metal_buffer(out[j]);
@@ -105,27 +99,18 @@ mk_status mk_mps_graph_run(mk_device *d, MKGraph *g, mk_buffer *const *in, mk_bu
             // a result written over memory the graph still reads (e.g. running stats) is not safe
             if (mb.offset != 0 || overlaps_any(out[j], in, nin)) {
                 size_t n = tensor_bytes(y);
-                dst = [md.device newBufferWithLength:(n ? n : 16) options:MTLResourceStorageModePrivate];
-                if (!dst) return mk_set_error(MK_ERR_NOMEM, "%s: scratch buffer of %zu bytes", op, n);   // nothing encoded is open
+                dst = [md.device newBufferWithLength:(n ? n : 16) options:MTLResourceStorageModeShared];
+                if (!dst) return mk_set_error(MK_ERR_NOMEM, "%s: scratch buffer of %zu bytes", op, n);
                 [scratch_out addObject:dst];
             } else {
-                [scratch_out addObject:(id)[NSNull null]];
+                [scratch_out addObject:[NSNull null]];
             }
             results[y] = [[MPSGraphTensorData alloc] initWithMTLBuffer:dst shape:y.shape dataType:y.dataType];
         }
+        MPSCommandBuffer *cb = [MPSCommandBuffer commandBufferFromCommandQueue:md.queue];
+        id<MTLCommandBuffer> first = cb.rootCommandBuffer;
         [g.graph encodeToCommandBuffer:cb feeds:feeds targetOperations:nil resultsDictionary:results
                    executionDescriptor:nil];
-        blit = nil;
-        for (NSUInteger j = 0; j < nout; j++) {
-            if (scratch_out[j] == (id)[NSNull null]) continue;
-            size_t n = tensor_bytes(g.outputs[j]);
-            if (!n) continue;
-            if (!blit) blit = [cb blitCommandEncoder];
-            MKMetalBuffer *mb = mk_metal_buffer(out[j]);
-            [blit copyFromBuffer:scratch_out[j] sourceOffset:0 toBuffer:mb.buffer
-               destinationOffset:mb.offset size:n];
-        }
-        if (blit) [blit endEncoding];
         id<MTLCommandBuffer> last = cb.rootCommandBuffer;   // the live one after any commitAndContinue
         [cb commit];
         [last waitUntilCompleted];
@@ -133,7 +118,14 @@ mk_status mk_mps_graph_run(mk_device *d, MKGraph *g, mk_buffer *const *in, mk_bu
         mk_timing dummy;
         mk_status st = mk_metal_finish(first, last, t0, t ? t : &dummy, op);
         if (st != MK_OK) return st;
+        for (NSUInteger j = 0; j < nout; j++) {
+            if (scratch_out[j] == [NSNull null]) continue;
+            MKMetalBuffer *mb = mk_metal_buffer(out[j]);
+            id<MTLBuffer> scratch = scratch_out[j];
+            memcpy((char *)mb.buffer.contents + mb.offset, scratch.contents, tensor_bytes(g.outputs[j]));
+        }
         for (NSUInteger j = 0; j < nout; j++) mk_metal_download(out[j]);
+        if (t) t->wall_ms = mk_metal_now_ms() - t0;
         return MK_OK;
     }
 }

@@ -26,9 +26,8 @@ def test_unavailable_here_says_why():
 
 
 class FakeBuffer:
-    def __init__(self, array, writable):
-        self.array, self.writable = array, writable
-        self.zero_copy = is_page_aligned(array)
+    def __init__(self, array, writable, zero_copy):
+        self.array, self.writable, self.zero_copy = array, writable, zero_copy
 
     def view(self):
         return self.array if self.writable else self.array.copy()   # writes to inputs are lost
@@ -38,6 +37,7 @@ class FakeNative:
     """device_count/Device like _native, mps_* computing with numpy on the buffers."""
     def __init__(self):
         self.calls = []
+        self.zero_copy = True        # what the shim's wrap reports (False: Metal refused, copied)
 
     def device_count(self, kind):
         return 1, ""
@@ -50,7 +50,7 @@ class FakeNative:
                 return {"name": "Fake M9"}
 
             def wrap(self, array, writable=False):
-                return FakeBuffer(array, writable)
+                return FakeBuffer(array, writable, native.zero_copy)
         native.dev = Dev()
         return native.dev
 
@@ -106,17 +106,36 @@ def test_gemm_buffer_order_writeback_and_records(fake):
     np.testing.assert_allclose(out, 2 * A @ B + 0.5 * C, rtol=1e-5)
     assert fake.native.calls[-1] == ("gemm", [False, False, False, True])
     assert fake.last_timing == (1.25, 2.5)
-    assert fake.last_config == {"primitive": "MPSMatrixMultiplication", "zero_copy": False}
+    assert fake.last_config == {"primitive": "MPSMatrixMultiplication", "zero_copy": True}
 
 
-def test_zero_copy_recorded_for_page_aligned_arrays(fake):
+def _softmax(fake, x, y):
+    fake.softmax(dict(outer=x.shape[0], n=x.shape[1], inner=1, log=0), 0, x, y)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-6)
+    return fake.last_config
+
+
+def test_graph_ops_are_in_place_only_for_page_aligned_arrays(fake):
     x = mpskern.empty((3, 7))
     x[...] = np.arange(21, dtype=np.float32).reshape(3, 7)
     y = mpskern.empty((3, 7))
-    fake.softmax(dict(outer=3, n=7, inner=1, log=0), 0, x, y)
-    e = np.exp(x - x.max(axis=1, keepdims=True))
-    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-6)
-    assert fake.last_config == {"primitive": "MPSGraph softMax", "zero_copy": True}
+    assert _softmax(fake, x, y) == {"primitive": "MPSGraph softMax", "zero_copy": True}
+    xs = np.arange(22, dtype=np.float32)[1:].reshape(3, 7)      # wrapped, but at an offset
+    assert not is_page_aligned(xs)
+    assert _softmax(fake, xs, y)["zero_copy"] is False
+    fake.native.zero_copy = False                                  # Metal refused: copied
+    assert _softmax(fake, x, y)["zero_copy"] is False
+
+
+def test_gemm_is_in_place_at_any_offset(fake):
+    A = np.ones((4, 1025), np.float32)[:, 1:]                      # not page-aligned
+    A = np.ascontiguousarray(A)
+    B, out = np.ones((1024, 2), np.float32), np.zeros((4, 2), np.float32)
+    args = dict(batch=1, M=4, N=2, K=1024, lda=1024, ldb=2, ldc=2, stride_a=0, stride_b=0,
+                stride_c=0, stride_out=0, trans_a=0, trans_b=0, has_c=0, alpha=1.0, beta=0.0, split_k=1)
+    fake.gemm(args, 0, A, B, None, out)
+    assert np.all(out == 1024) and fake.last_config["zero_copy"] is True
 
 
 def test_batch_norm_running_stats_are_written_back(fake):

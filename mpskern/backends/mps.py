@@ -3,7 +3,7 @@ MPSMatrixMultiplication for gemm, MPSGraph for conv2d, pooling, softmax and the 
 
 Each op wraps its numpy arrays as buffers of the Metal device (zero-copy where the memory
 allows, see mpskern.empty), calls _native.mps_<op> and records (gpu_ms, wall_ms) and what
-ran (the primitive, whether every buffer was zero-copy) for bench. Outputs and in-place
+ran (the primitive, whether every array was used in place, without a copy) for bench. Outputs and in-place
 inputs (batch_norm's running stats) are wrapped writable: the shim writes them back.
 Where MPS semantics differ from ours the shim computes ours or raises NotImplementedError
 (MK_ERR_UNSUPPORTED) with the reason; it never returns a silently different answer.
@@ -15,6 +15,7 @@ import threading
 from mpskern import _native
 from mpskern._errors import BackendUnavailable
 from mpskern.backends.base import Backend
+from mpskern.memory import is_page_aligned
 
 PRIMITIVES = {
     "gemm": "MPSMatrixMultiplication",
@@ -69,8 +70,11 @@ class MpsBackend(Backend):
         dev = self.device
         bufs = [None if a is None else dev.wrap(a, written) for a, written in arrays]
         timing = fn(dev, args, dtype, *bufs)
-        self._record(timing, {"primitive": PRIMITIVES[op],
-                              "zero_copy": all(b.zero_copy for b in bufs if b is not None)})
+        # MPSMatrix takes a buffer offset; MPSGraph does not, so the shim stages arrays that
+        # do not start on a page boundary (mpskern.empty avoids that).
+        in_place = all(b.zero_copy and (op == "gemm" or is_page_aligned(a))
+                       for (a, _), b in zip(arrays, bufs) if b is not None)
+        self._record(timing, {"primitive": PRIMITIVES[op], "zero_copy": in_place})
 
     # -- ops (argument order as in objc/mpskern.h; True marks what the op writes) ---------
     def gemm(self, args, dtype, A, B, C, out):

@@ -41,10 +41,12 @@ struct Access {
     uint32_t gpos[3] = {};
 };
 
+// Per 4-byte word; byte masks keep neighbouring half / char elements of different
+// threads apart (only the last writer and reader are kept: a missed race, never a false one).
 struct Word {
     Access w, r;
     uint32_t gen = 0;           // threadgroup serial this entry belongs to (threadgroup memory)
-    bool written = false;
+    uint8_t wmask = 0, rmask = 0, written = 0;
 };
 
 struct Region {
@@ -264,17 +266,21 @@ void checker_access(Worker *w, const void *addr, unsigned size, int is_write, co
             s = Word();
             s.gen = c->group_serial;
         }
+        size_t b0 = std::max(off, k * 4), b1 = std::min(off + size, k * 4 + 4);
+        uint8_t m = (uint8_t)(((1u << (b1 - b0)) - 1) << (b0 - k * 4));
         if (is_write) {
-            if (conflicts(s.w)) race(s.w, "written", "written");
-            if (conflicts(s.r)) race(s.r, "read", "written");
+            if ((s.wmask & m) && conflicts(s.w)) race(s.w, "written", "written");
+            if ((s.rmask & m) && conflicts(s.r)) race(s.r, "read", "written");
+            s.wmask = (s.w.lane == cur.lane && s.w.group == cur.group && s.w.epoch == cur.epoch) ? (uint8_t)(s.wmask | m) : m;
             s.w = cur;
-            s.written = true;
+            s.written |= m;
         } else {
-            if (reg->kind == Region::TG && !s.written)
+            if (reg->kind == Region::TG && (s.written & m) != m)
                 report(w, "read of uninitialised threadgroup memory in kernel '" + std::string(kname) + "' at " +
                               at(c, pc) + " by " + who(cur) + ": " + buf_desc(*reg, tmp, sizeof tmp, off) +
                               " was not written by any thread of this threadgroup before");
-            if (conflicts(s.w)) race(s.w, "written", "read");
+            if ((s.wmask & m) && conflicts(s.w)) race(s.w, "written", "read");
+            s.rmask = (s.r.lane == cur.lane && s.r.group == cur.group && s.r.epoch == cur.epoch) ? (uint8_t)(s.rmask | m) : m;
             s.r = cur;
         }
     }

@@ -35,13 +35,14 @@ struct mk_gemm_place {
 inline mk_gemm_place mk_gemm_locate(uint z, constant mk_gemm_args& args)
 {
     mk_gemm_place p;
+    const int K = args.K;
     const int split = args.split_k > 1 ? args.split_k : 1;
     p.b = int(z) / split;
     p.s = int(z) - p.b * split;
     // each split covers whole BK slices so only the last one has a K edge
-    const int chunk = mk_cdiv(mk_cdiv(args.K, split), MK_BK) * MK_BK;
-    p.k_begin = min(args.K, p.s * chunk);
-    p.k_end = min(args.K, p.k_begin + chunk);
+    const int chunk = mk_cdiv(mk_cdiv(K, split), MK_BK) * MK_BK;
+    p.k_begin = min(K, p.s * chunk);
+    p.k_end = min(K, p.k_begin + chunk);
     return p;
 }
 

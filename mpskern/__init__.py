@@ -21,3 +21,5 @@ from mpskern._version import __version__
 from mpskern._errors import (BackendUnavailable, KernelCheckError, KernelCompileError,
                              MpskernError)
 from mpskern import _blas_preload  # noqa: F401  (loads OpenBLAS before _native)
+from mpskern.memory import empty  # noqa: E402  (page-aligned arrays: zero-copy on Metal)
+from mpskern.kernel import Kernel, metal_kernel  # noqa: E402,F401  (users' own MSL kernels)

@@ -80,8 +80,6 @@ def split_top(text, sep=","):
 
 
 KERNEL_RE = re.compile(r"(?:\bkernel|\[\[\s*kernel\s*\]\])\s+void\s+(\w+)\s*(<[^>(]*>)?\s*\(")
-FUNC_RE = re.compile(r"(?:^|[;}\n])\s*(?:template\s*<[^>]*>\s*)?(?:inline\s+|static\s+)*"
-                     r"(?!return\b|else\b)([\w:<>, ]+?[\s*&]+)(\w+)\s*\(", re.M)
 
 
 def kernels(code):
@@ -100,26 +98,52 @@ def kernels(code):
     return out
 
 
+def match_open(src, j, open_ch, close_ch):
+    """Index of the bracket opening the one closed at src[j]."""
+    depth = 0
+    for i in range(j, -1, -1):
+        c = src[i]
+        if c == close_ch:
+            depth += 1
+        elif c == open_ch:
+            depth -= 1
+            if depth == 0:
+                return i
+    raise ValueError(f"unbalanced {close_ch} at offset {j}")
+
+
 def functions(code):
-    """(name, params, body, offset, is_kernel) of every function definition."""
+    """(name, params, body, body offset, is_kernel) of every function definition: a
+    top-level `{` right after `name(...)` (namespaces are entered, other blocks skipped)."""
     out = []
-    for m in FUNC_RE.finditer(code):
-        name = m.group(2)
-        if name in ("if", "for", "while", "switch", "sizeof", "return", "static_assert"):
+    depth, start, i = 0, 0, 0
+    while i < len(code):
+        c = code[i]
+        if c == "{" and depth == 0:
+            head = code[start:i].rstrip()
+            if head.endswith(")"):
+                pc = start + len(head) - 1
+                po = match_open(code, pc, "(", ")")
+                m = re.search(r"(\w+)\s*(?:<[^<>]*>)?\s*$", code[max(start, po - 200):po])
+                be = match_close(code, i, "{", "}")
+                if m:
+                    decl = code[start:po]
+                    is_kernel = bool(re.search(r"\bkernel\b|\[\[\s*kernel\s*\]\]", decl))
+                    out.append((m.group(1), code[po + 1:pc], code[i + 1:be], i + 1, is_kernel))
+                i = start = be + 1
+                continue
+            if re.search(r"\bnamespace\b[\w\s]*$", head):
+                i = start = i + 1          # enter the namespace
+                continue
+            i = start = match_close(code, i, "{", "}") + 1
             continue
-        po = m.end() - 1
-        try:
-            pc = match_close(code, po, "(", ")")
-        except ValueError:
-            continue
-        rest = code[pc + 1:]
-        stripped = rest.lstrip()
-        if not stripped.startswith("{"):
-            continue
-        bo = pc + 1 + (len(rest) - len(stripped))
-        be = match_close(code, bo, "{", "}")
-        is_kernel = bool(re.search(r"\bkernel\b|\[\[\s*kernel\s*\]\]", m.group(0)))
-        out.append((name, code[po + 1:pc], code[bo + 1:be], bo + 1, is_kernel))
+        if c in "([":
+            depth += 1
+        elif c in ")]":
+            depth -= 1
+        elif c in ";}" and depth == 0:
+            start = i + 1
+        i += 1
     return out
 
 

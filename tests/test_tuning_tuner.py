@@ -175,3 +175,13 @@ def test_candidate_order_and_limits():
     cs = tuner.candidates_for(key, small)
     assert cs and len(cs) < len(c) and all(32 * x["WM"] * x["WN"] <= 64 for x in cs)
     assert tuner.candidates_for(key, big) == c                 # seeded: reproducible
+
+
+def test_split_k_is_searched_only_for_long_k_and_few_tiles():
+    info = dict(SIM11, family=8)
+    long_k = lookup.Choice({}, "generic", "", op="gemm", dtype="float32", shape=(1, 64, 64, 4096))
+    c = tuner.candidates_for(long_k, info)
+    splits = [x for x in c if "split_k" in x]
+    assert splits and {x["split_k"] for x in splits} == {2, 4, 8, 16}
+    square = lookup.Choice({}, "generic", "", op="gemm", dtype="float32", shape=(1, 512, 512, 512))
+    assert not [x for x in tuner.candidates_for(square, info) if "split_k" in x]

@@ -19,6 +19,7 @@ class GpuBackend(Backend):
         super().__init__(name)
         self._device = None
         self._pipelines = {}
+        self._libraries = {}
         self._lock = threading.RLock()
         self._check = False
 
@@ -66,12 +67,17 @@ class GpuBackend(Backend):
             with self._lock:
                 p = self._pipelines.get(key)
                 if p is None:
-                    if self.name == "sim":
-                        from mpskern import sim
-                        lib = self.device.library_load(
-                            sim.build_library(source, macros, check=key[3], origin=file))
-                    else:
-                        lib = self.device.library_from_source(source, macros)
+                    # one library per (source, macros, check): a file's kernels share it
+                    lkey = (key[0],) + key[2:]
+                    lib = self._libraries.get(lkey)
+                    if lib is None:
+                        if self.name == "sim":
+                            from mpskern import sim
+                            lib = self.device.library_load(
+                                sim.build_library(source, macros, check=key[3], origin=file))
+                        else:
+                            lib = self.device.library_from_source(source, macros)
+                        self._libraries[lkey] = lib
                     p = lib.pipeline(kernel)
                     self._pipelines[key] = p
         return p

@@ -82,9 +82,12 @@ def conv2d(backend, args, dtype, x, w, bias, y, config=None):
             raise ValueError(f"conv2d: grid {grid} exceeds {MAX_GRID_YZ} threadgroups along "
                              "y or z; split the channels into smaller calls")
     spaces.require(op, cfg, info, pipeline_max_threads=pipe.max_threads)
-    bx, bw = backend.wrap(x), backend.wrap(w)
     by = backend.wrap(y, writable=True)
-    bb = backend.wrap(bias) if bias is not None else bx    # never read when has_bias == 0
+    # C == 0 leaves x and w empty (never read; Metal has no zero-length buffers); a
+    # missing bias is never read either
+    bx = backend.wrap(x) if x.size else by
+    bw = backend.wrap(w) if w.size else by
+    bb = backend.wrap(bias) if bias is not None else by
     packed = _native.pack_args("conv2d", args)
     backend.run([dict(pipeline=pipe, grid=grid, threadgroup=(threads, 1, 1),
                       bindings=[bx, bw, bb, by, packed])], config=record)

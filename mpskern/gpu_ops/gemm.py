@@ -54,8 +54,11 @@ def gemm(backend, args, dtype, A, B, C, out, config=None):
     spaces.require(OP, cfg, backend.info, pipeline_max_threads=pipe.max_threads)
 
     packed = _native.pack_args(OP, dict(args, split_k=split))
-    bA, bB = backend.wrap(A), backend.wrap(B)
     bO = backend.wrap(out, writable=True)
+    # K == 0: A and B are empty and never read; bind something real (Metal has no
+    # zero-length buffers)
+    bA = backend.wrap(A) if A.size else bO
+    bB = backend.wrap(B) if B.size else bO
     bC = bO if C is None or C is out else backend.wrap(C)
     partial = backend.device.alloc(4 * split * batch * M * N) if split > 1 else bO
     run = [dict(pipeline=pipe, grid=(cdiv(N, cfg["BN"]), cdiv(M, cfg["BM"]), batch * split),

@@ -69,8 +69,9 @@ def _gemm_rules(c):
     return out
 
 
+# Candidate values: multiples of 8 (fragments), up to what 32 KiB of float staging allows.
 _TILES = dict(BM=(16, 32, 48, 64, 96, 128), BN=(16, 32, 48, 64, 96, 128),
-              BK=(8, 16, 24, 32, 64), WM=(1, 2, 4), WN=(1, 2, 4))
+              BK=(8, 16, 24, 32), WM=(1, 2, 4), WN=(1, 2, 4))
 
 SPACES = {
     "gemm": Space("gemm", "gemm.metal", ("simd", "tiled"), _TILES,
@@ -180,8 +181,9 @@ def require(op, config, device_info, *, pipeline_max_threads=None, shape=None):
 
 
 def candidates(op, device_info, *, variants=None):
-    """Every valid configuration of the space on this device (tile parameters only; the
-    runtime parameters are searched separately)."""
+    """Every valid configuration of the space on this device (tile parameters only; gemm's
+    split_k follows its rule unless a caller adds it). Unordered by preference: the tuner
+    (tuner.candidates_for) orders and prunes by problem shape."""
     sp = space(op)
     names = list(sp.params) or list(sp.runtime)
     values = [sp.params.get(n) or sp.runtime[n] for n in names]

@@ -74,7 +74,23 @@ def candidates_for(key, device, seed=0):
                 seeded.append(dict(e.config))
     rest = [c for c in cands if c not in seeded]
     random.Random(seed).shuffle(rest)
-    return seeded + rest
+    return seeded + _split_k_variants(spaces.space(key.op), seeded, key.shape) + rest
+
+
+def _split_k_variants(space, configs, shape):
+    """For a long K with few output tiles, the seeded tiles again with each split of K
+    (a dispatch-time parameter: spaces.split_k() otherwise decides by rule)."""
+    splits = space.runtime.get("split_k", ())
+    if not splits or len(shape) != 4:
+        return []
+    batch, M, N, K = shape
+    out = []
+    for c in configs:
+        tiles = batch * -(-M // c["BM"]) * -(-N // c["BN"])
+        if tiles >= 16:
+            continue
+        out += [dict(c, split_k=s) for s in splits if s > 1 and K // s >= 128]
+    return out
 
 
 def _oversized(cfg, shape):

@@ -5,6 +5,7 @@ import os
 from typing import List, Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -16,9 +17,9 @@ def _fail(console, msg, code=2):
     raise typer.Exit(code)
 
 
-def _fmt(cfg):
+def _fmt(cfg, compact=False):
     from mpskern.tuning.search import fmt_config
-    return fmt_config(cfg) if cfg else "-"
+    return fmt_config(cfg, compact) if cfg else "-"
 
 
 def _ms(t):
@@ -50,7 +51,7 @@ def tune(
 ):
     """Autotune an op's tile configuration for this GPU and store it in the tuning
     database; dispatch then uses it for this device, op, dtype and shape."""
-    from mpskern import BackendUnavailable
+    from mpskern import BackendUnavailable, MpskernError
     from mpskern.tuning import db as tdb
     from mpskern.tuning import problems
 
@@ -80,15 +81,18 @@ def tune(
         from mpskern.tuning import tuner
         tuner.gpu_backend(backend)
         shapes = [problems.parse_shape(op, s) for s in shape] if shape else [None]
+        done = []
         for sh in shapes:
             if show:
                 _show(console, op, sh, dtype, backend, opts)
             else:
-                _tune(console, op, sh, dtype, backend, budget, reps, verbose, opts)
+                done.append(_tune(console, op, sh, dtype, backend, budget, reps, verbose, opts))
+        if done:
+            _summary(console, op, dtype, backend, reps, done)
     except BackendUnavailable as e:
         hint = " (on a machine without Metal, --backend sim runs the tuner on the simulator)"
         _fail(console, f"{e}{hint if backend == 'metal' else ''}")
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, NotImplementedError, MpskernError) as e:
         _fail(console, str(e))
 
 
@@ -117,25 +121,31 @@ def _tune(console, op, shape, dtype, backend, budget, reps, verbose, opts):
                       _ms(tr.median_ms), _ms(tr.min_ms), str(len(tr.times_ms)),
                       f"{tr.error:.2g}" if tr.error is not None else "-", tr.reason)
         console.print(t)
-    t = Table(title=f"mpskern tune {op} {dtype} on {r.device['name']} ({backend})")
-    for col in ("shape", "best configuration", "ms", "default", "default ms", "speedup",
-                "candidates"):
-        t.add_column(col)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(res.counts().items()))
-    d = res.default
-    t.add_row("x".join(map(str, r.key.shape)),
-              _fmt(res.best.config) if res.best else "[red]none correct[/]",
-              _ms(res.best.median_ms) if res.best else "-",
-              _fmt(d.config) if d else "-", _ms(d.median_ms) if d else "-",
-              f"{res.speedup:.2f}x" if res.speedup else "-", counts)
+    console.print(f"{'x'.join(map(str, r.key.shape))}: {res.elapsed_s:.1f} s of a "
+                  f"{res.budget_s:g} s budget; candidates: {counts}"
+                  + (f"; stored in {r.path}" if r.path else
+                     "; [red]nothing stored: no candidate matched the reference[/]"))
+    return r
+
+
+def _summary(console, op, dtype, backend, reps, results):
+    dev = results[0].device
+    t = Table(title=f"{op} {dtype} on {dev['name']} ({backend})", box=box.SIMPLE_HEAD,
+              pad_edge=False)
+    for col in ("key", "best", "ms", "default", "ms ", "speedup"):
+        t.add_column(col, no_wrap=True)
+    for r in results:
+        res, d = r.result, r.result.default
+        t.add_row("x".join(map(str, r.key.shape)),
+                  _fmt(res.best.config, True) if res.best else "[red]none correct[/]",
+                  _ms(res.best.median_ms) if res.best else "-",
+                  _fmt(d.config, True) if d else "-", _ms(d.median_ms) if d else "-",
+                  f"{res.speedup:.2f}x" if res.speedup else "-")
     console.print(t)
-    timer = "simulator CPU time" if r.device.get("is_simulator") else "GPU time"
-    console.print(f"{timer}, median of up to {reps} runs; searched {res.elapsed_s:.1f} s "
-                  f"of a {res.budget_s:g} s budget")
-    if r.path:
-        console.print(f"stored in {r.path}")
-    else:
-        console.print("[red]nothing stored: no candidate matched the reference[/]")
+    timer = "simulator CPU time" if dev.get("is_simulator") else "GPU time"
+    console.print(f"key: {results[0].key.op}'s lookup shape; tiles BMxBNxBK/WMxWN; {timer}, "
+                  f"median of up to {reps} runs")
 
 
 def _list(console, tdb):

@@ -33,9 +33,12 @@ def tuned_entry(shape=(256, 256, 256), config=TUNED, **kw):
 def test_user_path_and_override(monkeypatch, user_db):
     assert db.user_path() == str(user_db)
     monkeypatch.delenv(db.ENV_PATH)
+    monkeypatch.delenv("MPSKERN_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", "/somewhere")
     if os.uname().sysname != "Darwin":
         assert db.user_path() == "/somewhere/mpskern/tuning.json"
+    monkeypatch.setenv("MPSKERN_CACHE_DIR", "/cache")
+    assert db.user_path() == "/cache/tuning.json"
 
 
 def test_bucket_rounds_each_dim_up_to_a_power_of_two():

@@ -5,9 +5,8 @@ Two sources share one JSON format (documented and kept stable in docs/tuning.md)
   packaged defaults  mpskern/tuning/defaults/apple<N>.json, one per Metal GPU family,
                      read-only; each entry carries its provenance (where the choice came
                      from, and whether mpskern measured it)
-  user database      written by `mpskern tune`; $MPSKERN_TUNING_DB, else tuning.json in the
-                     user's cache directory (~/Library/Caches/mpskern on macOS,
-                     $XDG_CACHE_HOME/mpskern or ~/.cache/mpskern elsewhere)
+  user database      written by `mpskern tune`; $MPSKERN_TUNING_DB, else tuning.json in
+                     mpskern's cache directory (see user_path)
 
     {"format": "mpskern-tuning-db", "version": 1,
      "entries": [{"op": "gemm", "dtype": "float32", "config": {...},
@@ -68,15 +67,20 @@ def bucket_of(shape):
 
 
 def user_path():
-    """Where the user database lives ($MPSKERN_TUNING_DB overrides)."""
+    """Where the user database lives: $MPSKERN_TUNING_DB, else tuning.json in mpskern's
+    cache directory (the simulator's rule, mpskern/sim/compiler.py: $MPSKERN_CACHE_DIR,
+    else ~/Library/Caches/mpskern on macOS, else $XDG_CACHE_HOME/mpskern or ~/.cache/mpskern)."""
     p = os.environ.get(ENV_PATH)
     if p:
         return os.path.abspath(os.path.expanduser(p))
-    if sys.platform == "darwin":
-        base = os.path.expanduser("~/Library/Caches")
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return os.path.join(base, "mpskern", "tuning.json")
+    d = os.environ.get("MPSKERN_CACHE_DIR")
+    if not d:
+        if sys.platform == "darwin":
+            base = os.path.expanduser("~/Library/Caches")
+        else:
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+        d = os.path.join(base, "mpskern")
+    return os.path.join(os.path.abspath(os.path.expanduser(d)), "tuning.json")
 
 
 def defaults_path(family):

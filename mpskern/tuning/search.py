@@ -144,17 +144,25 @@ def rich_progress(console=None, label="tuning"):
 
     @contextlib.contextmanager
     def bar():
-        with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=24),
                       MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[best]}"),
                       console=console, transient=False) as p:
             task = p.add_task(label, total=None, best="")
 
             def update(done, total, trial, best):
-                b = f"best {best.median_ms:.4g} ms {fmt_config(best.config)}" if best else ""
+                b = f"best {best.median_ms:.4g} ms {fmt_config(best.config, True)}" if best else ""
                 p.update(task, completed=done, total=total, best=b)
             yield update
     return bar()
 
 
-def fmt_config(cfg):
+_TILE = ("BM", "BN", "BK", "WM", "WN")
+
+
+def fmt_config(cfg, compact=False):
+    """"variant=simd BM=64 ..." or, compact, "simd 64x64x16/2x2" (BMxBNxBK/WMxWN)."""
+    if compact and all(k in cfg for k in _TILE):
+        rest = {k: v for k, v in cfg.items() if k not in _TILE and k != "variant"}
+        s = f"{cfg.get('variant', '')} {cfg['BM']}x{cfg['BN']}x{cfg['BK']}/{cfg['WM']}x{cfg['WN']}"
+        return " ".join([s.strip()] + [f"{k}={v}" for k, v in rest.items()])
     return " ".join(f"{k}={v}" for k, v in cfg.items())

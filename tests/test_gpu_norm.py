@@ -84,6 +84,7 @@ def _rownorm(be, rows, n, dtype, cfg, kind, affine, rng, offset=0.0):
     if offset:
         return y, ref
     refs.assert_close(y, ref, dtype, terms=n, what=f"{cfg} {(rows, n)} kind={kind}")
+    return y
 
 
 def _group_norm(be, shape, dtype, cfg, affine, rng):
@@ -96,6 +97,7 @@ def _group_norm(be, shape, dtype, cfg, affine, rng):
     N.group_norm(be, args, DT[dtype], x, w, b, y, config=cfg)
     refs.assert_close(y, refs.group_norm(x, g, w, b, 1e-5), dtype, terms=c // g * hw,
                       what=f"{cfg} {shape}")
+    return y
 
 
 def _batch_norm(be, shape, dtype, cfg, training, running, affine, rng):
@@ -115,6 +117,19 @@ def _batch_norm(be, shape, dtype, cfg, training, running, affine, rng):
     if rm is not None:
         refs.assert_close(rm, rm_ref, np.float32, terms=n_ * hw, what=what + " running_mean")
         refs.assert_close(rv, rv_ref, np.float32, terms=n_ * hw, what=what + " running_var")
+        return [y, rm, rv]
+    return [y]
+
+
+def in_both_orders(be, call):
+    """Run call() (seeded inputs, checked outputs) in forward and reverse fiber order: the
+    outputs must also be bit-identical (the kernels use no atomics)."""
+    outs = []
+    for order in ("forward", "reverse"):
+        with sim_mode(be, order):
+            outs.append(call())
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(*outs)), \
+        "forward and reverse fiber orders give different bits"
 
 
 def test_every_config_has_cases():
@@ -126,16 +141,15 @@ BATCH_IDS = ["-".join(map(str, c.values())) for c in BATCH_CONFIGS]
 DT_IDS = ["f32", "f16"]
 
 
-@pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
-def test_rownorm_configs(sim, cfg, dtype, order):
-    rng = np.random.default_rng(1)
-    with sim_mode(sim, order):
-        for rows, n in ROW_CASES[_key(cfg)]:
-            for kind in (LAYER, RMS):
-                for affine in (False, True):
-                    _rownorm(sim, rows, n, dtype, cfg, kind, affine, rng)
+def test_rownorm_configs(sim, cfg, dtype):
+    def call():
+        rng = np.random.default_rng(1)
+        return [_rownorm(sim, rows, n, dtype, cfg, kind, affine, rng)
+                for rows, n in ROW_CASES[_key(cfg)] for kind in (LAYER, RMS)
+                for affine in (False, True)]
+    in_both_orders(sim, call)
 
 
 @pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
@@ -149,26 +163,25 @@ def test_layer_norm_large_offset_float32(sim, cfg):
     assert err < 5e-3, f"{cfg}: max error {err:.3g} with a large mean"
 
 
-@pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
-def test_group_norm_configs(sim, cfg, dtype, order):
-    rng = np.random.default_rng(2)
-    with sim_mode(sim, order):
-        for shape in GROUP_CASES[_key(cfg)]:
-            for affine in (False, True):
-                _group_norm(sim, shape, dtype, cfg, affine, rng)
+def test_group_norm_configs(sim, cfg, dtype):
+    def call():
+        rng = np.random.default_rng(2)
+        return [_group_norm(sim, shape, dtype, cfg, affine, rng)
+                for shape in GROUP_CASES[_key(cfg)] for affine in (False, True)]
+    in_both_orders(sim, call)
 
 
-@pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
-def test_batch_norm_configs(sim, cfg, dtype, order):
-    rng = np.random.default_rng(3)
-    with sim_mode(sim, order):
-        for shape in BATCH_CASES:
-            for training, running in ((False, True), (True, True), (True, False)):
-                _batch_norm(sim, shape, dtype, cfg, training, running, training, rng)
+def test_batch_norm_configs(sim, cfg, dtype):
+    def call():
+        rng = np.random.default_rng(3)
+        return [a for shape in BATCH_CASES
+                for training, running in ((False, True), (True, True), (True, False))
+                for a in _batch_norm(sim, shape, dtype, cfg, training, running, training, rng)]
+    in_both_orders(sim, call)
 
 
 @pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)

@@ -24,7 +24,10 @@ inline void pool2d_max_impl(const device T* x, device T* y, constant mk_pool2d_a
         const device T* xp = x + nc * a.H * a.W;
         const int h0 = p * a.stride_h - a.pad_h;
         const int w0 = q * a.stride_w - a.pad_w;
-        float m = -INFINITY;
+        // the first element seeds the maximum (no -inf sentinel: Metal's fast math may
+        // fold comparisons with infinities); a NaN, once taken, stays
+        float m = 0.0f;
+        bool seen = false;
         for (int i = 0; i < a.kh; ++i) {
             const int h = h0 + i * a.dil_h;
             if (h >= 0 && h < a.H) {
@@ -32,14 +35,17 @@ inline void pool2d_max_impl(const device T* x, device T* y, constant mk_pool2d_a
                     const int w = w0 + j * a.dil_w;
                     if (w >= 0 && w < a.W) {
                         const float v = float(xp[h * a.W + w]);
-                        if (v > m || isnan(v)) {
-                            m = isnan(m) ? m : v;
+                        if (!seen || ((v > m || isnan(v)) && !isnan(m))) {
+                            m = v;
                         }
+                        seen = true;
                     }
                 }
             }
         }
-        y[gid] = T(m);
+        // a window without input elements cannot occur for torch-valid arguments
+        // (padding <= kernel/2); -inf is the maximum of nothing
+        y[gid] = T(seen ? m : -INFINITY);
     }
 }
 

@@ -52,14 +52,19 @@ inline sm_row sm_locate(constant mk_softmax_args& a, int row)
     return r;
 }
 
-// Fold x into an online (max m, sum s of exp(. - m)) pair. -inf next to a max of -inf
-// adds nothing (not exp(nan)); a NaN input still poisons the sum, as in torch.
+// Maxima start at -FLT_MAX, not -inf: then no expression ever forms exp(-inf - -inf), and
+// nothing depends on comparisons with infinities, which Metal's default fast math may fold.
+// -inf inputs (masks) add exp(-inf) = 0; a row of only -inf ends with a sum of 0 and gives
+// NaN, and a NaN input poisons its row, both as in torch (under IEEE semantics).
+#define SM_LOWEST (-FLT_MAX)
+
+// Fold x into an online (max m, sum s of exp(. - m)) pair.
 inline void sm_online(thread float& m, thread float& s, float x)
 {
     if (x > m) {
         s = s * exp(m - x) + 1.0f;
         m = x;
-    } else if (!(x == -INFINITY && m == -INFINITY)) {
+    } else {
         s += exp(x - m);
     }
 }
@@ -78,10 +83,10 @@ inline void softmax_rows_impl(const device T* x, device T* y, constant mk_softma
     const int t = int(tid % MK_TPR);
     const sm_row r = sm_locate(a, int(group) * MK_RPG + int(tid / MK_TPR));
     float v[MK_VPT];
-    float m = -INFINITY;
+    float m = SM_LOWEST;
     for (int j = 0; j < MK_VPT; ++j) {
         const int k = t + j * MK_TPR;
-        v[j] = (r.live && k < a.n) ? float(x[r.base + k * r.step]) : -INFINITY;
+        v[j] = (r.live && k < a.n) ? float(x[r.base + k * r.step]) : SM_LOWEST;
         m = max(m, v[j]);
     }
     m = mk_row_max(m, red_max, tid, lane, sg, MK_TPR);
@@ -109,14 +114,14 @@ inline void softmax_looped_impl(const device T* x, device T* y, constant mk_soft
     const int t = int(tid % MK_TPR);
     const sm_row r = sm_locate(a, int(group) * MK_RPG + int(tid / MK_TPR));
     const int n = r.live ? a.n : 0;
-    float m = -INFINITY;
+    float m = SM_LOWEST;
     float s = 0.0f;
     for (int k = t; k < n; k += MK_TPR) {
         sm_online(m, s, float(x[r.base + k * r.step]));
     }
     const float row_m = mk_row_max(m, red_max, tid, lane, sg, MK_TPR);
-    // rescale this thread's sum to the row maximum; a thread that saw only -inf adds 0
-    const float part = (m == -INFINITY) ? 0.0f : s * exp(m - row_m);
+    // rescale this thread's sum to the row maximum (a thread without elements has s = 0)
+    const float part = s * exp(m - row_m);
     const float row_s = mk_row_sum(part, red_sum, tid, lane, sg, MK_TPR);
     for (int k = t; k < n; k += MK_TPR) {
         const int at = r.base + k * r.step;
@@ -130,7 +135,7 @@ inline void softmax_cols_impl(const device T* x, device T* y, constant mk_softma
 {
     const sm_row r = sm_locate(a, int(gid));
     if (r.live) {
-        float m = -INFINITY;
+        float m = SM_LOWEST;
         float s = 0.0f;
         for (int k = 0; k < a.n; ++k) {
             sm_online(m, s, float(x[r.base + k * r.step]));

@@ -133,3 +133,41 @@ def test_bad_configuration_is_a_clear_error(sim):
     with pytest.raises(ValueError, match="SIMD"):
         S.softmax(sim, args, _native.F32, x, x.copy(),
                   config={"variant": "looped", "TPR": 48, "RPG": 1, "VPT": 8})
+
+
+APPLE = dict(name="test device", architecture="", family=8, is_simulator=True, simd_width=32,
+             max_threads_per_threadgroup=1024, max_threadgroup_memory=32768)
+
+
+@pytest.mark.parametrize("op", ["softmax", "rownorm", "group_norm"])
+def test_row_space_rules(op):
+    """The row spaces (mpskern/tuning/spaces.py): shipped configurations are valid, the
+    register-resident variant refuses rows it cannot hold, looped takes any length, and
+    configurations beyond the device's limits are refused with a reason."""
+    for cfg in spaces.shipped(op):
+        assert spaces.problems(op, cfg, APPLE) == [], cfg
+    rows = {"variant": "rows", "TPR": 32, "RPG": 8, "VPT": 4}
+    assert spaces.problems(op, rows, APPLE, shape=(4, 128)) == []
+    assert "does not fit" in " ".join(spaces.problems(op, rows, APPLE, shape=(4, 129)))
+    looped = {"variant": "looped", "TPR": 32, "RPG": 8, "VPT": 8}
+    assert spaces.problems(op, looped, APPLE, shape=(4, 10 ** 6)) == []
+    assert spaces.problems(op, dict(looped, VPT=2), APPLE)            # VPT fixed for looped
+    assert spaces.problems(op, dict(rows, TPR=1024, RPG=2), APPLE)    # 2048 threads
+    small = dict(APPLE, max_threads_per_threadgroup=256)
+    assert spaces.problems(op, dict(rows, TPR=512, RPG=1), small)
+    assert spaces.macros(op, rows) == {"MK_TPR": 32, "MK_RPG": 8, "MK_VPT": 4}
+    # every candidate the tuner would try is valid, and the generic rule picks by length
+    assert all(not spaces.problems(op, c, APPLE) for c in spaces.candidates(op, APPLE))
+    assert spaces.generic(op, "float32", (8, 100))["TPR"] == 32
+    assert spaces.generic(op, "float32", (8, 10 ** 5))["variant"] == "looped"
+
+
+def test_elementwise_space_rules():
+    for op in ("softmax_cols", "pool2d"):
+        (cfg,) = spaces.shipped(op)
+        assert spaces.problems(op, cfg, APPLE) == []
+        assert spaces.problems(op, dict(cfg, threads=48), APPLE)
+        assert spaces.macros(op, cfg) == {}
+    (bn,) = spaces.shipped("batch_norm")
+    assert spaces.problems("batch_norm", bn, APPLE) == []
+    assert spaces.problems("batch_norm", dict(bn, threads=100), APPLE)

@@ -171,3 +171,12 @@ def test_elementwise_space_rules():
     (bn,) = spaces.shipped("batch_norm")
     assert spaces.problems("batch_norm", bn, APPLE) == []
     assert spaces.problems("batch_norm", dict(bn, threads=100), APPLE)
+
+
+def test_generic_steps_down_on_a_smaller_device():
+    small = dict(APPLE, max_threads_per_threadgroup=256)
+    for shape, want in [((4, 100), ("rows", 32)), ((4, 2000), ("rows", 256)),
+                        ((4, 5000), ("looped", 256))]:
+        cfg = spaces.generic("rownorm", "float32", shape, small)
+        assert (cfg["variant"], cfg["TPR"]) == want
+        assert spaces.problems("rownorm", cfg, small, shape=shape) == []

@@ -201,8 +201,9 @@ def candidates(op, device_info, *, variants=None):
 # measured by mpskern: MLX's steel GEMM uses 64x64x16 tiles with 2x2 SIMD-groups for
 # float32 and 1x2 for half (mlx/backend/metal/matmul.cpp); depthwise: 256 threads, a
 # common choice for elementwise-style kernels.
-def generic(op, dtype, shape=None):
-    """The generic default configuration of `op` for `dtype` (shape is the op's key)."""
+def generic(op, dtype, shape=None, device_info=None):
+    """The generic default configuration of `op` for `dtype` (shape is the op's key;
+    device_info, when given, lets the row ops step down to what the device allows)."""
     dt = lookup.dtype_name(dtype)
     if op in ("gemm", "conv2d"):
         return {"variant": "simd", "BM": 64, "BN": 64, "BK": 16, "WM": 2 if dt == "float32" else 1,
@@ -210,7 +211,7 @@ def generic(op, dtype, shape=None):
     if op == "conv2d_depthwise":
         return {"variant": "depthwise", "threads": 256}
     if op in _ROW_OPS:
-        return _row_generic(op, shape)
+        return _row_generic(op, shape, device_info)
     if op in ("softmax_cols", "pool2d"):
         return {"variant": SPACES[op].variants[0], "threads": 256}
     if op == "batch_norm":
@@ -242,7 +243,8 @@ def select(op, dtype, shape, device_info):
     gemm (batch, M, N, K); conv2d its GEMM view (groups, Kg, N*P*Q, Cg*R*S);
     conv2d_depthwise (N, K, P, Q); softmax and softmax_cols (outer, n, inner); rownorm and
     group_norm (rows, n); batch_norm (N, C, HW); pool2d (N, C, P, Q)."""
-    return lookup.choose(op, dtype, shape, device_info, generic=generic(op, dtype, shape),
+    return lookup.choose(op, dtype, shape, device_info,
+                         generic=generic(op, dtype, shape, device_info),
                          valid=valid_for(op, device_info, shape))
 
 
@@ -337,11 +339,20 @@ ROW_LADDER = (
 BATCH_NORM_DEFAULT = {"variant": "stats", "TPR": 256, "RPG": 1, "threads": 256}
 
 
-def _row_generic(op, shape):
+def _row_generic(op, shape, device_info=None):
+    """The first ladder entry that holds the row (and fits the device); on a device with
+    fewer threads per threadgroup than the ladder assumes, looped with the most it allows."""
     for c in ROW_LADDER:
-        if shape is None or not _row_fits(c, shape):
+        if ((shape is None or not _row_fits(c, shape))
+                and (device_info is None or not problems(op, c, device_info))):
             return dict(c)
-    return dict(ROW_LADDER[-1])
+    if device_info is None:
+        return dict(ROW_LADDER[-1])
+    for tpr in sorted(_ROW_PARAMS["TPR"], reverse=True):
+        c = {"variant": "looped", "TPR": tpr, "RPG": 1, "VPT": LOOPED_VPT}
+        if not problems(op, c, device_info):
+            return c
+    return dict(ROW_LADDER[-1])     # nothing fits: select() reports why
 
 
 def shipped(op):

@@ -216,3 +216,16 @@ def test_batch_norm_inference_without_running_stats_is_an_error(sim):
             "has_bias": 0, "eps": 1e-5, "momentum": 0.1}
     with pytest.raises(ValueError, match="running_mean"):
         N.batch_norm(sim, args, _native.F32, x, None, None, None, None, x.copy())
+
+
+def test_empty_inputs_dispatch_nothing(sim):
+    x = np.zeros((0, 3, 4), np.float32)
+    a = {"N": 0, "C": 3, "HW": 4, "training": 0, "has_running": 1, "has_weight": 0,
+         "has_bias": 0, "eps": 1e-5, "momentum": 0.1}
+    rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
+    N.batch_norm(sim, a, _native.F32, x, rm, rv, None, None, x.copy())
+    assert sim.last_config == {"empty": True}
+    r = np.zeros((4, 0), np.float16)
+    N.rownorm(sim, {"rows": 4, "n": 0, "kind": LAYER, "has_weight": 0, "has_bias": 0,
+                    "eps": 1e-5}, _native.F16, r, None, None, r.copy())
+    assert sim.last_config == {"empty": True}

@@ -22,6 +22,8 @@ def _optional(backend, v, fallback):
 
 
 def _rows_op(backend, op, kind, args, dtype, x, weight, bias, y, rows, n, config):
+    if R.nothing_to_do(backend, rows, n):
+        return None
     cfg, level = R.configure(backend, op, dtype, (rows, n), config)
     kernel = f"norm_{kind}_{cfg['variant']}_{suffix(dtype)}"
     pipe = R.pipeline(backend, op, kernel, cfg, cfg["TPR"] * cfg["RPG"])
@@ -55,6 +57,8 @@ def batch_norm(backend, args, dtype, x, running_mean, running_var, weight, bias,
     if not training and (running_mean is None or running_var is None):
         raise ValueError("batch_norm: inference (training=False) needs running_mean and "
                          "running_var")
+    if R.nothing_to_do(backend, args["N"], args["C"], args["HW"]):
+        return None
     op, sfx = "batch_norm", suffix(dtype)
     cfg, level = R.configure(backend, op, dtype, (args["N"], args["C"], args["HW"]), config)
     threads = cfg.get("threads", 256)

@@ -15,6 +15,8 @@ def pool2d(backend, args, dtype, x, y, config=None):
     mode = MODES.get(args["mode"])
     if mode is None:
         raise ValueError(f"pool2d: mode={args['mode']!r} is neither max (0) nor avg (1)")
+    if R.nothing_to_do(backend, args["N"], args["C"], args["P"], args["Q"]):
+        return None
     cfg, level = R.configure(backend, OP, dtype,
                              (args["N"], args["C"], args["P"], args["Q"]), config)
     kernel = f"pool_{mode}_{suffix(dtype)}"

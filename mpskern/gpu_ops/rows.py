@@ -43,6 +43,15 @@ def elementwise_dispatch(pipe, threads, total, bindings):
             "grid_units": "threads", "bindings": bindings}
 
 
+def nothing_to_do(backend, *counts):
+    """True (and recorded for bench) when a count is 0: no buffers, no dispatch (Metal
+    cannot wrap empty arrays or run empty grids)."""
+    if all(counts):
+        return False
+    backend._record(None, {"empty": True})
+    return True
+
+
 def run(backend, dispatches, outputs, record):
     """Run the dispatch list in one command buffer, then make the outputs' device writes
     visible in their numpy arrays (Metal may have copied them)."""

@@ -37,6 +37,8 @@ def dispatches(backend, op, cfg, args, dtype, xb, yb):
 def softmax(backend, args, dtype, x, y, config=None):
     """Backend method: y = softmax of x (args["log"] == 0) or log_softmax; `config` pins a
     configuration of "softmax" or (variant "cols") "softmax_cols"."""
+    if R.nothing_to_do(backend, args["outer"], args["n"], args["inner"]):
+        return None
     op = space_of(args, config)
     shape = (args["outer"], args["n"], args["inner"])
     cfg, level = R.configure(backend, op, dtype, shape, config)

@@ -33,7 +33,19 @@ void mk_free(void *p);
    out = alpha * op(A) @ op(B) + beta * out; K >= 1 and valid leading dims. */
 void mk_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
               int lda, const float *B, int ldb, float beta, float *C, int ldc);
+// The same, cut into panels over our thread pool (BLAS itself runs single-threaded).
+void mk_sgemm_par(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                  int lda, const float *B, int ldb, float beta, float *C, int ldc);
 void mk_blas_set_threads(int n);
+
+/* ---- x86-64: hot loops are compiled for AVX-512, AVX2+FMA+F16C and the baseline, and the
+   loader picks one (GCC's function multiversioning; the build stays portable, no
+   -march=native). Elsewhere (arm64: NEON is the baseline) a plain function. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define MK_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MK_MULTIVERSION
+#endif
 
 /* ---- helpers */
 #define MK_CHECK_DTYPE(d) do { if ((d) != MK_F32 && (d) != MK_F16) \

@@ -6,35 +6,28 @@
 #include "mk_cpu.h"
 #include <string.h>
 
-#define COL_BLOCK_BYTES (4u << 20)   // im2col block: large enough for an efficient GEMM
+#define COL_BLOCK_FLOATS (1 << 18)   // im2col block (1 MiB): stays in L2 for the GEMM
 
-typedef struct {
-    const mk_conv2d_args *a;
-    const float *x;      // one image, float32 (C, H, W)
-    float *col;          // (Cg*R*S, rows*Q) for output rows [p0, p0+rows)
-    int c0, p0, rows;
-} im2col_ctx;
-
-// col rows are (c, r, s) of group g's channels; columns are output pixels of rows p0..
-static void im2col_range(void *vc, long b, long e) {
-    const im2col_ctx *t = vc;
-    const mk_conv2d_args *a = t->a;
-    int RS = a->R * a->S, Q = a->Q, W = a->W, H = a->H;
-    long ncol = (long)t->rows * Q;
-    for (long row = b; row < e; row++) {
+// im2col of output rows [p0, p0+rows) for `cn` input channels. x holds input rows
+// [ih0, ...) of each channel, channel after channel `cstride` floats apart; rows outside
+// [0, H) are padding. col: (cn*R*S, rows*Q), rows (c, r, s), columns output pixels.
+static void im2col(const mk_conv2d_args *a, const float *x, long cstride, int ih0, int cn,
+                   int p0, int rows, float *col) {
+    int RS = a->R * a->S, Q = a->Q, W = a->W;
+    long ncol = (long)rows * Q;
+    for (long row = 0; row < (long)cn * RS; row++) {
         int c = (int)(row / RS), r = (int)(row % RS) / a->S, s = (int)(row % a->S);
-        const float *xc = t->x + (long)(t->c0 + c) * H * W;
-        float *dst = t->col + row * ncol;
+        float *dst = col + row * ncol;
         int off_w = s * a->dil_w - a->pad_w;
         // output columns q whose input column q*stride_w + off_w lies in [0, W)
         int q_lo = off_w >= 0 ? 0 : (-off_w + a->stride_w - 1) / a->stride_w;
         int q_hi = W - off_w <= 0 ? 0 : (W - off_w - 1) / a->stride_w + 1;
         if (q_hi > Q) q_hi = Q;
         if (q_lo > q_hi) q_lo = q_hi;
-        for (int p = t->p0; p < t->p0 + t->rows; p++, dst += Q) {
+        for (int p = p0; p < p0 + rows; p++, dst += Q) {
             int ih = p * a->stride_h - a->pad_h + r * a->dil_h;
-            if (ih < 0 || ih >= H) { memset(dst, 0, (size_t)Q * 4); continue; }
-            const float *xr = xc + (long)ih * W + off_w;
+            if (ih < 0 || ih >= a->H) { memset(dst, 0, (size_t)Q * 4); continue; }
+            const float *xr = x + c * cstride + (long)(ih - ih0) * W + off_w;
             for (int q = 0; q < q_lo; q++) dst[q] = 0.0f;
             if (a->stride_w == 1) memcpy(dst + q_lo, xr + q_lo, (size_t)(q_hi - q_lo) * 4);
             else for (int q = q_lo; q < q_hi; q++) dst[q] = xr[(long)q * a->stride_w];
@@ -45,49 +38,74 @@ static void im2col_range(void *vc, long b, long e) {
 
 typedef struct {
     const mk_conv2d_args *a;
+    int dtype, pointwise;
+    const void *x;
+    const float *w;          // float32 weights (converted up front for float16)
     const float *bias;
-    float *y;            // one image (K, P*Q)
-} bias_ctx;
+    void *y;
+    int rows, nblocks;       // output rows per task, tasks per (image, group)
+    long col_floats, slab_floats, out_floats;
+    int failed;
+} gemm_conv_ctx;
 
-static void bias_range(void *vc, long b, long e) {
-    const bias_ctx *t = vc;
-    long PQ = (long)t->a->P * t->a->Q;
-    for (long k = b; k < e; k++) {
-        float v = t->bias[k], *row = t->y + k * PQ;
-        for (long i = 0; i < PQ; i++) row[i] += v;
+// one task: image n, group g, output rows [p0, p0+rows): im2col + single-threaded GEMM
+static void conv_task(gemm_conv_ctx *t, long task, float *col, float *slab, float *ys) {
+    const mk_conv2d_args *a = t->a;
+    int G = a->groups, Cg = a->C / G, Kg = a->K / G;
+    int CRS = Cg * a->R * a->S, Q = a->Q;
+    long PQ = (long)a->P * Q, HW = (long)a->H * a->W;
+    long blk = task % t->nblocks, ng = task / t->nblocks;
+    int g = (int)(ng % G);
+    long n = ng / G;
+    int p0 = (int)blk * t->rows, rows = a->P - p0 < t->rows ? a->P - p0 : t->rows;
+    int ncol = rows * Q;
+    long xoff = (n * a->C + (long)g * Cg) * HW;          // first channel of the group
+    const float *B;
+    int ldb;
+    if (t->dtype == MK_F32) {
+        const float *xg = (const float *)t->x + xoff;
+        if (t->pointwise) { B = xg + (long)p0 * Q; ldb = (int)HW; }
+        else { im2col(a, xg, HW, 0, Cg, p0, rows, col); B = col; ldb = ncol; }
+    } else {
+        // convert the input rows this block reads (all channels of the group) to float32
+        int lo = p0 * a->stride_h - a->pad_h;
+        int hi = (p0 + rows - 1) * a->stride_h - a->pad_h + (a->R - 1) * a->dil_h + 1;
+        if (lo < 0) lo = 0;
+        if (hi > a->H) hi = a->H;
+        long srows = hi > lo ? hi - lo : 0;
+        for (int c = 0; c < Cg; c++)
+            mk_h2f((const mk_half *)t->x + xoff + c * HW + (long)lo * a->W,
+                   slab + c * srows * a->W, srows * a->W);
+        if (t->pointwise) { B = slab; ldb = ncol; }
+        else { im2col(a, slab, srows * a->W, lo, Cg, p0, rows, col); B = col; ldb = ncol; }
+    }
+    const float *wg = t->w + (long)g * Kg * CRS;
+    float *yo;
+    int ldy;
+    if (t->dtype == MK_F32) { yo = (float *)t->y + (n * a->K + (long)g * Kg) * PQ + (long)p0 * Q; ldy = (int)PQ; }
+    else { yo = ys; ldy = ncol; }
+    mk_sgemm(0, 0, Kg, ncol, CRS, 1.0f, wg, CRS, B, ldb, 0.0f, yo, ldy);
+    for (int k = 0; k < Kg; k++) {
+        float *row = yo + (long)k * ldy;
+        if (t->bias) {
+            float v = t->bias[g * Kg + k];
+            for (int i = 0; i < ncol; i++) row[i] += v;
+        }
+        if (t->dtype == MK_F16)
+            mk_f2h(row, (mk_half *)t->y + (n * a->K + (long)g * Kg + k) * PQ + (long)p0 * Q, ncol);
     }
 }
 
-// one image through GEMM (float32 in and out)
-static mk_status conv_image_gemm(const mk_conv2d_args *a, const float *x, const float *w,
-                                 const float *bias, float *y, float *col, int col_rows) {
-    int G = a->groups, Cg = a->C / G, Kg = a->K / G;
-    int CRS = Cg * a->R * a->S;
-    long PQ = (long)a->P * a->Q, HW = (long)a->H * a->W;
-    int pointwise = a->R == 1 && a->S == 1 && a->stride_h == 1 && a->stride_w == 1 &&
-                    a->pad_h == 0 && a->pad_w == 0 && a->P == a->H && a->Q == a->W;
-    for (int g = 0; g < G; g++) {
-        const float *wg = w + (long)g * Kg * CRS;
-        float *yg = y + (long)g * Kg * PQ;
-        if (CRS == 0) { memset(yg, 0, (size_t)Kg * PQ * 4); continue; }
-        if (pointwise) {
-            mk_sgemm(0, 0, Kg, (int)PQ, CRS, 1.0f, wg, CRS, x + (long)g * Cg * HW, (int)HW,
-                     0.0f, yg, (int)PQ);
-            continue;
-        }
-        for (int p0 = 0; p0 < a->P; p0 += col_rows) {
-            int rows = a->P - p0 < col_rows ? a->P - p0 : col_rows;
-            im2col_ctx t = {a, x, col, g * Cg, p0, rows};
-            mk_parallel_for(CRS, 4, im2col_range, &t);
-            mk_sgemm(0, 0, Kg, rows * a->Q, CRS, 1.0f, wg, CRS, col, rows * a->Q,
-                     0.0f, yg + (long)p0 * a->Q, (int)PQ);
-        }
-    }
-    if (bias) {
-        bias_ctx t = {a, bias, y};
-        mk_parallel_for(a->K, 1, bias_range, &t);
-    }
-    return MK_OK;
+static void conv_range(void *vc, long b, long e) {
+    gemm_conv_ctx *t = vc;
+    float *col = t->col_floats ? mk_alloc((size_t)t->col_floats * 4) : NULL;
+    float *slab = t->slab_floats ? mk_alloc((size_t)t->slab_floats * 4) : NULL;
+    float *ys = t->out_floats ? mk_alloc((size_t)t->out_floats * 4) : NULL;
+    if ((t->col_floats && !col) || (t->slab_floats && !slab) || (t->out_floats && !ys))
+        t->failed = 1;
+    else
+        for (long i = b; i < e; i++) conv_task(t, i, col, slab, ys);
+    mk_free(col); mk_free(slab); mk_free(ys);
 }
 
 /* ---- depthwise: each output channel k reads input channel k / (K/groups) */
@@ -100,7 +118,7 @@ typedef struct {
     int failed;
 } dw_ctx;
 
-static void dw_plane(const mk_conv2d_args *a, const float *xp, const float *wk, float bias,
+MK_MULTIVERSION static void dw_plane(const mk_conv2d_args *a, const float *xp, const float *wk, float bias,
                      float *yp) {
     int Q = a->Q, W = a->W, sw = a->stride_w;
     for (int p = 0; p < a->P; p++) {
@@ -174,7 +192,7 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     MK_CHECK_DTYPE(dtype);
     mk_status st = check_args(a);
     if (st) return st;
-    long PQ = (long)a->P * a->Q, HW = (long)a->H * a->W;
+    long PQ = (long)a->P * a->Q;
     if (a->N == 0 || a->K == 0 || PQ == 0) return MK_OK;
     MK_CHECK_PTR(y);
     if (a->C > 0) { MK_CHECK_PTR(x); MK_CHECK_PTR(w); }
@@ -188,33 +206,48 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     }
 
     long CRS = (long)Cg * a->R * a->S;
-    int col_rows = CRS * a->Q > 0 ? (int)(COL_BLOCK_BYTES / 4 / (CRS * a->Q)) : a->P;
-    if (col_rows < 1) col_rows = 1;
-    if (col_rows > a->P) col_rows = a->P;
-    long wsize = (long)a->K * CRS;
-    float *col = mk_alloc((size_t)CRS * col_rows * a->Q * 4);
-    float *wf = NULL, *xf = NULL, *yf = NULL;
-    if (dtype == MK_F16) {
-        wf = mk_alloc((size_t)wsize * 4);
-        xf = mk_alloc((size_t)a->C * HW * 4);
-        yf = mk_alloc((size_t)a->K * PQ * 4);
-    }
-    if (!col || (dtype == MK_F16 && (!wf || !xf || !yf))) {
-        st = mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory for im2col/staging");
-        goto done;
-    }
-    if (dtype == MK_F16) mk_h2f_par(w, wf, wsize);
-    for (int n = 0; n < a->N; n++) {
-        if (dtype == MK_F32) {
-            conv_image_gemm(a, (const float *)x + (long)n * a->C * HW, w, bias,
-                            (float *)y + (long)n * a->K * PQ, col, col_rows);
-        } else {
-            mk_h2f_par((const mk_half *)x + (long)n * a->C * HW, xf, (long)a->C * HW);
-            conv_image_gemm(a, xf, wf, bias, yf, col, col_rows);
-            mk_f2h_par(yf, (mk_half *)y + (long)n * a->K * PQ, (long)a->K * PQ);
+    int Kg = a->K / a->groups;
+    if (CRS == 0) {              // no input channels: the output is the bias
+        for (long i = 0; i < (long)a->N * a->K; i++) {
+            float v = bias ? bias[i % a->K] : 0.0f;
+            for (long j = 0; j < PQ; j++) {
+                if (dtype == MK_F32) ((float *)y)[i * PQ + j] = v;
+                else ((mk_half *)y)[i * PQ + j] = (mk_half)v;
+            }
         }
+        return MK_OK;
     }
-done:
-    mk_free(col); mk_free(wf); mk_free(xf); mk_free(yf);
-    return st;
+    int pointwise = a->R == 1 && a->S == 1 && a->stride_h == 1 && a->stride_w == 1 &&
+                    a->pad_h == 0 && a->pad_w == 0 && a->P == a->H && a->Q == a->W;
+    // output rows per task: an im2col block of about COL_BLOCK_FLOATS, and at least two
+    // tasks per thread when the batch alone does not give that many
+    long rows = COL_BLOCK_FLOATS / (CRS * a->Q);
+    if (rows < 1) rows = 1;
+    long per_image = (long)a->N * a->groups;
+    long want = 2L * mk_cpu_threads();
+    if (per_image < want) {
+        long split = (want + per_image - 1) / per_image;
+        long r2 = (a->P + split - 1) / split;
+        if (r2 < rows) rows = r2 < 1 ? 1 : r2;
+    }
+    if (rows > a->P) rows = a->P;
+    gemm_conv_ctx t = {a, dtype, pointwise, x, w, bias, y, (int)rows,
+                       (int)((a->P + rows - 1) / rows), 0, 0, 0, 0};
+    long ncol = rows * a->Q;
+    if (!pointwise) t.col_floats = CRS * ncol;
+    float *wf = NULL;
+    if (dtype == MK_F16) {
+        long srows = (rows - 1) * a->stride_h + (long)(a->R - 1) * a->dil_h + 1;
+        if (srows > a->H) srows = a->H;
+        t.slab_floats = (long)Cg * srows * a->W;
+        t.out_floats = (long)Kg * ncol;
+        wf = mk_alloc((size_t)a->K * CRS * 4);
+        if (!wf) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory");
+        mk_h2f(w, wf, (long)a->K * CRS);
+        t.w = wf;
+    }
+    mk_parallel_for(per_image * t.nblocks, 1, conv_range, &t);
+    mk_free(wf);
+    return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory for im2col")
+                    : MK_OK;
 }

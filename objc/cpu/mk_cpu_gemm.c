@@ -8,8 +8,28 @@ static void copy_block_f32(const float *s, int lds, float *d, int ldd, int r, in
     for (int i = 0; i < r; i++) memcpy(d + (long)i * ldd, s + (long)i * lds, (size_t)c * 4);
 }
 
+typedef struct { const mk_half *hs; const float *fs; int lds; float *fd; mk_half *hd; int ldd, c; } blk_ctx;
+
+static void h2f_rows(void *vc, long b, long e) {
+    const blk_ctx *t = vc;
+    for (long i = b; i < e; i++) mk_h2f(t->hs + i * t->lds, t->fd + i * t->ldd, t->c);
+}
+
+static void f2h_rows(void *vc, long b, long e) {
+    const blk_ctx *t = vc;
+    for (long i = b; i < e; i++) mk_f2h(t->fs + i * t->lds, t->hd + i * t->ldd, t->c);
+}
+
+// r x c float16 block (leading dim lds) -> packed float32, rows over the pool
 static void h2f_block(const mk_half *s, int lds, float *d, int r, int c) {
-    for (int i = 0; i < r; i++) mk_h2f(s + (long)i * lds, d + (long)i * c, c);
+    blk_ctx t = {s, NULL, lds, d, NULL, c, c};
+    mk_parallel_for(r, 1 + (1 << 15) / (c + 1), h2f_rows, &t);
+}
+
+// packed r x c float32 -> float16 block with leading dim ldd
+static void f2h_block(const float *s, mk_half *d, int ldd, int r, int c) {
+    blk_ctx t = {NULL, s, c, NULL, d, ldd, c};
+    mk_parallel_for(r, 1 + (1 << 15) / (c + 1), f2h_rows, &t);
 }
 
 // out = beta * out (beta == 0 clears, even NaN, as BLAS does)
@@ -19,6 +39,32 @@ static void scale_block(float *o, int ldo, int r, int c, float beta) {
         if (beta == 0.0f) memset(row, 0, (size_t)c * 4);
         else for (int j = 0; j < c; j++) row[j] *= beta;
     }
+}
+
+typedef struct {
+    const mk_gemm_args *a;
+    const void *A, *B, *C;
+    void *out;
+    float beta;
+} gemm_ctx;
+
+// batch item b in float32; `par`: cut the item itself over the thread pool
+static void gemm_item_f32(const gemm_ctx *t, long b, int par) {
+    const mk_gemm_args *a = t->a;
+    float *o = (float *)t->out + b * a->stride_out;
+    if (a->has_c && t->beta != 0.0f) {
+        const float *c = (const float *)t->C + b * a->stride_c;
+        if (c != o) copy_block_f32(c, a->ldc, o, a->ldc, a->M, a->N);
+    }
+    if (a->K == 0) { scale_block(o, a->ldc, a->M, a->N, t->beta); return; }
+    (par ? mk_sgemm_par : mk_sgemm)(a->trans_a, a->trans_b, a->M, a->N, a->K, a->alpha,
+                                    (const float *)t->A + b * a->stride_a, a->lda,
+                                    (const float *)t->B + b * a->stride_b, a->ldb, t->beta,
+                                    o, a->ldc);
+}
+
+static void gemm_items_f32(void *vc, long b, long e) {
+    for (long i = b; i < e; i++) gemm_item_f32(vc, i, 0);
 }
 
 static mk_status check_args(const mk_gemm_args *a) {
@@ -50,16 +96,11 @@ mk_status mk_cpu_gemm(const mk_gemm_args *a, int dtype, const void *A, const voi
     int rb = a->trans_b ? N : K, cb = a->trans_b ? K : N;
 
     if (dtype == MK_F32) {
-        for (int b = 0; b < a->batch; b++) {
-            float *o = (float *)out + (long)b * a->stride_out;
-            if (a->has_c && beta != 0.0f) {
-                const float *c = (const float *)C + (long)b * a->stride_c;
-                if (c != o) copy_block_f32(c, a->ldc, o, a->ldc, M, N);
-            }
-            if (K == 0) { scale_block(o, a->ldc, M, N, beta); continue; }
-            mk_sgemm(a->trans_a, a->trans_b, M, N, K, a->alpha,
-                     (const float *)A + (long)b * a->stride_a, a->lda,
-                     (const float *)B + (long)b * a->stride_b, a->ldb, beta, o, a->ldc);
+        gemm_ctx t = {a, A, B, C, out, beta};
+        if (a->batch > 1 && 2.0 * M * N * K < 4e6) {        // many small items: one per task
+            mk_parallel_for(a->batch, 1, gemm_items_f32, &t);
+        } else {
+            for (int b = 0; b < a->batch; b++) gemm_item_f32(&t, b, 1);
         }
         return MK_OK;
     }
@@ -81,8 +122,8 @@ mk_status mk_cpu_gemm(const mk_gemm_args *a, int dtype, const void *A, const voi
         if (a->has_c && beta != 0.0f)
             h2f_block((const mk_half *)C + (long)b * a->stride_c, a->ldc, fo, M, N);
         if (K == 0) scale_block(fo, N, M, N, beta);
-        else mk_sgemm(a->trans_a, a->trans_b, M, N, K, a->alpha, fa, ca, fb, cb, beta, fo, N);
-        for (int i = 0; i < M; i++) mk_f2h(fo + (long)i * N, o + (long)i * a->ldc, N);
+        else mk_sgemm_par(a->trans_a, a->trans_b, M, N, K, a->alpha, fa, ca, fb, cb, beta, fo, N);
+        f2h_block(fo, o, a->ldc, M, N);
     }
     mk_free(fa); mk_free(fb); mk_free(fo);
     return MK_OK;

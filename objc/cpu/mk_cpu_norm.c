@@ -5,15 +5,13 @@
 #include "mk_cpu_vecmath.h"
 #include <math.h>
 
-// y = x * scale + shift over n elements (float32 in, float32 or float16 out)
-static void affine_out(const float *x, long n, float scale, float shift, int dtype, void *y) {
-    if (dtype == MK_F32) {
-        float *o = y;
-        for (long i = 0; i < n; i++) o[i] = x[i] * scale + shift;
-    } else {
-        mk_half *o = y;
-        for (long i = 0; i < n; i++) o[i] = (mk_half)(x[i] * scale + shift);
-    }
+// y = x * scale + shift over n elements (float32 in; float32 out, or float16 out through
+// tmp, which may be x itself)
+MK_MULTIVERSION static void affine_out(const float *x, long n, float scale, float shift,
+                                       int dtype, void *y, float *tmp) {
+    float *o = dtype == MK_F32 ? y : tmp;
+    for (long i = 0; i < n; i++) o[i] = x[i] * scale + shift;
+    if (dtype == MK_F16) mk_f2h(tmp, y, n);
 }
 
 /* ---------------------------------------------------------------- layer / rms norm */
@@ -26,7 +24,7 @@ typedef struct {
     int failed;
 } row_ctx;
 
-static void rownorm_range(void *vc, long b, long e) {
+MK_MULTIVERSION static void rownorm_range(void *vc, long b, long e) {
     row_ctx *t = vc;
     const mk_rownorm_args *a = t->a;
     long n = a->n;
@@ -50,14 +48,11 @@ static void rownorm_range(void *vc, long b, long e) {
             else if (w) for (long i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd * w[i];
             else if (bb) for (long i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd + bb[i];
             else for (long i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd;
-        } else {
-            mk_half *y = (mk_half *)t->y + r * n;
-            for (long i = 0; i < n; i++) {
-                float v = (x[i] - mean) * rstd;
-                if (w) v *= w[i];
-                if (bb) v += bb[i];
-                y[i] = (mk_half)v;
-            }
+        } else {                                  // x is buf: normalise in place
+            for (long i = 0; i < n; i++) buf[i] = (x[i] - mean) * rstd;
+            if (w) for (long i = 0; i < n; i++) buf[i] *= w[i];
+            if (bb) for (long i = 0; i < n; i++) buf[i] += bb[i];
+            mk_f2h(buf, (mk_half *)t->y + r * n, n);
         }
     }
     mk_free(buf);
@@ -91,7 +86,7 @@ typedef struct {
     int failed;
 } gn_ctx;
 
-static void group_range(void *vc, long b, long e) {
+MK_MULTIVERSION static void group_range(void *vc, long b, long e) {
     gn_ctx *t = vc;
     const mk_group_norm_args *a = t->a;
     int Cg = a->C / a->groups;
@@ -115,7 +110,7 @@ static void group_range(void *vc, long b, long e) {
             float scale = rstd * (t->w ? t->w[c0 + c] : 1.0f);
             float shift = (t->b ? t->b[c0 + c] : 0.0f) - mean * scale;
             affine_out(x + c * HW, HW, scale, shift, t->dtype,
-                       (char *)t->y + (off + c * HW) * mk_dsize(t->dtype));
+                       (char *)t->y + (off + c * HW) * mk_dsize(t->dtype), buf ? buf + c * HW : NULL);
         }
     }
     mk_free(buf);
@@ -157,7 +152,7 @@ static const float *plane_f32(const bn_ctx *t, long plane, float *buf) {
 }
 
 // batch statistics of channels [b, e): mean and biased variance over N x HW
-static void bn_stats_range(void *vc, long b, long e) {
+MK_MULTIVERSION static void bn_stats_range(void *vc, long b, long e) {
     bn_ctx *t = vc;
     const mk_batch_norm_args *a = t->a;
     long HW = a->HW;
@@ -187,7 +182,7 @@ static void bn_apply_range(void *vc, long b, long e) {
         float scale = t->rstd[c] * (t->w ? t->w[c] : 1.0f);
         float shift = (t->b ? t->b[c] : 0.0f) - t->mean[c] * scale;
         affine_out(plane_f32(t, p, buf), HW, scale, shift, t->dtype,
-                   (char *)t->y + p * HW * mk_dsize(t->dtype));
+                   (char *)t->y + p * HW * mk_dsize(t->dtype), buf);
     }
     mk_free(buf);
 }

@@ -34,7 +34,7 @@ typedef struct {
     int failed;
 } pool_ctx;
 
-static void pool_plane(const pool_ctx *t, const float *xp, float *yp) {
+MK_MULTIVERSION static void pool_plane(const pool_ctx *t, const float *xp, float *yp) {
     const mk_pool2d_args *a = t->a;
     int Q = a->Q, W = a->W, sw = a->stride_w;
     int is_max = a->mode == MK_POOL_MAX;

@@ -7,7 +7,7 @@
 #include <math.h>
 
 // one contiguous row: y may alias x
-static void softmax_row(const float *x, float *y, long n, int log_mode) {
+MK_MULTIVERSION static void softmax_row(const float *x, float *y, long n, int log_mode) {
     float m = mk_vmax(x, n);   // NaN row -> NaN everywhere
     if (log_mode) {
         float c = m + logf(mk_vexp_sum(x, NULL, n, m));
@@ -19,7 +19,7 @@ static void softmax_row(const float *x, float *y, long n, int log_mode) {
 }
 
 // a (n, B) block with row stride ld (float32, in place allowed); m, s: B floats of scratch
-static void softmax_cols(const float *x, float *y, long n, long B, long ld, int log_mode,
+MK_MULTIVERSION static void softmax_cols(const float *x, float *y, long n, long B, long ld, int log_mode,
                          float *m, float *s) {
     for (long j = 0; j < B; j++) { m[j] = -INFINITY; s[j] = 0.0f; }
     for (long i = 0; i < n; i++) {

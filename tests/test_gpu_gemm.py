@@ -289,3 +289,60 @@ def test_macros_and_kernel_names():
     assert spaces.SPACES["gemm"].kernel(cfg, np.float16) == "gemm_tiled_f16"
     assert spaces.SPACES["conv2d_depthwise"].kernel({"variant": "depthwise"}, _native.F32) \
         == "conv2d_depthwise_f32"
+
+
+# ------------------------------------------------------------------------------ defaults
+@pytest.fixture
+def no_user_db(monkeypatch, tmp_path):
+    """Dispatch sees no user tuning database (only packaged and generic levels)."""
+    monkeypatch.setenv("MPSKERN_TUNING_DB", str(tmp_path / "none.json"))
+
+
+@pytest.mark.parametrize("family,tiles", [(7, (64, 64, 16, 2, 2)), (9, (32, 32, 8, 1, 1))])
+def test_simulated_family_uses_its_packaged_default(sim, no_user_db, family, tiles):
+    rng = np.random.default_rng(family)
+    A, B = data(rng, (1, 33, 20), np.float32), data(rng, (1, 20, 40), np.float32)
+    ref, bound = reference(A, B, None, 1.0, 0.0, False, False)
+    try:
+        sim.set_sim_options(family=family)
+        assert sim.info["family"] == family
+        check(run(sim, A, B), ref, bound)
+        cfg = sim.last_config
+    finally:
+        sim.set_sim_options()
+    assert cfg["level"] == "family" and tuple(cfg[k] for k in TILE_KEYS) == tiles
+
+
+def test_smaller_device_limits_fall_back_to_a_fitting_default(sim, no_user_db):
+    """The family default needs 16 KiB of threadgroup memory; a simulated device with
+    8 KiB gets a generic configuration that fits, and the answer stays right."""
+    rng = np.random.default_rng(8)
+    A, B = data(rng, (1, 40, 24), np.float16), data(rng, (1, 24, 50), np.float16)
+    ref, bound = reference(A, B, None, 1.0, 0.0, False, False)
+    try:
+        sim.set_sim_options(family=8, max_threadgroup_memory=8192)
+        info = sim.info
+        assert info["max_threadgroup_memory"] == 8192
+        check(run(sim, A, B), ref, bound)
+        cfg = sim.last_config
+    finally:
+        sim.set_sim_options()
+    assert cfg["level"] == "generic"
+    assert spaces.threadgroup_memory("gemm", cfg) <= 8192
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_random_shapes_with_the_default_choice(sim, dtype):
+    """Shapes, batches, transposes and alpha/beta drawn at random, default configuration."""
+    rng = np.random.default_rng(99)
+    for _ in range(6):
+        M, N, K = (int(v) for v in rng.integers(1, 90, 3))
+        batch = int(rng.integers(1, 4))
+        ta, tb = bool(rng.integers(2)), bool(rng.integers(2))
+        A = data(rng, (batch, K, M) if ta else (batch, M, K), dtype)
+        B = data(rng, (int(rng.choice([1, batch])), N, K) if tb else (1, K, N), dtype)
+        C = data(rng, (batch, M, N), dtype)
+        alpha, beta = float(rng.uniform(-2, 2)), float(rng.choice([0.0, 1.0, -0.3]))
+        ref, bound = reference(A, B, C, alpha, beta, ta, tb)
+        check(run(sim, A, B, C, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb), ref, bound,
+              f"M,N,K={M},{N},{K} batch={batch} ta={ta} tb={tb}")

@@ -197,27 +197,38 @@ def candidates(op, device_info, *, variants=None):
 
 
 # Rule-based defaults, used when neither the user database nor the family's packaged
-# defaults have a valid entry (e.g. an unknown GPU family). Public heuristics, not
-# measured by mpskern: MLX's steel GEMM uses 64x64x16 tiles with 2x2 SIMD-groups for
-# float32 and 1x2 for half (mlx/backend/metal/matmul.cpp); depthwise: 256 threads, a
-# common choice for elementwise-style kernels.
+# defaults have a valid entry (an unknown GPU family, or a device with smaller limits).
+# gemm/conv2d's first choice is a public heuristic, not measured by mpskern: MLX's steel
+# GEMM uses 64x64x16 tiles with 2x2 SIMD-groups for float32 and 1x2 for half
+# (mlx/backend/metal/matmul.cpp); the rest step down until one fits the device.
+# Depthwise: 256 threads, a common choice for one-thread-per-output kernels.
+_GEMM_FALLBACKS = (dict(BM=32, BN=32, BK=16, WM=2, WN=2), dict(BM=32, BN=32, BK=8, WM=1, WN=1),
+                   dict(BM=16, BN=16, BK=8, WM=1, WN=1))
+
+
 def generic(op, dtype, shape=None, device_info=None):
     """The generic default configuration of `op` for `dtype` (shape is the op's key;
-    device_info, when given, lets the row ops step down to what the device allows)."""
+    device_info, when given, lets the rule step down to what the device allows)."""
     dt = lookup.dtype_name(dtype)
     if op in ("gemm", "conv2d"):
-        return {"variant": "simd", "BM": 64, "BN": 64, "BK": 16, "WM": 2 if dt == "float32" else 1,
-                "WN": 2}
-    if op == "conv2d_depthwise":
-        return {"variant": "depthwise", "threads": 256}
-    if op in _ROW_OPS:
+        first = dict(BM=64, BN=64, BK=16, WM=2 if dt == "float32" else 1, WN=2)
+        choices = [{"variant": "simd", **t} for t in (first,) + _GEMM_FALLBACKS]
+    elif op == "conv2d_depthwise":
+        choices = [{"variant": "depthwise", "threads": t} for t in (256, 128, 64, 32)]
+    elif op in _ROW_OPS:
         return _row_generic(op, shape, device_info)
-    if op in ("softmax_cols", "pool2d"):
+    elif op in ("softmax_cols", "pool2d"):
         return {"variant": SPACES[op].variants[0], "threads": 256}
-    if op == "batch_norm":
+    elif op == "batch_norm":
         return dict(BATCH_NORM_DEFAULT)
-    space(op)
-    raise ValueError(f"no generic default for {op!r}")
+    else:
+        space(op)
+        raise ValueError(f"no generic default for {op!r}")
+    if device_info is not None:
+        for c in choices:
+            if not problems(op, c, device_info):
+                return c
+    return choices[0]
 
 
 def split_k(config, batch, M, N, K):

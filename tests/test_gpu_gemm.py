@@ -152,6 +152,12 @@ def test_shipped_configs_pass_the_checking_mode(sim, tiles):
                 A, B = data(rng, (1, 19, 21), dtype), data(rng, (1, 21, 35), dtype)
                 ref, bound = reference(A, B, None, 1.0, 0.0, False, False)
                 check(run(sim, A, B, config=cfg), ref, bound, f"{cfg} {dtype} checked")
+                # split-K: partial sums in device scratch, then gemm_splitk_reduce_*
+                A, B = data(rng, (2, 9, 40), dtype), data(rng, (2, 40, 11), dtype)
+                C = data(rng, (2, 9, 11), dtype)
+                ref, bound = reference(A, B, C, 1.0, 1.0, False, False)
+                check(run(sim, A, B, C, beta=1.0, config=dict(cfg, split_k=2)), ref, bound,
+                      f"{cfg} split_k=2 {dtype} checked")
     finally:
         sim.set_sim_options()
 

@@ -39,6 +39,7 @@ def tune(
     budget: float = typer.Option(30.0, help="Seconds of search per shape."),
     stride: int = typer.Option(1, help="conv2d stride."),
     padding: int = typer.Option(0, help="conv2d padding."),
+    groups: int = typer.Option(1, help="conv2d groups (groups = C: the depthwise kernel)."),
     reps: int = typer.Option(5, help="Timed runs per candidate (fewer if it is pruned)."),
     show: bool = typer.Option(False, "--show", help="Print the configuration a call would "
                                                     "use and which lookup level chose it."),
@@ -74,9 +75,9 @@ def tune(
         _fail(console, f"{op!r} is not a tunable op; tunable: {', '.join(problems.OPS)}")
     if budget <= 0:
         _fail(console, f"--budget {budget}: give a positive number of seconds")
-    opts = dict(stride=stride, padding=padding) if op == "conv2d" else {}
-    if op != "conv2d" and (stride != 1 or padding != 0):
-        _fail(console, "--stride and --padding apply to conv2d only")
+    opts = dict(stride=stride, padding=padding, groups=groups) if op == "conv2d" else {}
+    if op != "conv2d" and (stride != 1 or padding != 0 or groups != 1):
+        _fail(console, "--stride, --padding and --groups apply to conv2d only")
     try:
         from mpskern.tuning import tuner
         tuner.gpu_backend(backend)
@@ -134,7 +135,7 @@ def _summary(console, op, dtype, backend, reps, results):
     t = Table(title=f"{op} {dtype} on {dev['name']} ({backend})", box=box.SIMPLE_HEAD,
               pad_edge=False)
     for col in ("key", "best", "ms", "default", "ms ", "speedup"):
-        t.add_column(col, no_wrap=True)
+        t.add_column(col, no_wrap=col not in ("best", "default"))
     for r in results:
         res, d = r.result, r.result.default
         t.add_row("x".join(map(str, r.key.shape)),
@@ -144,8 +145,9 @@ def _summary(console, op, dtype, backend, reps, results):
                   f"{res.speedup:.2f}x" if res.speedup else "-")
     console.print(t)
     timer = "simulator CPU time" if dev.get("is_simulator") else "GPU time"
-    console.print(f"key: {results[0].key.op}'s lookup shape; tiles BMxBNxBK/WMxWN; {timer}, "
-                  f"median of up to {reps} runs")
+    tiles = "; tiles BMxBNxBK/WMxWN" if results[0].key.op in ("gemm", "conv2d") else ""
+    console.print(f"key: the {results[0].key.op} lookup's shape{tiles}; {timer}, median of up "
+                  f"to {reps} runs")
 
 
 def _list(console, tdb):

@@ -53,7 +53,7 @@ def test_fastest_correct_valid_candidate_wins():
     assert r.best.config["id"] == 4
     assert r.speedup == pytest.approx(2.0)
     assert 3 not in f.runs                                    # invalid: never dispatched
-    assert f.runs[2] == 1                                     # wrong: warm-up only, never timed
+    assert f.runs[2] == 2                                     # wrong: warm-up only, never timed
     assert "2048 threads" in r.trials[3].reason and "RuntimeError" in r.trials[5].reason
 
 
@@ -61,9 +61,25 @@ def test_hopeless_candidates_stop_early():
     f = Fake()
     r = S.search([cfg(1, 10.0), cfg(2, 1.1)], f.run, check, default=cfg(0, 1.0),
                  budget_s=100, reps=5, clock=f.clock)
-    assert f.runs[0] == 6 and f.runs[2] == 6                 # warm-up + 5 timed
-    assert f.runs[1] == 2 and r.trials[1].status == "pruned"  # warm-up + 1 timed
+    assert f.runs[0] == 7 and f.runs[2] == 7                 # 2 warm-up + 5 timed
+    assert f.runs[1] == 4 and r.trials[1].status == "pruned"  # 2 warm-up + 2 timed
     assert r.best.config["id"] == 0 and r.speedup == 1.0
+
+
+def test_warm_up_lasts_until_times_settle():
+    times = iter([50.0, 20.0, 8.0, 3.0, 2.9] + [3.0] * 20)
+    n = [0]
+
+    def run(c):
+        n[0] += 1
+        return REF, next(times)
+    r = S.search([], run, check, default=cfg(0, 0), budget_s=100, reps=3)
+    assert n[0] == 5 + 3 and r.default.times_ms == [3.0, 3.0, 3.0]
+    slow = iter([100.0 / 2 ** i for i in range(40)])
+    n[0] = 0
+    S.search([], lambda c: (n.__setitem__(0, n[0] + 1), (REF, next(slow)))[1], check,
+             default=cfg(0, 0), budget_s=100, reps=1)
+    assert n[0] == S.MAX_WARMUP + 1                     # never settles: capped
 
 
 def test_budget_bounds_the_search_but_the_default_completes():

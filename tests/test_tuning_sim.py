@@ -101,3 +101,14 @@ def test_cli_tunes_on_the_simulator(sim, monkeypatch):
     assert "stored in" in r.output and "1x24x16x40" in r.output
     e = db.user_db().entries
     assert len(e) == 1 and spaces.problems("gemm", e[0].config, sim.info) == []
+
+
+def test_row_ops_and_depthwise_tune_through_their_own_spaces(sim):
+    r = tuner.tune("softmax", (4, 96), backend="sim", budget_s=10, reps=2,
+                   candidates=spaces.shipped("softmax")[:2])
+    assert r.key.op == "softmax" and r.key.shape == (4, 96, 1) and r.result.best is not None
+    assert len(r.result.trials) == 2 and all(t.status in ("ok", "pruned") for t in r.result.trials)
+    r = tuner.tune("conv2d", (1, 4, 5, 5, 4, 3, 3), backend="sim", budget_s=10, reps=2,
+                   padding=1, groups=4, candidates=[{"variant": "depthwise", "threads": 64}])
+    assert r.key.op == "conv2d_depthwise" and r.result.best is not None
+    assert {e.op for e in db.user_db().entries} == {"softmax", "conv2d_depthwise"}

@@ -45,17 +45,23 @@ def _gemm(shape, dtype, rng):
     return call, ref
 
 
-def _conv2d(shape, dtype, rng, stride=1, padding=0):
+def _conv2d(shape, dtype, rng, stride=1, padding=0, groups=1):
     N, C, H, W, K, R, S = shape
-    x, w = _rand(rng, (N, C, H, W), dtype), _rand(rng, (K, C, R, S), dtype)
+    if C % groups or K % groups:
+        raise ValueError(f"--groups {groups} must divide C={C} and K={K}")
+    g, Cg, Kg = groups, C // groups, K // groups
+    x, w = _rand(rng, (N, C, H, W), dtype), _rand(rng, (K, Cg, R, S), dtype)
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (padding,) * 2, (padding,) * 2))
     win = np.lib.stride_tricks.sliding_window_view(xp, (R, S), axis=(2, 3))
     win = win[:, :, ::stride, ::stride]                          # (N, C, P, Q, R, S)
-    ref = np.einsum("ncpqrs,kcrs->nkpq", win, w.astype(np.float64))
+    win = win.reshape((N, g, Cg) + win.shape[2:])
+    wd = w.astype(np.float64).reshape(g, Kg, Cg, R, S)
+    ref = np.einsum("ngcpqrs,gkcrs->ngkpq", win, wd).reshape(N, K, *win.shape[3:5])
 
     def call(backend):
         import mpskern
-        return mpskern.conv2d(x, w, stride=stride, padding=padding, backend=backend)
+        return mpskern.conv2d(x, w, stride=stride, padding=padding, groups=groups,
+                              backend=backend)
     return call, ref
 
 

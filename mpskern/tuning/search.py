@@ -2,11 +2,13 @@
 
 For each candidate (the default first, so every result has a baseline):
   1. skip it if the space's rules say it is invalid on this device;
-  2. warm up (the first run also compiles the pipeline), then check the output against
-     the reference: a wrong answer can never win;
+  2. warm up (the first run also compiles the pipeline) at least `warmup` runs and until
+     the time stops falling fast (the first runs after a compile are slow: caches, lazy
+     binding, the simulator's worker start-up), then check the output against the
+     reference: a wrong answer can never win;
   3. time real dispatches (GPU timestamps on Metal, the simulator's CPU time on sim), and
-     stop early once even its fastest run is `prune_ratio` times slower than the best
-     median so far: it cannot win.
+     stop early once even its fastest of at least two runs is `prune_ratio` times slower
+     than the best median so far: it cannot win.
 The whole search is bounded by `budget_s` seconds of wall time; the default and the
 candidate in progress still complete `min_reps` timed runs.
 """
@@ -66,7 +68,10 @@ def _reason(valid, cfg):
     return r(valid, cfg)
 
 
-def search(candidates, run, check, *, default=None, valid=None, budget_s=10.0, warmup=1,
+MAX_WARMUP = 8      # warm-up runs at most, however unsettled the times
+
+
+def search(candidates, run, check, *, default=None, valid=None, budget_s=10.0, warmup=2,
            reps=5, min_reps=2, prune_ratio=1.25, clock=time.perf_counter, progress=None,
            label="search"):
     """Time `candidates` (config dicts) and return a SearchResult.
@@ -112,8 +117,13 @@ def _try(t, run, check, valid, warmup, reps, min_reps, prune_ratio, best, out_of
         t.status, t.reason = INVALID, why
         return
     try:
-        for _ in range(warmup):
-            out, _ms = run(t.config)
+        prev = None
+        for w in range(MAX_WARMUP):
+            out, ms = run(t.config)
+            settled = prev is not None and ms > prev / 1.5
+            prev = ms
+            if w + 1 >= warmup and settled:
+                break
         ok, err = check(out)
         t.error = err
         if not ok:
@@ -122,7 +132,8 @@ def _try(t, run, check, valid, warmup, reps, min_reps, prune_ratio, best, out_of
         for r in range(reps):
             _out, ms = run(t.config)
             t.times_ms.append(float(ms))
-            if best is not None and t.min_ms > prune_ratio * best.median_ms:
+            if (best is not None and len(t.times_ms) >= min(2, reps)
+                    and t.min_ms > prune_ratio * best.median_ms):
                 t.status = PRUNED
                 t.reason = (f"fastest run {t.min_ms:.4g} ms > {prune_ratio:g} x best "
                             f"{best.median_ms:.4g} ms")
@@ -160,9 +171,13 @@ _TILE = ("BM", "BN", "BK", "WM", "WN")
 
 
 def fmt_config(cfg, compact=False):
-    """"variant=simd BM=64 ..." or, compact, "simd 64x64x16/2x2" (BMxBNxBK/WMxWN)."""
-    if compact and all(k in cfg for k in _TILE):
-        rest = {k: v for k, v in cfg.items() if k not in _TILE and k != "variant"}
-        s = f"{cfg.get('variant', '')} {cfg['BM']}x{cfg['BN']}x{cfg['BK']}/{cfg['WM']}x{cfg['WN']}"
-        return " ".join([s.strip()] + [f"{k}={v}" for k, v in rest.items()])
-    return " ".join(f"{k}={v}" for k, v in cfg.items())
+    """"variant=simd BM=64 ..." or, compact, "simd 64x64x16/2x2" (BMxBNxBK/WMxWN) and
+    "rows TPR=32 RPG=8 VPT=4"."""
+    if not compact:
+        return " ".join(f"{k}={v}" for k, v in cfg.items())
+    tile = all(k in cfg for k in _TILE)
+    skip = set(_TILE) | {"variant"} if tile else {"variant"}
+    head = [str(cfg["variant"])] if "variant" in cfg else []
+    if tile:
+        head.append(f"{cfg['BM']}x{cfg['BN']}x{cfg['BK']}/{cfg['WM']}x{cfg['WN']}")
+    return " ".join(head + [f"{k}={v}" for k, v in cfg.items() if k not in skip])

@@ -56,22 +56,28 @@ def untuned(key, device):
 
 
 def candidates_for(key, device, seed=0):
-    """The space's valid configurations for this device, in the order the search tries
-    them: the packaged defaults of every family first (known-good starting points), then
-    the rest shuffled (random order is a robust baseline when the budget cannot cover the
-    space), leaving out tiles far larger than the problem when smaller ones exist."""
+    """The space's configurations valid for this device and problem, in the order the
+    search tries them: the packaged defaults of every family and the shipped rule-based
+    configurations first (known-good starting points), then the rest shuffled (random
+    order is a robust baseline when the budget cannot cover the space), leaving out tiles
+    far larger than the problem when smaller ones exist."""
     import random
     try:
         from mpskern.tuning import spaces
     except ImportError as e:
         raise ValueError(f"no configuration spaces in this build ({e})") from None
     cands = [dict(c) for c in spaces.candidates(key.op, device)]
+    if key.valid is not None:
+        cands = [c for c in cands if lookup._reason(key.valid, c) is None]
     cands = [c for c in cands if not _oversized(c, key.shape)] or cands
+    known = [e.config for fam in (7, 8, 9, 10)
+             for e in _db.family_defaults(fam).for_op(key.op, key.dtype)]
+    shipped = getattr(spaces, "shipped", None)
+    known += shipped(key.op) if shipped else []
     seeded = []
-    for fam in (7, 8, 9, 10):
-        for e in _db.family_defaults(fam).for_op(key.op, key.dtype):
-            if e.config in cands and e.config not in seeded:
-                seeded.append(dict(e.config))
+    for c in known:
+        if c in cands and c not in seeded:
+            seeded.append(dict(c))
     rest = [c for c in cands if c not in seeded]
     random.Random(seed).shuffle(rest)
     return seeded + _split_k_variants(spaces.space(key.op), seeded, key.shape) + rest

@@ -218,9 +218,10 @@ def generic(op, dtype, shape=None, device_info=None):
     elif op in _ROW_OPS:
         return _row_generic(op, shape, device_info)
     elif op in ("softmax_cols", "pool2d"):
-        return {"variant": SPACES[op].variants[0], "threads": 256}
+        choices = [{"variant": SPACES[op].variants[0], "threads": t} for t in (256, 128, 64, 32)]
     elif op == "batch_norm":
-        return dict(BATCH_NORM_DEFAULT)
+        choices = [dict(BATCH_NORM_DEFAULT)] + [
+            {"variant": "stats", "TPR": t, "RPG": 1, "threads": t} for t in (128, 64, 32)]
     else:
         space(op)
         raise ValueError(f"no generic default for {op!r}")

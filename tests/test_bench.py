@@ -26,7 +26,7 @@ class FakeTarget(targets.Target):
         return "Fake CPU"
 
     def peak(self):
-        return None if self.simulated else peaks.Peak(100.0, None, 20.0, "fake peak", True)
+        return None if self.simulated else peaks.Peak(100.0, None, 20.0, "fake peak")
 
     def bind(self, spec, inputs, out_shape, dtype):
         want = spec.reference(inputs).astype(dtype)

@@ -40,3 +40,14 @@ def test_cpu_peak_measured_once_per_process_and_only_goes_up(monkeypatch, tmp_pa
     monkeypatch.setattr(peaks, "measure_cpu", lambda: low)
     q = peaks.cpu_peak()
     assert (q.fp32_gflops, q.gbps) == (p.fp32_gflops, p.gbps * 2)
+
+
+def test_attained_flops_raise_a_measured_peak_only(monkeypatch, tmp_path):
+    monkeypatch.setenv("MPSKERN_CACHE_DIR", str(tmp_path))
+    m = peaks.Peak(50.0, None, 10.0, "measured: x", measured=True)
+    assert peaks.raise_measured("cpu0", m, 40.0) is m
+    up = peaks.raise_measured("cpu0", m, 80.0)
+    assert up.fp32_gflops == 80.0 and up.gbps == 10.0 and "raised" in up.source
+    assert peaks.lookup("cpu0") == up
+    est = peaks.lookup("Apple M2")
+    assert peaks.raise_measured("Apple M2", est, 1e6) is est    # estimates stay as published

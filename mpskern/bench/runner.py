@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 
-from mpskern import costs
+from mpskern import costs, peaks
 from mpskern.bench import check, provenance, schema, stats, timing
 from mpskern.bench.ops import spec as get_spec
 from mpskern.bench.targets import as_numpy
@@ -82,7 +82,8 @@ def _safe(f):
 def _one(sp, t, shape, label, dtype, inp, want, cost, tol, budget, min_samples):
     r = _empty_row(sp, t, shape, label, dtype, budget)
     r.update(flops=cost.flops, bytes=cost.bytes, intensity=cost.intensity, tolerance=tol)
-    r.update(device=_safe(t.device), gpu_family=_safe(t.gpu_family), peer_version=_safe(t.version))
+    r.update(device=_safe(t.device), gpu_family=_safe(t.gpu_family), peer_version=_safe(t.version),
+             load_avg=_safe(lambda: os.getloadavg()[0]))
     if t.name == "cpu":
         from mpskern import _native
         r["threads"] = _safe(_native.cpu_get_num_threads)
@@ -114,6 +115,8 @@ def _one(sp, t, shape, label, dtype, inp, want, cost, tol, budget, min_samples):
     if sec > 0:
         r.update(gflops=cost.flops / sec / 1e9, gbps=cost.bytes / sec / 1e9)
     pk = _safe(t.peak)
+    if pk is not None and sec > 0 and dtype == "float32" and r["metric"] == "gflops":
+        pk = peaks.raise_measured(r["device"], pk, r["gflops"])
     if pk is not None and sec > 0:
         pg, pb = pk.gflops(dtype), pk.gbps
         r.update(peak_gflops=pg, peak_gbps=pb, peak_source=pk.source)

@@ -53,6 +53,7 @@ COLUMNS = {
     "budget_s": "time budget of the case",
     "peer_version": "version of the peer library (torch, mlx)",
     "threads": "cpu backend thread count",
+    "load_avg": "1-minute load average when the case ran (a busy machine times slower)",
     "mpskern_version": "", "git_commit": "checkout HEAD (-dirty with local changes)",
     "os": "", "cpu": "", "cpu_count": "", "gpu": "Metal device of the machine, if any",
     "python": "", "numpy": "", "platform": "sys.platform",

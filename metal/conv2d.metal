@@ -87,31 +87,61 @@ inline mk_conv_view mk_conv_locate(uint z, constant mk_conv2d_args& a)
     return v;
 }
 
-// Gather the BK x BN slice of im2col(X_g) at (k0, j0) into Bs[k*BN + j] (zeros outside).
+// What the gather needs about output column j of a tile, computed once per threadgroup
+// (the divisions by P*Q and Q stay out of the K loop): the offset of image n's first
+// channel of group g in x, and the input row/column of tap (0, 0). Columns past the end
+// get a row far above the image, so every tap reads as padding.
+struct mk_conv_col {
+    int base, h0, w0;
+};
+
+#define MK_CONV_NO_ROW (-(1 << 28))
+static_assert(MK_SMEM_FLOATS * 4 + MK_BN * 12 <= 32768,
+              "at most 32 KiB of threadgroup memory (tiles + column table)");
+
+inline void mk_conv_fill_cols(threadgroup mk_conv_col* cols, constant mk_conv2d_args& a,
+                              thread const mk_conv_view& v, int j0, int tid)
+{
+    for (int jj = tid; jj < MK_BN; jj += MK_NT) {
+        const int j = j0 + jj;
+        mk_conv_col c;
+        c.base = 0;
+        c.h0 = MK_CONV_NO_ROW;
+        c.w0 = 0;
+        if (j < v.Ncol) {
+            const int n = j / v.PQ;
+            const int pq = j - n * v.PQ;
+            const int p = pq / a.Q;
+            const int q = pq - p * a.Q;
+            c.base = (n * a.C + v.g * v.Cg) * a.H * a.W;
+            c.h0 = p * a.stride_h - a.pad_h;
+            c.w0 = q * a.stride_w - a.pad_w;
+        }
+        cols[jj] = c;
+    }
+}
+
+// Gather the BK x BN slice of im2col(X_g) at row k0 into Bs[k*BN + j] (zeros outside).
 template <typename T>
-inline void mk_conv_load_b(threadgroup float* Bs, const device T* x,
-                           constant mk_conv2d_args& a, thread const mk_conv_view& v,
-                           int k0, int j0, int tid)
+inline void mk_conv_load_b(threadgroup float* Bs, const threadgroup mk_conv_col* cols,
+                           const device T* x, constant mk_conv2d_args& a,
+                           thread const mk_conv_view& v, int k0, int tid)
 {
     for (int i = tid; i < MK_BK * MK_BN; i += MK_NT) {
         const int kk = i / MK_BN;
         const int jj = i - kk * MK_BN;
         const int kd = k0 + kk;
-        const int j = j0 + jj;
         float val = 0.0f;
-        if (kd < v.Kd && j < v.Ncol) {
+        if (kd < v.Kd) {
             const int c = kd / v.RS;
             const int rs = kd - c * v.RS;
             const int r = rs / a.S;
             const int s = rs - r * a.S;
-            const int n = j / v.PQ;
-            const int pq = j - n * v.PQ;
-            const int p = pq / a.Q;
-            const int q = pq - p * a.Q;
-            const int h = p * a.stride_h - a.pad_h + r * a.dil_h;
-            const int w = q * a.stride_w - a.pad_w + s * a.dil_w;
+            const mk_conv_col col = cols[jj];
+            const int h = col.h0 + r * a.dil_h;
+            const int w = col.w0 + s * a.dil_w;
             if (h >= 0 && h < a.H && w >= 0 && w < a.W) {
-                val = float(x[((n * a.C + v.g * v.Cg + c) * a.H + h) * a.W + w]);
+                val = float(x[col.base + (c * a.H + h) * a.W + w]);
             }
         }
         Bs[kk * MK_BN + jj] = val;
@@ -145,6 +175,7 @@ kernel void conv2d_tiled(const device T* x [[buffer(0)]],
 {
     threadgroup float As[MK_BK * MK_BM];
     threadgroup float Bs[MK_BK * MK_BN];
+    threadgroup mk_conv_col cols[MK_BN];
 
     const mk_conv_view v = mk_conv_locate(tgp.z, a);
     const int m0 = int(tgp.y) * MK_BM;
@@ -155,10 +186,12 @@ kernel void conv2d_tiled(const device T* x [[buffer(0)]],
 
     mk_acc_tiled acc;
     mk_tiled_zero(acc);
+    mk_conv_fill_cols(cols, a, v, j0, int(tid));
+    threadgroup_barrier(mem_flags::mem_threadgroup);
     for (int k0 = 0; k0 < v.Kd; k0 += MK_BK) {
         mk_load_tile(As, 1, MK_BM, wg, v.Kd, false, MK_BM, MK_BK, m0, k0, v.Kg, v.Kd,
                      int(tid), MK_NT);
-        mk_conv_load_b(Bs, x, a, v, k0, j0, int(tid));
+        mk_conv_load_b(Bs, cols, x, a, v, k0, int(tid));
         threadgroup_barrier(mem_flags::mem_threadgroup);
         mk_tiled_step(As, Bs, acc, tr, tc);
         threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -185,6 +218,7 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
                         uint sg [[simdgroup_index_in_threadgroup]])
 {
     threadgroup float smem[MK_SMEM_FLOATS];
+    threadgroup mk_conv_col cols[MK_BN];
 
     threadgroup float* As = smem;                    // As[m*BK + k]
     threadgroup float* Bs = smem + MK_BM * MK_BK;    // Bs[k*BN + j]
@@ -197,10 +231,12 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
 
     mk_acc_simd acc;
     mk_simd_zero(acc);
+    mk_conv_fill_cols(cols, a, v, j0, int(tid));
+    threadgroup_barrier(mem_flags::mem_threadgroup);
     for (int k0 = 0; k0 < v.Kd; k0 += MK_BK) {
         mk_load_tile(As, MK_BK, 1, wg, v.Kd, false, MK_BM, MK_BK, m0, k0, v.Kg, v.Kd,
                      int(tid), MK_NT);
-        mk_conv_load_b(Bs, x, a, v, k0, j0, int(tid));
+        mk_conv_load_b(Bs, cols, x, a, v, k0, int(tid));
         threadgroup_barrier(mem_flags::mem_threadgroup);
         mk_simd_step(As, Bs, acc, sr, sc);
         threadgroup_barrier(mem_flags::mem_threadgroup);

@@ -89,7 +89,8 @@ SPACES = {
 # How each space sizes a threadgroup: threads, threadgroup memory bytes, own rules.
 _SIZING = {
     "gemm": (_gemm_threads, _gemm_tg_memory, _gemm_rules),
-    "conv2d": (_gemm_threads, _gemm_tg_memory, _gemm_rules),
+    # conv2d adds a 12-byte column table per tile column (metal/conv2d.metal)
+    "conv2d": (_gemm_threads, lambda c: _gemm_tg_memory(c) + 12 * c["BN"], _gemm_rules),
     "conv2d_depthwise": (lambda c: c.get("threads", 256), lambda c: 0, lambda c: []),
 }
 

@@ -20,6 +20,13 @@ from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 DARWIN = sys.platform == "darwin"
+MACOS_MIN = "12.0"   # the shim's deployment target (MPSGraph castTensor, pooling ceilMode, ...)
+if DARWIN:
+    # One deployment target for every object in the extension (Python's own may be older),
+    # so the ObjC shim's availability checks and the linker agree.
+    _cur = os.environ.get("MACOSX_DEPLOYMENT_TARGET") or "0"
+    if tuple(int(x) for x in _cur.split(".")[:2] if x.isdigit()) < (12, 0):
+        os.environ["MACOSX_DEPLOYMENT_TARGET"] = MACOS_MIN
 
 # Cython directives: the one place they are set.
 CYTHON_DIRECTIVES = dict(language_level=3, boundscheck=False, wraparound=False,
@@ -28,7 +35,7 @@ CYTHON_DIRECTIVES = dict(language_level=3, boundscheck=False, wraparound=False,
 OPT = ["-O3"] if os.environ.get("MPSKERN_DEBUG") != "1" else ["-O0", "-g"]
 C_FLAGS = OPT + ["-std=gnu11", "-Wall", "-Wno-unused-function", "-fvisibility=hidden"]
 CXX_FLAGS = OPT + ["-std=c++17", "-Wall", "-fvisibility=hidden"]
-OBJC_FLAGS = OPT + ["-fobjc-arc", "-Wall", "-mmacosx-version-min=12.0"]
+OBJC_FLAGS = OPT + ["-fobjc-arc", "-Wall", "-Wno-unused-parameter", f"-mmacosx-version-min={MACOS_MIN}"]
 INCLUDE = [str(ROOT / "objc"), str(ROOT / "metal"), str(ROOT / "objc" / "cpu")]
 
 
@@ -106,10 +113,11 @@ def extensions():
         runtime_library_dirs=b.get("runtime_library_dirs", []),
         extra_compile_args=OPT,
         extra_link_args=b.get("extra_link_args", []) + (
-            ["-framework", "Foundation", "-framework", "Metal", "-framework",
-             "MetalPerformanceShaders", "-framework", "MetalPerformanceShadersGraph"]
+            ["-framework", "Foundation", "-framework", "CoreFoundation", "-framework", "Metal",
+             "-framework", "MetalPerformanceShaders", "-framework", "MetalPerformanceShadersGraph"]
             if DARWIN else []),
-        depends=headers,
+        # the objc/ sources are linked in as objects: list them so an edit relinks the .so
+        depends=headers + [s for _, srcs in native_sources() for s in srcs],
     )
     return cythonize([ext], compiler_directives=CYTHON_DIRECTIVES,
                      include_path=["mpskern"])

@@ -2,6 +2,10 @@
 itself on cli/app.py's app; import order = help order) and runs the app."""
 from mpskern.cli.app import app
 from mpskern.cli import devices  # noqa: F401
+from mpskern.cli import tune  # noqa: F401
+from mpskern.cli import bench  # noqa: F401
+from mpskern.cli import report  # noqa: F401
+from mpskern.cli import selftest  # noqa: F401
 
 
 def main():

@@ -24,3 +24,5 @@ from mpskern import _blas_preload  # noqa: F401  (loads OpenBLAS before _native)
 from mpskern.ops import (Device, avg_pool2d, batch_norm, conv2d, devices, gemm,  # noqa: E402
                          group_norm, layer_norm, log_softmax, matmul, max_pool2d, rms_norm,
                          softmax)
+from mpskern.memory import empty  # noqa: E402  (page-aligned arrays: zero-copy on Metal)
+from mpskern.kernel import Kernel, metal_kernel  # noqa: E402,F401  (users' own MSL kernels)

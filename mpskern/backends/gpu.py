@@ -6,6 +6,7 @@ buffer. The per-op encoders (which kernel, which tile configuration, which grid)
 mpskern/gpu_ops/<op>.py and call `pipeline`, `wrap` and `run` below.
 """
 import hashlib
+import importlib
 import threading
 
 from mpskern import _native
@@ -18,7 +19,9 @@ class GpuBackend(Backend):
         super().__init__(name)
         self._device = None
         self._pipelines = {}
+        self._libraries = {}
         self._lock = threading.RLock()
+        self._check = False
 
     def availability(self):
         n, why = _native.device_count(self.name)
@@ -39,9 +42,19 @@ class GpuBackend(Backend):
     def info(self):
         return self.device.info()
 
-    def pipeline(self, kernel, *, file=None, source=None, macros=None, check=False):
+    def set_sim_options(self, **options):
+        """Simulator options (see _native.Device.set_sim_options: check_mode, order, seed,
+        workers, family, limits). check_mode=True also makes later pipelines compile with
+        the checking instrumentation, so every op runs checked until it is turned off."""
+        self.device.set_sim_options(**options)
+        self._check = bool(options.get("check_mode", False)) and self.name == "sim"
+
+    def pipeline(self, kernel, *, file=None, source=None, macros=None, check=None):
         """A compiled pipeline for `kernel` from a metal/ file (e.g. "gemm.metal") or from
-        MSL `source` text, with preprocessor `macros`; cached."""
+        MSL `source` text, with preprocessor `macros`; cached. check=None follows
+        set_sim_options(check_mode=...)."""
+        if check is None:
+            check = self._check
         if (file is None) == (source is None):
             raise ValueError("give exactly one of file= or source=")
         if file is not None:
@@ -54,12 +67,17 @@ class GpuBackend(Backend):
             with self._lock:
                 p = self._pipelines.get(key)
                 if p is None:
-                    if self.name == "sim":
-                        from mpskern import sim
-                        lib = self.device.library_load(
-                            sim.build_library(source, macros, check=key[3], origin=file))
-                    else:
-                        lib = self.device.library_from_source(source, macros)
+                    # one library per (source, macros, check): a file's kernels share it
+                    lkey = (key[0],) + key[2:]
+                    lib = self._libraries.get(lkey)
+                    if lib is None:
+                        if self.name == "sim":
+                            from mpskern import sim
+                            lib = self.device.library_load(
+                                sim.build_library(source, macros, check=key[3], origin=file))
+                        else:
+                            lib = self.device.library_from_source(source, macros)
+                        self._libraries[lkey] = lib
                     p = lib.pipeline(kernel)
                     self._pipelines[key] = p
         return p
@@ -73,6 +91,39 @@ class GpuBackend(Backend):
         t = self.device.run(dispatches)
         self._record(t, config)
         return t
+
+
+    # -- ops: each delegates to its encoder in mpskern/gpu_ops/<module>.py -----------------
+    def _encoder(self, module, op):
+        try:
+            return importlib.import_module(f"mpskern.gpu_ops.{module}")
+        except ModuleNotFoundError as e:
+            if e.name != f"mpskern.gpu_ops.{module}":
+                raise
+            raise NotImplementedError(f"backend {self.name!r} has no GPU kernels for {op} yet "
+                                      f"(mpskern/gpu_ops/{module}.py); use backend='cpu'") from None
+
+    def gemm(self, args, dtype, A, B, C, out):
+        self._encoder("gemm", "gemm").gemm(self, args, dtype, A, B, C, out)
+
+    def conv2d(self, args, dtype, x, w, bias, y):
+        self._encoder("conv2d", "conv2d").conv2d(self, args, dtype, x, w, bias, y)
+
+    def pool2d(self, args, dtype, x, y):
+        self._encoder("pool", "pool2d").pool2d(self, args, dtype, x, y)
+
+    def softmax(self, args, dtype, x, y):
+        self._encoder("softmax", "softmax").softmax(self, args, dtype, x, y)
+
+    def rownorm(self, args, dtype, x, weight, bias, y):
+        self._encoder("norm", "rownorm").rownorm(self, args, dtype, x, weight, bias, y)
+
+    def group_norm(self, args, dtype, x, weight, bias, y):
+        self._encoder("norm", "group_norm").group_norm(self, args, dtype, x, weight, bias, y)
+
+    def batch_norm(self, args, dtype, x, running_mean, running_var, weight, bias, y):
+        self._encoder("norm", "batch_norm").batch_norm(self, args, dtype, x, running_mean,
+                                                      running_var, weight, bias, y)
 
 
 def create(name):

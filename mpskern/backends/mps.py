@@ -1,20 +1,109 @@
-"""Backend "mps": Apple's Metal Performance Shaders primitives (objc/mk_mps*.m).
-SKELETON: availability only; the op calls land with the Objective-C shim issue."""
+"""Backend "mps": Apple's Metal Performance Shaders primitives (objc/mk_mps*.m):
+MPSMatrixMultiplication for gemm, MPSGraph for conv2d, pooling, softmax and the norms.
+
+Each op wraps its numpy arrays as buffers of the Metal device (zero-copy where the memory
+allows, see mpskern.empty), calls _native.mps_<op> and records (gpu_ms, wall_ms) and what
+ran (the primitive, whether every array was used in place, without a copy) for bench. Outputs and in-place
+inputs (batch_norm's running stats) are wrapped writable: the shim writes them back.
+Where MPS semantics differ from ours the shim computes ours or raises NotImplementedError
+(MK_ERR_UNSUPPORTED) with the reason; it never returns a silently different answer.
+"""
 import platform
 import sys
+import threading
 
 from mpskern import _native
+from mpskern._errors import BackendUnavailable
 from mpskern.backends.base import Backend
+from mpskern.memory import is_page_aligned
+
+PRIMITIVES = {
+    "gemm": "MPSMatrixMultiplication",
+    "conv2d": "MPSGraph convolution2D",
+    "pool2d": "MPSGraph pooling2D",
+    "softmax": "MPSGraph softMax",
+    "rownorm": "MPSGraph normalization",
+    "group_norm": "MPSGraph normalization",
+    "batch_norm": "MPSGraph normalization",
+}
+
+
+def unavailable_reason(native=_native):
+    """Why mps cannot run here, or None if it can."""
+    n, why = native.device_count("metal")
+    if n > 0:
+        return None
+    if sys.platform != "darwin":
+        return f"mps needs macOS on Apple silicon; this is {platform.system()} {platform.machine()}"
+    return why or "no Metal device"
 
 
 class MpsBackend(Backend):
+    native = _native          # the Cython layer (tests substitute a fake)
+
+    def __init__(self, name):
+        super().__init__(name)
+        self._device = None
+        self._lock = threading.Lock()
+
     def availability(self):
-        n, why = _native.device_count("metal")
-        if n > 0:
-            return True, "Metal Performance Shaders"
-        if sys.platform != "darwin":
-            return False, f"mps needs macOS on Apple silicon; this is {platform.system()} {platform.machine()}"
-        return False, why
+        why = unavailable_reason(self.native)
+        if why:
+            return False, why
+        return True, f"Metal Performance Shaders on {self.device.info()['name']}"
+
+    @property
+    def device(self):
+        """The Metal device (created on first use); BackendUnavailable says why not."""
+        if self._device is None:
+            with self._lock:
+                if self._device is None:
+                    why = unavailable_reason(self.native)
+                    if why:
+                        raise BackendUnavailable(f"backend 'mps' is unavailable: {why}")
+                    self._device = self.native.Device("metal")
+        return self._device
+
+    def _run(self, op, fn, args, dtype, *arrays):
+        """Call the native op with `arrays` ((array or None, written) pairs, in the ABI's
+        argument order) wrapped as device buffers; record timing and what ran."""
+        dev = self.device
+        bufs = [None if a is None else dev.wrap(a, written) for a, written in arrays]
+        timing = fn(dev, args, dtype, *bufs)
+        # MPSMatrix takes a buffer offset; MPSGraph does not, so the shim stages arrays that
+        # do not start on a page boundary (mpskern.empty avoids that).
+        in_place = all(b.zero_copy and (op == "gemm" or is_page_aligned(a))
+                       for (a, _), b in zip(arrays, bufs) if b is not None)
+        self._record(timing, {"primitive": PRIMITIVES[op], "zero_copy": in_place})
+
+    # -- ops (argument order as in objc/mpskern.h; True marks what the op writes) ---------
+    def gemm(self, args, dtype, A, B, C, out):
+        self._run("gemm", self.native.mps_gemm, args, dtype,
+                  (A, False), (B, False), (C, False), (out, True))
+
+    def conv2d(self, args, dtype, x, w, bias, y):
+        self._run("conv2d", self.native.mps_conv2d, args, dtype,
+                  (x, False), (w, False), (bias, False), (y, True))
+
+    def pool2d(self, args, dtype, x, y):
+        self._run("pool2d", self.native.mps_pool2d, args, dtype, (x, False), (y, True))
+
+    def softmax(self, args, dtype, x, y):
+        self._run("softmax", self.native.mps_softmax, args, dtype, (x, False), (y, True))
+
+    def rownorm(self, args, dtype, x, weight, bias, y):
+        self._run("rownorm", self.native.mps_rownorm, args, dtype,
+                  (x, False), (weight, False), (bias, False), (y, True))
+
+    def group_norm(self, args, dtype, x, weight, bias, y):
+        self._run("group_norm", self.native.mps_group_norm, args, dtype,
+                  (x, False), (weight, False), (bias, False), (y, True))
+
+    def batch_norm(self, args, dtype, x, running_mean, running_var, weight, bias, y):
+        # training updates the running stats in place
+        self._run("batch_norm", self.native.mps_batch_norm, args, dtype,
+                  (x, False), (running_mean, True), (running_var, True), (weight, False),
+                  (bias, False), (y, True))
 
 
 def create(name):

@@ -1,0 +1,297 @@
+"""mpskern's cpu backend side by side with PyTorch's CPU kernels and numpy's BLAS (issue 7).
+
+    python benchmarks/cpu_vs_peers.py [--rounds 7] [--only conv,pool,...] [--quick]
+
+Prints one row per case: peer time, mpskern time and ratio = peer / mpskern (>= 1 means
+mpskern is at least as fast), medians over interleaved rounds (each round times every
+implementation of a case once, so load from other processes hits all of them alike).
+Each case is checked against the peer's result before it is timed.
+torch and numpy are benchmark-only peers, never dependencies of mpskern. On a shared
+machine, read the ratios, not the absolute times. To compare BLAS fairly, run with
+OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for this command alone.
+"""
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+
+from pathlib import Path
+
+import numpy as np
+
+# run from a checkout (in-place build) without installing mpskern
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import mpskern  # noqa: E402
+from mpskern import _native  # noqa: E402
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # the benchmark needs its peer; mpskern never does
+    sys.exit("cpu_vs_peers needs torch (benchmark only): pip install torch")
+
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+# ---------------------------------------------------------------------------- mpskern calls
+# Through the public API when it is there (what users call), else straight to _native.
+HAVE_API = all(hasattr(mpskern, n) for n in ("conv2d", "softmax", "layer_norm", "matmul"))
+DT = {np.dtype(np.float32): _native.F32, np.dtype(np.float16): _native.F16}
+
+
+def mk_conv2d(x, w, stride=1, padding=0, groups=1):
+    if HAVE_API:
+        return mpskern.conv2d(x, w, None, stride, padding, 1, groups, backend="cpu")
+    N, C, H, W = x.shape
+    K, _, R, S = w.shape
+    P, Q = (H + 2 * padding - R) // stride + 1, (W + 2 * padding - S) // stride + 1
+    y = np.empty((N, K, P, Q), x.dtype)
+    _native.cpu_conv2d(dict(N=N, C=C, H=H, W=W, K=K, R=R, S=S, P=P, Q=Q, stride_h=stride,
+                            stride_w=stride, pad_h=padding, pad_w=padding, dil_h=1, dil_w=1,
+                            groups=groups, has_bias=0), DT[x.dtype], x, w, None, y)
+    return y
+
+
+def mk_pool(x, mode, k, s, p):
+    if HAVE_API:
+        f = mpskern.max_pool2d if mode == 0 else mpskern.avg_pool2d
+        return f(x, k, s, p, backend="cpu")
+    N, C, H, W = x.shape
+    P, Q = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    y = np.empty((N, C, P, Q), x.dtype)
+    _native.cpu_pool2d(dict(N=N, C=C, H=H, W=W, P=P, Q=Q, kh=k, kw=k, stride_h=s, stride_w=s,
+                            pad_h=p, pad_w=p, dil_h=1, dil_w=1, mode=mode,
+                            count_include_pad=1, divisor=0, pad_h_end=p, pad_w_end=p),
+                       DT[x.dtype], x, y)
+    return y
+
+
+def mk_softmax(x):
+    if HAVE_API:
+        return mpskern.softmax(x, axis=-1, backend="cpu")
+    y = np.empty_like(x)
+    _native.cpu_softmax(dict(outer=x.size // x.shape[-1], n=x.shape[-1], inner=1, log=0),
+                        DT[x.dtype], x, y)
+    return y
+
+
+def mk_rownorm(x, w, b, kind):
+    n = x.shape[-1]
+    if HAVE_API:
+        if kind == 0:
+            return mpskern.layer_norm(x, (n,), w, b, 1e-5, backend="cpu")
+        return mpskern.rms_norm(x, (n,), w, 1e-5, backend="cpu")
+    y = np.empty_like(x)
+    _native.cpu_rownorm(dict(rows=x.size // n, n=n, kind=kind, has_weight=1,
+                             has_bias=int(kind == 0), eps=1e-5), DT[x.dtype], x, w,
+                        b if kind == 0 else None, y)
+    return y
+
+
+def mk_matmul(a, b):
+    if HAVE_API:
+        return mpskern.matmul(a, b, backend="cpu")
+    M, K = a.shape
+    N = b.shape[1]
+    out = np.empty((M, N), a.dtype)
+    _native.cpu_gemm(dict(batch=1, M=M, N=N, K=K, lda=K, ldb=N, ldc=N, stride_a=0, stride_b=0,
+                          stride_c=0, stride_out=0, trans_a=0, trans_b=0, has_c=0, alpha=1.0,
+                          beta=0.0, split_k=1), DT[a.dtype], a, b, None, out)
+    return out
+
+
+# ---------------------------------------------------------------------------- timing
+def per_call(fn, loops):
+    t0 = time.perf_counter()
+    for _ in range(loops):
+        fn()
+    return (time.perf_counter() - t0) / loops
+
+
+def calibrate(fn, target):
+    """Loops per sample so that one sample takes about `target` seconds."""
+    fn()   # warm-up (pools, caches, lazy thread start)
+    t = per_call(fn, 1)
+    if t < target / 20:
+        t = per_call(fn, max(1, int(target / 20 / max(t, 1e-9))))
+    return max(1, int(target / max(t, 1e-9)))
+
+
+def bench(impls, rounds, target):
+    """impls: {name: fn}; returns {name: median seconds per call}, interleaved rounds."""
+    loops = {k: calibrate(f, target) for k, f in impls.items()}
+    samples = {k: [] for k in impls}
+    for _ in range(rounds):
+        for k, f in impls.items():
+            samples[k].append(per_call(f, loops[k]))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def check(got, ref, what, tol):
+    got = np.asarray(got, np.float64)
+    ref = np.asarray(ref, np.float64)
+    err = np.max(np.abs(got - ref) / (np.abs(ref) + 1.0)) if ref.size else 0.0
+    if not err <= tol:
+        raise SystemExit(f"{what}: mpskern disagrees with the peer (max rel err {err:.2e})")
+
+
+# ---------------------------------------------------------------------------- cases
+RESNET = [  # C, K, k, stride, pad, H
+    (64, 64, 3, 1, 1, 56), (64, 256, 1, 1, 0, 56), (256, 64, 1, 1, 0, 56),
+    (128, 128, 3, 1, 1, 28), (256, 256, 3, 1, 1, 14), (512, 512, 3, 1, 1, 7),
+    (256, 512, 1, 2, 0, 56),
+]
+
+
+def conv_cases(quick):
+    out = []
+    for C, K, k, s, p, H in RESNET[:2] if quick else RESNET:
+        x, w = rand(8, C, H, H), rand(K, C, k, k) * 0.05
+        out.append((f"conv2d {C}->{K} {k}x{k}/{s} @{H} b8", x, w, s, p, 1))
+    x, w = rand(8, 128, 56, 56), rand(128, 1, 3, 3)
+    out.append(("conv2d depthwise 128 3x3 @56 b8", x, w, 1, 1, 128))
+    return out
+
+
+def run_conv(rows, rounds, target, quick):
+    for name, x, w, s, p, g in conv_cases(quick):
+        tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+        ref = F.conv2d(tx, tw, None, s, p, 1, g).numpy()
+        check(mk_conv2d(x, w, s, p, g), ref, name, 1e-3)
+        t = bench({"torch": lambda: F.conv2d(tx, tw, None, s, p, 1, g),
+                   "mpskern": lambda: mk_conv2d(x, w, s, p, g)}, rounds, target)
+        rows.append((name, "torch", t["torch"], t["mpskern"], 1.0))
+
+
+def run_pool(rows, rounds, target, quick):
+    x = rand(8, 64, 112, 112)
+    tx = torch.from_numpy(x)
+    for name, mode, k, s, p, tf in (
+            ("max_pool2d 3x3/2 pad 1 (8,64,112,112)", 0, 3, 2, 1,
+             lambda: F.max_pool2d(tx, 3, 2, 1)),
+            ("avg_pool2d 2x2 (8,64,112,112)", 1, 2, 2, 0, lambda: F.avg_pool2d(tx, 2))):
+        check(mk_pool(x, mode, k, s, p), tf().numpy(), name, 1e-5)
+        t = bench({"torch": tf, "mpskern": lambda: mk_pool(x, mode, k, s, p)}, rounds, target)
+        rows.append((name, "torch", t["torch"], t["mpskern"], 1.0))
+
+
+def run_rows(rows, rounds, target, quick):
+    shapes = [(4096, 4096)] if quick else [(4096, 4096), (64, 50257)]
+    for shape in shapes:
+        x = rand(*shape)
+        n = shape[1]
+        w, b = rand(n), rand(n)
+        tx, tw, tb = torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b)
+        for name, tf, mf in (
+                ("softmax", lambda: torch.softmax(tx, -1), lambda: mk_softmax(x)),
+                ("layer_norm", lambda: F.layer_norm(tx, (n,), tw, tb, 1e-5),
+                 lambda: mk_rownorm(x, w, b, 0)),
+                ("rms_norm", lambda: F.rms_norm(tx, (n,), tw, 1e-5),
+                 lambda: mk_rownorm(x, w, b, 1))):
+            label = f"{name} {shape}"
+            check(mf(), tf().numpy(), label, 1e-4)
+            t = bench({"torch": tf, "mpskern": mf}, rounds, target)
+            rows.append((label, "torch", t["torch"], t["mpskern"], 1.0))
+
+
+def run_matmul(rows, rounds, target, quick):
+    for n in (512, 1024) if quick else (512, 1024, 2048, 4096):
+        a, b = rand(n, n), rand(n, n)
+        check(mk_matmul(a, b), a @ b, f"matmul {n}", 1e-3)
+        t = bench({"numpy": lambda: a @ b, "mpskern": lambda: mk_matmul(a, b)}, rounds,
+                  target if n < 4096 else max(target, 0.3))
+        rows.append((f"matmul {n}^2 float32", "numpy", t["numpy"], t["mpskern"], 0.95))
+
+
+def run_tiny(rows, rounds, target, quick):
+    x = rand(4, 4)
+    tx = torch.from_numpy(x)
+    check(mk_softmax(x), torch.softmax(tx, -1).numpy(), "softmax 4x4", 1e-5)
+    t = bench({"torch tensor": lambda: torch.softmax(tx, -1),
+               "torch numpy": lambda: torch.softmax(torch.from_numpy(x), -1).numpy(),
+               "mpskern": lambda: mk_softmax(x)}, rounds, 0.05)
+    via = "public API" if HAVE_API else "_native (public API not landed)"
+    rows.append((f"softmax 4x4 tiny call [{via}]", "torch numpy", t["torch numpy"],
+                 t["mpskern"], 1.0))
+    rows.append(("  (torch on a tensor, no numpy)", "torch tensor", t["torch tensor"],
+                 t["mpskern"], None))
+    rows.append(("  target: mpskern <= 3 us", "3 us", 3e-6, t["mpskern"], 1.0))
+
+
+def run_f16(rows, rounds, target, quick):
+    """float16 time / float32 time of the same mpskern op (target <= 1.5)."""
+    x32 = rand(8, 64, 56, 56)
+    w32 = rand(64, 64, 3, 3) * 0.05
+    s32 = rand(4096, 4096)
+    n = s32.shape[1]
+    wn, bn = rand(n), rand(n)
+    m32a, m32b = rand(1024, 1024), rand(1024, 1024)
+    cases = [
+        ("conv2d 64->64 3x3 @56 b8", lambda d: (lambda xx=x32.astype(d), ww=w32.astype(d):
+                                              lambda: mk_conv2d(xx, ww, 1, 1))()),
+        ("conv2d depthwise 128 3x3 @56 b8",
+         lambda d: (lambda xx=rand(8, 128, 56, 56).astype(d), ww=rand(128, 1, 3, 3).astype(d):
+                    lambda: mk_conv2d(xx, ww, 1, 1, 128))()),
+        ("max_pool2d 3x3/2 (8,64,112,112)",
+         lambda d: (lambda xx=rand(8, 64, 112, 112).astype(d): lambda: mk_pool(xx, 0, 3, 2, 1))()),
+        ("softmax (4096,4096)", lambda d: (lambda xx=s32.astype(d): lambda: mk_softmax(xx))()),
+        ("layer_norm (4096,4096)",
+         lambda d: (lambda xx=s32.astype(d): lambda: mk_rownorm(xx, wn, bn, 0))()),
+        ("matmul 1024^2", lambda d: (lambda aa=m32a.astype(d), bb=m32b.astype(d):
+                                     lambda: mk_matmul(aa, bb))()),
+    ]
+    for cases_i in cases if not quick else cases[:2]:
+        name, make = cases_i
+        t = bench({"f32": make(np.float32), "f16": make(np.float16)}, rounds, target)
+        # the "peer" here is our own float32 run; ratio = f32 / f16 time, target >= 1/1.5
+        rows.append((f"float16 vs float32: {name}", "mk f32", t["f32"], t["f16"], 1 / 1.5))
+
+
+GROUPS = {"conv": run_conv, "pool": run_pool, "rows": run_rows, "matmul": run_matmul,
+          "tiny": run_tiny, "f16": run_f16}
+
+
+def fmt_t(s):
+    return f"{s * 1e6:9.1f} us" if s < 1e-3 else f"{s * 1e3:9.2f} ms"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--target", type=float, default=0.1, help="seconds per timing sample")
+    ap.add_argument("--only", default=",".join(GROUPS), help="comma list of " + ",".join(GROUPS))
+    ap.add_argument("--quick", action="store_true", help="a few cases, for a smoke run")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="threads for every implementation (0 = each library's default)")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        _native.cpu_set_num_threads(args.threads)
+    threads = _native.cpu_get_num_threads()
+    print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores; "
+          f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}"
+          f" ({torch.get_num_threads()} threads), mpskern {mpskern.__version__} "
+          f"({threads} threads); OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}")
+    print(f"medians of {args.rounds} interleaved rounds; ratio = peer time / mpskern time "
+          f"(float16 rows: float32 time / float16 time)\n")
+    rows = []
+    for g in args.only.split(","):
+        GROUPS[g.strip()](rows, args.rounds, args.target, args.quick)
+    print(f"{'case':52s} {'peer':>12s} {'peer time':>12s} {'mpskern':>12s} {'ratio':>7s}  target")
+    miss = 0
+    for name, peer, tp, tm, goal in rows:
+        ratio = tp / tm
+        ok = "" if goal is None else ("ok" if ratio >= goal else f"MISS (>= {goal:.2f})")
+        miss += ok.startswith("MISS")
+        print(f"{name:52s} {peer:>12s} {fmt_t(tp)} {fmt_t(tm)} {ratio:7.2f}  {ok}")
+    print(f"\n{len(rows)} rows, {miss} below target")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""`mpskern bench OP`: time an op on every backend (and installed peers) against the CPU,
+after checking each case against a float64 reference. Rows are appended to
+OUT/bench.jsonl; a table goes to stdout (or JSON with --json); progress to stderr."""
+import json
+import sys
+from enum import Enum
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from mpskern.bench import ops as bench_ops
+from mpskern.bench import presets, runner, schema, targets
+from mpskern.cli.app import app
+
+Op = Enum("Op", {n: n for n in bench_ops.SPECS}, type=str)
+
+
+def _help():
+    lines = ["Time OP on the backends against the CPU, each case checked against a float64 "
+             "reference first (a failed check is reported, not timed).",
+             "Default backends: every available one except sim (simulator timings are CPU "
+             "emulation and say nothing about GPU speed; ask for it with --backend sim), plus "
+             "installed peers (torch-cpu, torch-mps, mlx).",
+             "--shape: comma-separated, key=value or positional in field order; per op:"]
+    for name, sp in bench_ops.SPECS.items():
+        lines.append(f"{name}: {sp.grammar()}; presets: {', '.join(presets.presets_for(name))}")
+    return "\n\n".join(lines)
+
+
+def _fmt(v, f="{:.3g}"):
+    return "-" if v is None else f.format(v)
+
+
+def _table(op, rows):
+    metric = "GFLOP/s" if rows and rows[0]["metric"] == "gflops" else "GB/s"
+    t = Table(title=f"mpskern bench {op}", title_justify="left")
+    for c, j in (("shape", "left"), ("dtype", "left"), ("backend", "left"),
+                 ("median ms", "right"), ("p10-p90", "right"), (metric, "right"),
+                 ("% peak", "right"), ("x cpu", "right"), ("max err", "right"),
+                 ("note", "left")):
+        t.add_column(c, justify=j)
+    sim = False
+    for r in rows:
+        be = r["backend"] + ("*" if r["simulated"] else "")
+        sim |= bool(r["simulated"])
+        if r["status"] != "ok":
+            t.add_row(r["shape_label"], r["dtype"], be, "-", "-", "-", "-", "-",
+                      _fmt(r["max_err"], "{:.1e}"), f"[red]{r['status']}[/red] (below)")
+            continue
+        val = r["gflops"] if r["metric"] == "gflops" else r["gbps"]
+        note = f"[yellow]unstable[/yellow] ({r['unstable_reason']})" if r["unstable"] else ""
+        t.add_row(r["shape_label"], r["dtype"], be, f"{r['median_ms']:.4g}",
+                  f"{r['p10_ms']:.3g}-{r['p90_ms']:.3g}", _fmt(val, "{:.1f}"),
+                  _fmt(r["pct_peak"], "{:.0f}%"), _fmt(r["speedup_vs_cpu"], "{:.2f}x"),
+                  _fmt(r["max_err"], "{:.1e}"), note)
+    if sim:
+        t.caption = ("* sim: mpskern's Metal kernels emulated on the CPU; its times say "
+                     "nothing about GPU speed")
+    return t
+
+
+@app.command(help=_help())
+def bench(
+    op: Op = typer.Argument(..., help="The op to time."),
+    preset: str = typer.Option("small", "--preset", "-p", help="Named shape set (see above)."),
+    shape: Optional[List[str]] = typer.Option(None, "--shape", "-s",
+                                              help="Your own shape (repeatable); replaces --preset."),
+    dtype: Optional[List[str]] = typer.Option(None, "--dtype", "-d",
+                                              help="float32 / float16 (repeatable) [default: float32]."),
+    backend: Optional[List[str]] = typer.Option(
+        None, "--backend", "-b", help="cpu, metal, mps, sim, torch-cpu, torch-mps, mlx "
+        "(repeatable) [default: every available one except sim, plus installed peers]."),
+    budget: float = typer.Option(0.5, "--budget", help="Seconds of sampling per case."),
+    out: str = typer.Option("results", "--out", "-o",
+                            help="Folder for bench.jsonl (appended), or a .jsonl file."),
+    no_save: bool = typer.Option(False, "--no-save", help="Do not append to --out."),
+    csv: Optional[str] = typer.Option(None, "--csv", help="Also write this run's rows as CSV."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON (only) on stdout."),
+):
+    err = Console(stderr=True)
+    name = op.value
+    sp = bench_ops.spec(name)
+
+    def fail(msg):
+        err.print(f"[red]error:[/red] {msg}")
+        raise typer.Exit(2)
+
+    if budget <= 0:
+        fail(f"--budget must be > 0 seconds, got {budget}")
+    try:
+        if shape:
+            cases, preset = [(sp.label(s), s) for s in (sp.parse(t) for t in shape)], "custom"
+        else:
+            cases = [(lbl, sp.complete(f)) for lbl, f in presets.get(name, preset)]
+    except ValueError as e:
+        fail(str(e))
+    dtypes = dtype or ["float32"]
+    for d in dtypes:
+        if d not in runner.DTYPES:
+            fail(f"--dtype {d!r}: use float32 or float16")
+    try:
+        names = backend or targets.default_names()
+        tgs = [targets.make(n) for n in dict.fromkeys(names)]
+    except ValueError as e:
+        fail(str(e))
+    for t in tgs:
+        ok, why = t.availability()
+        if not ok:
+            fail(f"backend {t.name!r} is unavailable here: {why}")
+    if any(t.simulated for t in tgs):
+        err.print("[yellow]note:[/yellow] sim runs mpskern's Metal kernels in a CPU simulator: "
+                  "its times say nothing about GPU speed.")
+
+    path = None if no_save else runner.default_out_file(out)
+    run_id = runner.new_run_id()
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err, transient=True) as prog:
+        task = prog.add_task(f"bench {name}", total=len(cases) * len(dtypes) * len(tgs))
+
+        def on_case(label, dt, be):
+            prog.update(task, description=f"{name} {label} {dt} {be}")
+
+        def on_row(r):
+            prog.advance(task)
+            if path:
+                schema.append_jsonl(path, [r])
+
+        rows = runner.run(name, cases, dtypes, tgs, budget=budget, run_id=run_id,
+                          preset=preset, on_row=on_row, on_case=on_case)
+    if csv:
+        schema.write_csv(csv, rows)
+    if as_json:
+        sys.stdout.write(json.dumps(schema.clean(rows), allow_nan=False, indent=1) + "\n")
+    else:
+        con = Console()
+        if not con.is_terminal:
+            con = Console(width=200)        # a file or pipe: do not squeeze to 80 columns
+        con.print(_table(name, rows))
+    if path:
+        err.print(f"{len(rows)} rows appended to {path}" + (f"; CSV: {csv}" if csv else ""))
+    bad = [r for r in rows if r["status"] != "ok" and r["backend_kind"] == "mpskern"]
+    for r in rows:
+        if r["status"] != "ok":
+            err.print(f"[red]{r['status']}[/red] {name} {r['shape_label']} {r['dtype']} "
+                      f"{r['backend']}: {r['error']}")
+    if bad:
+        raise typer.Exit(1)

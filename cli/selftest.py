@@ -1,0 +1,189 @@
+"""`mpskern selftest`: every op x dtype x backend against the cpu backend (and a float64
+reference where there is one) on a few small shapes, odd sizes included. The first command
+to run on a new machine, and what to paste into a bug report: the header names the
+machine, the GPU and its family, the OS and the versions. Exit status 1 on any failure."""
+import math
+import platform
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import List, Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mpskern import backends
+from mpskern.bench import check
+from mpskern.cli.app import app
+from mpskern.cli.selftest_cases import CASES
+
+DTYPES = ("float32", "float16")
+
+
+@dataclass
+class Row:
+    op: str
+    label: str
+    dtype: str
+    backend: str
+    status: str                  # pass, FAIL, error, unsupported
+    err_ref: Optional[float]     # vs the float64 reference (None: no reference)
+    err_cpu: Optional[float]     # vs the cpu backend (None: this is cpu, or cpu failed)
+    tol: float
+    note: str = ""
+
+
+def _outcome(fn):
+    """(array, None) or (None, (status, message))."""
+    try:
+        return np.asarray(fn()), None
+    except NotImplementedError as e:          # MK_ERR_UNSUPPORTED: a documented limitation
+        return None, ("unsupported", str(e) or type(e).__name__)
+    except Exception as e:  # noqa: BLE001 - every failure becomes a row, the run goes on
+        msg = f"{type(e).__name__}: {e}"
+        if not isinstance(e, (ValueError, TypeError, RuntimeError)):
+            msg += "\n" + "".join(traceback.format_exception(type(e), e, e.__traceback__)[-3:])
+        return None, ("error", msg)
+
+
+def run(names, dtypes=DTYPES, seed=0, cases=CASES, progress=None):
+    """Rows for every case x dtype x backend in `names`; cpu always runs as the reference."""
+    rows = []
+    for case in cases:
+        for dt in dtypes:
+            rng = np.random.default_rng(seed)
+            call, ref, reduction = case.build(rng, np.dtype(dt))
+            tol = check.tolerance(dt, reduction)
+            cpu, cpu_err = _outcome(lambda: call("cpu"))
+            for be in names:
+                out, err = (cpu, cpu_err) if be == "cpu" else _outcome(lambda: call(be))
+                if progress:
+                    progress(case, dt, be)
+                if err:
+                    rows.append(Row(case.op, case.label, dt, be, err[0], None, None, tol, err[1]))
+                    continue
+                e_ref = check.max_error(out, ref) if ref is not None else None
+                e_cpu = check.max_error(out, cpu) if be != "cpu" and cpu is not None else None
+                ok = (e_ref is None or e_ref <= tol) and (e_cpu is None or e_cpu <= 2 * tol)
+                note = ""
+                if be == "cpu" and ref is None:
+                    note = "cpu is the reference here"
+                elif be != "cpu" and cpu is None:
+                    note = "cpu failed: compared with float64 only"
+                if ref is None and e_cpu is None and be != "cpu":
+                    ok, note = False, "nothing to compare with (cpu failed)"
+                rows.append(Row(case.op, case.label, dt, be, "pass" if ok else "FAIL",
+                                e_ref, e_cpu, tol, note))
+    return rows
+
+
+def failed(rows):
+    return [r for r in rows if r.status in ("FAIL", "error")]
+
+
+# -- the header: what a bug report needs ------------------------------------------------------
+def header_lines(names):
+    import mpskern
+    from mpskern.bench import provenance
+    m = provenance.machine()
+    os_name = m["os"]
+    if sys.platform == "darwin" and platform.mac_ver()[0]:
+        os_name = f"macOS {platform.mac_ver()[0]} ({platform.machine()})"
+    lines = [f"mpskern {mpskern.__version__}" + (f" (git {m['git_commit']})" if m["git_commit"] else ""),
+             f"OS: {os_name}; CPU: {m['cpu']} ({m['cpu_count']} cores)",
+             f"Python {m['python']}, numpy {m['numpy']}"]
+    for be in backends.NAMES:
+        ok, why = backends.availability(be)
+        tested = " (tested)" if be in names else ""
+        lines.append(f"backend {be}: {'available' if ok else 'unavailable'}{tested}: {why}")
+        if ok and be in ("metal", "sim"):
+            i = backends.get(be).info
+            fam = f"Apple{i['family']}" if i.get("family") else "unknown family"
+            arch = f", {i['architecture']}" if i.get("architecture") else ""
+            lines.append(f"  device: {i['name']} ({fam}{arch}); {i['max_threads_per_threadgroup']} threads/"
+                         f"threadgroup, {i['max_threadgroup_memory'] // 1024} KiB threadgroup memory, "
+                         f"working set {i['recommended_working_set'] / 2**30:.1f} GiB, page {i['page_size']} B")
+    return lines
+
+
+def _fmt_err(e, tol, limit):
+    if e is None:
+        return "-"
+    s = "inf" if math.isinf(e) else f"{e:.1e}"
+    return f"[red]{s}[/red]" if e > limit else s
+
+
+def table(rows):
+    t = Table(title="mpskern selftest", title_justify="left")
+    for c, j in (("op", "left"), ("case", "left"), ("dtype", "left"), ("backend", "left"),
+                 ("result", "left"), ("err vs float64", "right"), ("err vs cpu", "right"),
+                 ("tolerance", "right"), ("note", "left")):
+        t.add_column(c, justify=j)
+    color = {"pass": "green", "FAIL": "red", "error": "red", "unsupported": "yellow"}
+    for r in rows:
+        note = "see below" if r.status in ("FAIL", "error") and r.note else (r.note.splitlines() or [""])[0]
+        t.add_row(r.op, r.label, r.dtype, r.backend, f"[{color[r.status]}]{r.status}[/{color[r.status]}]",
+                  _fmt_err(r.err_ref, r.tol, r.tol), _fmt_err(r.err_cpu, r.tol, 2 * r.tol),
+                  f"{r.tol:.1e}", note[:80])
+    return t
+
+
+@app.command()
+def selftest(
+    backend: Optional[List[str]] = typer.Option(
+        None, "--backend", "-b",
+        help="Backend to test (repeatable). Default: every available one but sim "
+             "(the simulator is slow; ask for it with --backend sim). cpu always runs as reference."),
+    dtype: Optional[List[str]] = typer.Option(
+        None, "--dtype", "-d", help="float32 and/or float16 (repeatable; default both)."),
+    op: Optional[List[str]] = typer.Option(None, "--op", help="Only these ops (repeatable)."),
+    seed: int = typer.Option(0, help="Seed of the inputs."),
+):
+    """Check every op x dtype x backend against cpu; exit 1 on any failure."""
+    out = Console()
+    if not out.is_terminal:
+        out = Console(width=160)        # a pasted report keeps whole columns
+    err = Console(stderr=True)
+    if backend:
+        bad = [b for b in backend if b not in backends.NAMES]
+        if bad:
+            err.print(f"unknown backend(s) {bad}; use one of {', '.join(backends.NAMES)}")
+            raise typer.Exit(2)
+        names = list(dict.fromkeys(backend))
+    else:
+        names = [b for b in backends.available() if b != "sim"]
+    dtypes = list(dict.fromkeys(dtype or DTYPES))
+    if any(d not in DTYPES for d in dtypes):
+        err.print(f"--dtype must be one of {', '.join(DTYPES)}, got {dtypes}")
+        raise typer.Exit(2)
+    cases = [c for c in CASES if not op or c.op in op]
+    if not cases:
+        err.print(f"no cases for --op {op}; ops: {', '.join(sorted({c.op for c in CASES}))}")
+        raise typer.Exit(2)
+
+    for line in header_lines(names):
+        out.print(line, highlight=False)
+    unavailable = [(b, backends.availability(b)[1]) for b in names if not backends.availability(b)[0]]
+    for b, why in unavailable:
+        out.print(f"[red]cannot test backend {b!r}: {why}[/red]")
+    names = [b for b in names if b not in dict(unavailable)]
+
+    total = len(cases) * len(dtypes) * len(names)
+    done = [0]
+
+    def progress(case, dt, be):
+        done[0] += 1
+        err.print(f"[{done[0]}/{total}] {case.op} {dt} {be}", end="\r", highlight=False)
+
+    rows = run(names, dtypes, seed, cases, progress if err.is_terminal else None)
+    out.print(table(rows))
+    bad = failed(rows)
+    for r in bad:
+        out.print(f"[red]{r.status}[/red] {r.op} {r.label} {r.dtype} on {r.backend}: {r.note}", highlight=False)
+    n_uns = sum(r.status == "unsupported" for r in rows)
+    out.print(f"{len(rows) - len(bad) - n_uns} passed, {len(bad)} failed, {n_uns} unsupported "
+              f"({', '.join(names) or 'no backend'}; {', '.join(dtypes)})", highlight=False)
+    if bad or unavailable or not names:
+        raise typer.Exit(1)

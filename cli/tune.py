@@ -1,0 +1,171 @@
+"""`mpskern tune`: search an op's tile configurations on this GPU and store the fastest
+correct one in the tuning database; `--show` says which configuration a call uses and why;
+`--list` prints the database; `--merge FILE` adds a database someone shared."""
+import os
+from typing import List, Optional
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from mpskern.cli.app import app
+
+
+def _fail(console, msg, code=2):
+    console.print(f"[bold red]error:[/] {msg}")
+    raise typer.Exit(code)
+
+
+def _fmt(cfg, compact=False):
+    from mpskern.tuning.search import fmt_config
+    return fmt_config(cfg, compact) if cfg else "-"
+
+
+def _ms(t):
+    return f"{t:.4g}" if t is not None else "-"
+
+
+@app.command()
+def tune(
+    op: Optional[str] = typer.Argument(None, help="gemm, conv2d, softmax, log_softmax, "
+                                                  "layer_norm or rms_norm."),
+    backend: str = typer.Option("metal", help="metal (a Mac's GPU) or sim (the simulator: "
+                                              "CPU timings, stored for the simulated device only)."),
+    dtype: str = typer.Option("float32", help="float32 or float16."),
+    shape: Optional[List[str]] = typer.Option(
+        None, help="The op's shape form, repeatable: gemm MxNxK, conv2d NxCxHxWxKxRxS, "
+                   "softmax/norms ROWSxN. Default: one typical shape."),
+    budget: float = typer.Option(30.0, help="Seconds of search per shape."),
+    stride: int = typer.Option(1, help="conv2d stride."),
+    padding: int = typer.Option(0, help="conv2d padding."),
+    groups: int = typer.Option(1, help="conv2d groups (groups = C: the depthwise kernel)."),
+    reps: int = typer.Option(5, help="Timed runs per candidate (fewer if it is pruned)."),
+    show: bool = typer.Option(False, "--show", help="Print the configuration a call would "
+                                                    "use and which lookup level chose it."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Print every candidate."),
+    list_db: bool = typer.Option(False, "--list", help="Print the tuning database's entries."),
+    merge: Optional[str] = typer.Option(None, help="Add the entries of a shared tuning "
+                                                   "database file to yours."),
+    db: Optional[str] = typer.Option(None, help="The tuning database file (default: "
+                                                "$MPSKERN_TUNING_DB, else the user cache dir)."),
+):
+    """Autotune an op's tile configuration for this GPU and store it in the tuning
+    database; dispatch then uses it for this device, op, dtype and shape."""
+    from mpskern import BackendUnavailable, MpskernError
+    from mpskern.tuning import db as tdb
+    from mpskern.tuning import problems
+
+    console = Console()
+    if db:
+        os.environ[tdb.ENV_PATH] = os.path.abspath(db)
+    if merge:
+        try:
+            n = tdb.merge(merge)
+        except ValueError as e:
+            _fail(console, str(e))
+        console.print(f"merged {n} entries of {merge} into {tdb.user_path()}")
+        return
+    if list_db:
+        _list(console, tdb)
+        return
+    if op is None:
+        _fail(console, "give an OP to tune (or --list / --merge FILE); see mpskern tune --help")
+    if op not in problems.OPS:
+        _fail(console, f"{op!r} is not a tunable op; tunable: {', '.join(problems.OPS)}")
+    if budget <= 0:
+        _fail(console, f"--budget {budget}: give a positive number of seconds")
+    opts = dict(stride=stride, padding=padding, groups=groups) if op == "conv2d" else {}
+    if op != "conv2d" and (stride != 1 or padding != 0 or groups != 1):
+        _fail(console, "--stride, --padding and --groups apply to conv2d only")
+    try:
+        from mpskern.tuning import tuner
+        tuner.gpu_backend(backend)
+        shapes = [problems.parse_shape(op, s) for s in shape] if shape else [None]
+        done = []
+        for sh in shapes:
+            if show:
+                _show(console, op, sh, dtype, backend, opts)
+            else:
+                done.append(_tune(console, op, sh, dtype, backend, budget, reps, verbose, opts))
+        if done:
+            _summary(console, op, dtype, backend, reps, done)
+    except BackendUnavailable as e:
+        hint = " (on a machine without Metal, --backend sim runs the tuner on the simulator)"
+        _fail(console, f"{e}{hint if backend == 'metal' else ''}")
+    except (ValueError, TypeError, NotImplementedError, MpskernError) as e:
+        _fail(console, str(e))
+
+
+def _show(console, op, shape, dtype, backend, opts):
+    from mpskern.tuning import tuner
+    c = tuner.show(op, shape, dtype, backend, **opts)
+    dev = tuner.gpu_backend(backend).info
+    console.print(f"[bold]{op}[/] {dtype} {'x'.join(map(str, c.shape))} on {dev['name']} "
+                  f"(family apple{dev['family']}): [bold]{_fmt(c.config)}[/]")
+    console.print(f"  {c.explain()}")
+    for level, src, cfg, why in c.rejected:
+        console.print(f"  skipped {level} entry {_fmt(cfg)} ({src}): {why}")
+
+
+def _tune(console, op, shape, dtype, backend, budget, reps, verbose, opts):
+    from mpskern.tuning import search, tuner
+    with search.rich_progress(console, f"tuning {op}") as bar:
+        r = tuner.tune(op, shape, dtype, backend, budget, reps=reps, progress=bar, **opts)
+    res = r.result
+    if verbose:
+        t = Table(title="candidates")
+        for col in ("configuration", "status", "median ms", "min ms", "runs", "error", "note"):
+            t.add_column(col)
+        for tr in res.trials:
+            t.add_row(_fmt(tr.config) + (" (default)" if tr.is_default else ""), tr.status,
+                      _ms(tr.median_ms), _ms(tr.min_ms), str(len(tr.times_ms)),
+                      f"{tr.error:.2g}" if tr.error is not None else "-", tr.reason)
+        console.print(t)
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(res.counts().items()))
+    console.print(f"{'x'.join(map(str, r.key.shape))}: {res.elapsed_s:.1f} s of a "
+                  f"{res.budget_s:g} s budget; candidates: {counts}"
+                  + (f"; stored in {r.path}" if r.path else
+                     "; [red]nothing stored: no candidate matched the reference[/]"))
+    return r
+
+
+def _summary(console, op, dtype, backend, reps, results):
+    dev = results[0].device
+    t = Table(title=f"{op} {dtype} on {dev['name']} ({backend})", box=box.SIMPLE_HEAD,
+              pad_edge=False)
+    for col in ("key", "best", "ms", "default", "ms ", "speedup"):
+        t.add_column(col, no_wrap=col not in ("best", "default"))
+    for r in results:
+        res, d = r.result, r.result.default
+        t.add_row("x".join(map(str, r.key.shape)),
+                  _fmt(res.best.config, True) if res.best else "[red]none correct[/]",
+                  _ms(res.best.median_ms) if res.best else "-",
+                  _fmt(d.config, True) if d else "-", _ms(d.median_ms) if d else "-",
+                  f"{res.speedup:.2f}x" if res.speedup else "-")
+    console.print(t)
+    timer = "simulator CPU time" if dev.get("is_simulator") else "GPU time"
+    tiles = "; tiles BMxBNxBK/WMxWN" if results[0].key.op in ("gemm", "conv2d") else ""
+    console.print(f"key: the {results[0].key.op} lookup's shape{tiles}; {timer}, median of up "
+                  f"to {reps} runs")
+
+
+def _list(console, tdb):
+    d = tdb.user_db()
+    path = tdb.user_path()
+    if d.problem:
+        console.print(f"[red]{path} is unusable: {d.problem}[/]")
+        return
+    if not len(d):
+        console.print(f"{path}: no entries yet (run mpskern tune OP)")
+        return
+    t = Table(title=path)
+    for col in ("device", "backend", "op", "dtype", "shape", "configuration", "ms", "speedup",
+                "date"):
+        t.add_column(col)
+    for e in d.entries:
+        sp = f"{e.default_time_ms / e.time_ms:.2f}x" if e.time_ms and e.default_time_ms else "-"
+        t.add_row(e.device or e.architecture, e.backend, e.op, e.dtype,
+                  "x".join(map(str, e.shape)) if e.shape else (e.bucket or "*"),
+                  _fmt(e.config), _ms(e.time_ms), sp, str(e.provenance.get("date", "")))
+    console.print(t)

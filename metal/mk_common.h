@@ -1,0 +1,54 @@
+// mk_common.h: MSL helpers shared by mpskern's kernels (metal/*.metal).
+// Included with `#include "mk_common.h"`; mpskern.paths.metal_source inlines it, because
+// Metal's run-time compiler cannot open include files (the simulator gets the same text).
+#ifndef MK_COMMON_H
+#define MK_COMMON_H
+
+#include <metal_stdlib>
+using namespace metal;
+
+#define MK_SIMD_WIDTH 32
+
+// Number of b-sized pieces covering a (a >= 0, b > 0).
+inline int mk_cdiv(int a, int b) { return (a + b - 1) / b; }
+
+// Copy a rows x cols tile of a logical matrix into threadgroup memory as float.
+// The matrix element (r, c) lives at src[r*ld + c], or at src[c*ld + r] when `trans`;
+// the tile starts at (r0, c0); elements outside the R x C matrix read as 0 (edge tiles).
+// Tile element (r, c) goes to dst[r*rs + c*cs]. All `nt` threads of the group take part
+// (thread `tid`); the walk follows the source's contiguous dimension so loads coalesce.
+template <typename T>
+inline void mk_load_tile(threadgroup float* dst, int rs, int cs,
+                         const device T* src, int ld, bool trans,
+                         int rows, int cols, int r0, int c0, int R, int C,
+                         int tid, int nt)
+{
+    const int n = rows * cols;
+    if (!trans) {
+        for (int i = tid; i < n; i += nt) {
+            const int r = i / cols;
+            const int c = i - r * cols;
+            const int gr = r0 + r;
+            const int gc = c0 + c;
+            float v = 0.0f;
+            if (gr < R && gc < C) {
+                v = float(src[gr * ld + gc]);
+            }
+            dst[r * rs + c * cs] = v;
+        }
+    } else {
+        for (int i = tid; i < n; i += nt) {
+            const int c = i / rows;
+            const int r = i - c * rows;
+            const int gr = r0 + r;
+            const int gc = c0 + c;
+            float v = 0.0f;
+            if (gr < R && gc < C) {
+                v = float(src[gc * ld + gr]);
+            }
+            dst[r * rs + c * cs] = v;
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,416 @@
+// norm.metal: layer_norm, rms_norm, group_norm, batch_norm. Statistics accumulate in
+// float32 for both storage types; variance is two-pass (rows held in registers) or Welford
+// (looped rows), combined exactly across threads (mk_row_moments): never E[x^2]-E[x]^2.
+//
+//   norm_rownorm_{rows,looped}_<dt>  layer_norm / rms_norm (mk_rownorm_args.kind) of x
+//                                    viewed as (rows, n); weight, bias float32[n].
+//   norm_group_{rows,looped}_<dt>    x (N, C, HW): the C/groups channels of a group are
+//                                    contiguous, so (n, g) is a row of (C/groups)*HW
+//                                    elements; weight, bias float32[C].
+//   norm_batch_stats_<dt>            training: per-channel batch mean and biased variance of
+//                                    x (N, C, HW) into stats[0:C], stats[C:2C]; updates the
+//                                    running statistics (unbiased variance) when present.
+//   norm_batch_apply_<dt>            y = (x - mean[c]) * rsqrt(var[c] + eps) * w[c] + b[c],
+//                                    one thread per element: inference binds the running
+//                                    statistics as mean/var, training the stats buffer.
+//
+// Configuration (macros): MK_TPR threads per row (multiple of 32), MK_RPG rows per
+// threadgroup, MK_VPT values per thread for the rows variants (n <= MK_TPR*MK_VPT; the
+// others ignore it);
+// MK_TPR*MK_RPG <= 1024. Dispatch: rows/looped/stats: ceil(rows / MK_RPG) threadgroups of
+// MK_TPR*MK_RPG threads (stats: a row is a channel); apply: N*C*HW threads.
+// Absent weight/bias (has_weight/has_bias == 0) may be bound to any buffer: never read.
+#include <metal_stdlib>
+#include "mk_args.h"
+#include "mk_rowreduce.h"
+using namespace metal;
+
+#ifndef MK_TPR
+#define MK_TPR 256
+#endif
+#ifndef MK_RPG
+#define MK_RPG 1
+#endif
+#ifndef MK_VPT
+#define MK_VPT 8
+#endif
+#define NM_THREADS (MK_TPR * MK_RPG)
+
+static_assert(MK_TPR % 32 == 0, "MK_TPR must be a multiple of the SIMD width (32)");
+static_assert(NM_THREADS <= 1024, "MK_TPR * MK_RPG must be at most 1024 threads");
+static_assert(MK_VPT >= 1, "MK_VPT must be at least 1");
+
+// Per-thread moments of the values a thread holds in registers (two-pass, exact).
+inline float3 nm_thread_moments(thread const float* v, int t, int n)
+{
+    float c = 0.0f;
+    float s = 0.0f;
+    for (int j = 0; j < MK_VPT; ++j) {
+        if (t + j * MK_TPR < n) {
+            c += 1.0f;
+            s += v[j];
+        }
+    }
+    const float mu = c > 0.0f ? s / c : 0.0f;
+    float m2 = 0.0f;
+    for (int j = 0; j < MK_VPT; ++j) {
+        if (t + j * MK_TPR < n) {
+            m2 += (v[j] - mu) * (v[j] - mu);
+        }
+    }
+    return float3(c, mu, m2);
+}
+
+// ---------------------------------------------------------------- layer_norm / rms_norm
+
+template <typename T>
+inline void rownorm_rows_impl(const device T* x, const device float* w, const device float* b,
+                              device T* y, constant mk_rownorm_args& a,
+                              threadgroup float* red0, threadgroup float* red1,
+                              uint group, uint tid, uint lane, uint sg)
+{
+    const int t = int(tid % MK_TPR);
+    const int row = int(group) * MK_RPG + int(tid / MK_TPR);
+    const int n = row < a.rows ? a.n : 0;
+    const int base = n > 0 ? row * a.n : 0;
+    float v[MK_VPT];
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
+        v[j] = k < n ? float(x[base + k]) : 0.0f;
+    }
+    const float3 tm = nm_thread_moments(v, t, n);
+    const float2 mv = mk_row_moments(tm.x, tm.y, tm.z, float(a.n), a.kind == MK_NORM_LAYER,
+                                     red0, red1, tid, lane, sg, MK_TPR);
+    const float rstd = rsqrt(mv.y + a.eps);
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
+        if (k < n) {
+            float o = (v[j] - mv.x) * rstd;
+            o = a.has_weight != 0 ? o * w[k] : o;
+            o = a.has_bias != 0 ? o + b[k] : o;
+            y[base + k] = T(o);
+        }
+    }
+}
+
+template <typename T>
+inline void rownorm_looped_impl(const device T* x, const device float* w, const device float* b,
+                                device T* y, constant mk_rownorm_args& a,
+                                threadgroup float* red0, threadgroup float* red1,
+                                uint group, uint tid, uint lane, uint sg)
+{
+    const int t = int(tid % MK_TPR);
+    const int row = int(group) * MK_RPG + int(tid / MK_TPR);
+    const int n = row < a.rows ? a.n : 0;
+    const int base = n > 0 ? row * a.n : 0;
+    float c = 0.0f;
+    float mu = 0.0f;
+    float m2 = 0.0f;
+    for (int k = t; k < n; k += MK_TPR) {
+        mk_welford(c, mu, m2, float(x[base + k]));
+    }
+    const float2 mv = mk_row_moments(c, mu, m2, float(a.n), a.kind == MK_NORM_LAYER,
+                                     red0, red1, tid, lane, sg, MK_TPR);
+    const float rstd = rsqrt(mv.y + a.eps);
+    for (int k = t; k < n; k += MK_TPR) {
+        float o = (float(x[base + k]) - mv.x) * rstd;
+        o = a.has_weight != 0 ? o * w[k] : o;
+        o = a.has_bias != 0 ? o + b[k] : o;
+        y[base + k] = T(o);
+    }
+}
+
+// ---------------------------------------------------------------- group_norm
+
+template <typename T>
+inline void group_norm_rows_impl(const device T* x, const device float* w,
+                                 const device float* b, device T* y,
+                                 constant mk_group_norm_args& a,
+                                 threadgroup float* red0, threadgroup float* red1,
+                                 uint group, uint tid, uint lane, uint sg)
+{
+    const int t = int(tid % MK_TPR);
+    const int row = int(group) * MK_RPG + int(tid / MK_TPR);
+    const int cg = a.C / a.groups;
+    const int len = cg * a.HW;
+    const int n = row < a.N * a.groups ? len : 0;
+    const int base = n > 0 ? row * len : 0;
+    const int c0 = (row % a.groups) * cg;     // first channel of this group
+    float v[MK_VPT];
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
+        v[j] = k < n ? float(x[base + k]) : 0.0f;
+    }
+    const float3 tm = nm_thread_moments(v, t, n);
+    const float2 mv = mk_row_moments(tm.x, tm.y, tm.z, float(len), true,
+                                     red0, red1, tid, lane, sg, MK_TPR);
+    const float rstd = rsqrt(mv.y + a.eps);
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
+        if (k < n) {
+            const int ch = c0 + k / a.HW;
+            float o = (v[j] - mv.x) * rstd;
+            o = a.has_weight != 0 ? o * w[ch] : o;
+            o = a.has_bias != 0 ? o + b[ch] : o;
+            y[base + k] = T(o);
+        }
+    }
+}
+
+template <typename T>
+inline void group_norm_looped_impl(const device T* x, const device float* w,
+                                   const device float* b, device T* y,
+                                   constant mk_group_norm_args& a,
+                                   threadgroup float* red0, threadgroup float* red1,
+                                   uint group, uint tid, uint lane, uint sg)
+{
+    const int t = int(tid % MK_TPR);
+    const int row = int(group) * MK_RPG + int(tid / MK_TPR);
+    const int cg = a.C / a.groups;
+    const int len = cg * a.HW;
+    const int n = row < a.N * a.groups ? len : 0;
+    const int base = n > 0 ? row * len : 0;
+    const int c0 = (row % a.groups) * cg;
+    float c = 0.0f;
+    float mu = 0.0f;
+    float m2 = 0.0f;
+    for (int k = t; k < n; k += MK_TPR) {
+        mk_welford(c, mu, m2, float(x[base + k]));
+    }
+    const float2 mv = mk_row_moments(c, mu, m2, float(len), true,
+                                     red0, red1, tid, lane, sg, MK_TPR);
+    const float rstd = rsqrt(mv.y + a.eps);
+    for (int k = t; k < n; k += MK_TPR) {
+        const int ch = c0 + k / a.HW;
+        float o = (float(x[base + k]) - mv.x) * rstd;
+        o = a.has_weight != 0 ? o * w[ch] : o;
+        o = a.has_bias != 0 ? o + b[ch] : o;
+        y[base + k] = T(o);
+    }
+}
+
+// ---------------------------------------------------------------- batch_norm
+
+template <typename T>
+inline void batch_norm_stats_impl(const device T* x, device float* running_mean,
+                                  device float* running_var, device float* stats,
+                                  constant mk_batch_norm_args& a,
+                                  threadgroup float* red0, threadgroup float* red1,
+                                  uint group, uint tid, uint lane, uint sg)
+{
+    const int t = int(tid % MK_TPR);
+    const int ch = int(group) * MK_RPG + int(tid / MK_TPR);
+    const int count = a.N * a.HW;
+    const int n = ch < a.C ? count : 0;
+    float c = 0.0f;
+    float mu = 0.0f;
+    float m2 = 0.0f;
+    for (int k = t; k < n; k += MK_TPR) {
+        const int img = k / a.HW;
+        mk_welford(c, mu, m2, float(x[(img * a.C + ch) * a.HW + (k - img * a.HW)]));
+    }
+    const float2 mv = mk_row_moments(c, mu, m2, float(count), true,
+                                     red0, red1, tid, lane, sg, MK_TPR);
+    if (t == 0 && ch < a.C) {
+        stats[ch] = mv.x;
+        stats[a.C + ch] = mv.y;
+        if (a.has_running != 0) {
+            const float unbiased = count > 1 ? mv.y * float(count) / float(count - 1) : mv.y;
+            running_mean[ch] = (1.0f - a.momentum) * running_mean[ch] + a.momentum * mv.x;
+            running_var[ch] = (1.0f - a.momentum) * running_var[ch] + a.momentum * unbiased;
+        }
+    }
+}
+
+template <typename T>
+inline void batch_norm_apply_impl(const device T* x, const device float* mean,
+                                  const device float* var, const device float* w,
+                                  const device float* b, device T* y,
+                                  constant mk_batch_norm_args& a, uint gid)
+{
+    if (int(gid) < a.N * a.C * a.HW) {
+        const int ch = (int(gid) / a.HW) % a.C;
+        float o = (float(x[gid]) - mean[ch]) * rsqrt(var[ch] + a.eps);
+        o = a.has_weight != 0 ? o * w[ch] : o;
+        o = a.has_bias != 0 ? o + b[ch] : o;
+        y[gid] = T(o);
+    }
+}
+
+// ---------------------------------------------------------------- kernels
+
+kernel void norm_rownorm_rows_f32(const device float* x [[buffer(0)]],
+                             const device float* w [[buffer(1)]],
+                             const device float* b [[buffer(2)]],
+                             device float* y [[buffer(3)]],
+                             constant mk_rownorm_args& a [[buffer(4)]],
+                             uint group [[threadgroup_position_in_grid]],
+                             uint tid [[thread_position_in_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]],
+                             uint sg [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
+    rownorm_rows_impl<float>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
+}
+
+kernel void norm_rownorm_rows_f16(const device half* x [[buffer(0)]],
+                             const device float* w [[buffer(1)]],
+                             const device float* b [[buffer(2)]],
+                             device half* y [[buffer(3)]],
+                             constant mk_rownorm_args& a [[buffer(4)]],
+                             uint group [[threadgroup_position_in_grid]],
+                             uint tid [[thread_position_in_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]],
+                             uint sg [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
+    rownorm_rows_impl<half>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
+}
+
+kernel void norm_rownorm_looped_f32(const device float* x [[buffer(0)]],
+                               const device float* w [[buffer(1)]],
+                               const device float* b [[buffer(2)]],
+                               device float* y [[buffer(3)]],
+                               constant mk_rownorm_args& a [[buffer(4)]],
+                               uint group [[threadgroup_position_in_grid]],
+                               uint tid [[thread_position_in_threadgroup]],
+                               uint lane [[thread_index_in_simdgroup]],
+                               uint sg [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
+    rownorm_looped_impl<float>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
+}
+
+kernel void norm_rownorm_looped_f16(const device half* x [[buffer(0)]],
+                               const device float* w [[buffer(1)]],
+                               const device float* b [[buffer(2)]],
+                               device half* y [[buffer(3)]],
+                               constant mk_rownorm_args& a [[buffer(4)]],
+                               uint group [[threadgroup_position_in_grid]],
+                               uint tid [[thread_position_in_threadgroup]],
+                               uint lane [[thread_index_in_simdgroup]],
+                               uint sg [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
+    rownorm_looped_impl<half>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
+}
+
+kernel void norm_group_rows_f32(const device float* x [[buffer(0)]],
+                                const device float* w [[buffer(1)]],
+                                const device float* b [[buffer(2)]],
+                                device float* y [[buffer(3)]],
+                                constant mk_group_norm_args& a [[buffer(4)]],
+                                uint group [[threadgroup_position_in_grid]],
+                                uint tid [[thread_position_in_threadgroup]],
+                                uint lane [[thread_index_in_simdgroup]],
+                                uint sg [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
+    group_norm_rows_impl<float>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
+}
+
+kernel void norm_group_rows_f16(const device half* x [[buffer(0)]],
+                                const device float* w [[buffer(1)]],
+                                const device float* b [[buffer(2)]],
+                                device half* y [[buffer(3)]],
+                                constant mk_group_norm_args& a [[buffer(4)]],
+                                uint group [[threadgroup_position_in_grid]],
+                                uint tid [[thread_position_in_threadgroup]],
+                                uint lane [[thread_index_in_simdgroup]],
+                                uint sg [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
+    group_norm_rows_impl<half>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
+}
+
+kernel void norm_group_looped_f32(const device float* x [[buffer(0)]],
+                                  const device float* w [[buffer(1)]],
+                                  const device float* b [[buffer(2)]],
+                                  device float* y [[buffer(3)]],
+                                  constant mk_group_norm_args& a [[buffer(4)]],
+                                  uint group [[threadgroup_position_in_grid]],
+                                  uint tid [[thread_position_in_threadgroup]],
+                                  uint lane [[thread_index_in_simdgroup]],
+                                  uint sg [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
+    group_norm_looped_impl<float>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
+}
+
+kernel void norm_group_looped_f16(const device half* x [[buffer(0)]],
+                                  const device float* w [[buffer(1)]],
+                                  const device float* b [[buffer(2)]],
+                                  device half* y [[buffer(3)]],
+                                  constant mk_group_norm_args& a [[buffer(4)]],
+                                  uint group [[threadgroup_position_in_grid]],
+                                  uint tid [[thread_position_in_threadgroup]],
+                                  uint lane [[thread_index_in_simdgroup]],
+                                  uint sg [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
+    group_norm_looped_impl<half>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
+}
+
+kernel void norm_batch_stats_f32(const device float* x [[buffer(0)]],
+                                 device float* running_mean [[buffer(1)]],
+                                 device float* running_var [[buffer(2)]],
+                                 device float* stats [[buffer(3)]],
+                                 constant mk_batch_norm_args& a [[buffer(4)]],
+                                 uint group [[threadgroup_position_in_grid]],
+                                 uint tid [[thread_position_in_threadgroup]],
+                                 uint lane [[thread_index_in_simdgroup]],
+                                 uint sg [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
+    batch_norm_stats_impl<float>(x, running_mean, running_var, stats, a, red0, red1,
+                                 group, tid, lane, sg);
+}
+
+kernel void norm_batch_stats_f16(const device half* x [[buffer(0)]],
+                                 device float* running_mean [[buffer(1)]],
+                                 device float* running_var [[buffer(2)]],
+                                 device float* stats [[buffer(3)]],
+                                 constant mk_batch_norm_args& a [[buffer(4)]],
+                                 uint group [[threadgroup_position_in_grid]],
+                                 uint tid [[thread_position_in_threadgroup]],
+                                 uint lane [[thread_index_in_simdgroup]],
+                                 uint sg [[simdgroup_index_in_threadgroup]])
+{
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
+    batch_norm_stats_impl<half>(x, running_mean, running_var, stats, a, red0, red1,
+                                group, tid, lane, sg);
+}
+
+kernel void norm_batch_apply_f32(const device float* x [[buffer(0)]],
+                                 const device float* mean [[buffer(1)]],
+                                 const device float* var [[buffer(2)]],
+                                 const device float* w [[buffer(3)]],
+                                 const device float* b [[buffer(4)]],
+                                 device float* y [[buffer(5)]],
+                                 constant mk_batch_norm_args& a [[buffer(6)]],
+                                 uint gid [[thread_position_in_grid]])
+{
+    batch_norm_apply_impl<float>(x, mean, var, w, b, y, a, gid);
+}
+
+kernel void norm_batch_apply_f16(const device half* x [[buffer(0)]],
+                                 const device float* mean [[buffer(1)]],
+                                 const device float* var [[buffer(2)]],
+                                 const device float* w [[buffer(3)]],
+                                 const device float* b [[buffer(4)]],
+                                 device half* y [[buffer(5)]],
+                                 constant mk_batch_norm_args& a [[buffer(6)]],
+                                 uint gid [[thread_position_in_grid]])
+{
+    batch_norm_apply_impl<half>(x, mean, var, w, b, y, a, gid);
+}

@@ -1,0 +1,114 @@
+// pool.metal: max_pool2d (pool_max_<dt>) and avg_pool2d (pool_avg_<dt>) over NCHW, one
+// thread per output element (barrier-free). Semantics are torch's (mk_pool2d_args):
+//   window rows h = p*stride_h - pad_h + i*dil_h, i < kh (likewise columns); dilation is
+//   used by max only (avg_pool2d has none: the API passes dil = 1).
+//   max: the maximum over the window clipped to the input; NaN propagates.
+//   avg: the sum over the clipped window divided by divisor_override if > 0, else by the
+//   window clipped to the padded extent (count_include_pad) or to the input; a window with
+//   no input element gives 0 (torch does the same).
+// Dispatch: N*C*P*Q threads (grid counted in threads, any threadgroup size); no macros.
+// float32 accumulation for both storage types.
+#include <metal_stdlib>
+#include "mk_args.h"
+using namespace metal;
+
+template <typename T>
+inline void pool2d_max_impl(const device T* x, device T* y, constant mk_pool2d_args& a,
+                            uint gid)
+{
+    const int total = a.N * a.C * a.P * a.Q;
+    if (int(gid) < total) {
+        const int q = int(gid) % a.Q;
+        const int p = (int(gid) / a.Q) % a.P;
+        const int nc = int(gid) / (a.P * a.Q);
+        const device T* xp = x + nc * a.H * a.W;
+        const int h0 = p * a.stride_h - a.pad_h;
+        const int w0 = q * a.stride_w - a.pad_w;
+        // the first element seeds the maximum (no -inf sentinel: Metal's fast math may
+        // fold comparisons with infinities); a NaN, once taken, stays
+        float m = 0.0f;
+        bool seen = false;
+        for (int i = 0; i < a.kh; ++i) {
+            const int h = h0 + i * a.dil_h;
+            if (h >= 0 && h < a.H) {
+                for (int j = 0; j < a.kw; ++j) {
+                    const int w = w0 + j * a.dil_w;
+                    if (w >= 0 && w < a.W) {
+                        const float v = float(xp[h * a.W + w]);
+                        if (!seen || ((v > m || isnan(v)) && !isnan(m))) {
+                            m = v;
+                        }
+                        seen = true;
+                    }
+                }
+            }
+        }
+        // a window without input elements cannot occur for torch-valid arguments
+        // (padding <= kernel/2); -inf is the maximum of nothing
+        y[gid] = T(seen ? m : -INFINITY);
+    }
+}
+
+template <typename T>
+inline void pool2d_avg_impl(const device T* x, device T* y, constant mk_pool2d_args& a,
+                            uint gid)
+{
+    const int total = a.N * a.C * a.P * a.Q;
+    if (int(gid) < total) {
+        const int q = int(gid) % a.Q;
+        const int p = (int(gid) / a.Q) % a.P;
+        const int nc = int(gid) / (a.P * a.Q);
+        const device T* xp = x + nc * a.H * a.W;
+        int hs = p * a.stride_h - a.pad_h;
+        int ws = q * a.stride_w - a.pad_w;
+        int he = min(hs + a.kh, a.H + a.pad_h_end);
+        int we = min(ws + a.kw, a.W + a.pad_w_end);
+        const int padded_count = (he - hs) * (we - ws);
+        hs = max(hs, 0);
+        ws = max(ws, 0);
+        he = min(he, a.H);
+        we = min(we, a.W);
+        float s = 0.0f;
+        for (int h = hs; h < he; ++h) {
+            for (int w = ws; w < we; ++w) {
+                s += float(xp[h * a.W + w]);
+            }
+        }
+        const int count = (he > hs && we > ws) ? (he - hs) * (we - ws) : 0;
+        const int divisor = a.divisor > 0 ? a.divisor
+                                          : (a.count_include_pad != 0 ? padded_count : count);
+        y[gid] = T(count > 0 ? s / float(divisor) : 0.0f);
+    }
+}
+
+kernel void pool_max_f32(const device float* x [[buffer(0)]],
+                           device float* y [[buffer(1)]],
+                           constant mk_pool2d_args& a [[buffer(2)]],
+                           uint gid [[thread_position_in_grid]])
+{
+    pool2d_max_impl<float>(x, y, a, gid);
+}
+
+kernel void pool_max_f16(const device half* x [[buffer(0)]],
+                           device half* y [[buffer(1)]],
+                           constant mk_pool2d_args& a [[buffer(2)]],
+                           uint gid [[thread_position_in_grid]])
+{
+    pool2d_max_impl<half>(x, y, a, gid);
+}
+
+kernel void pool_avg_f32(const device float* x [[buffer(0)]],
+                           device float* y [[buffer(1)]],
+                           constant mk_pool2d_args& a [[buffer(2)]],
+                           uint gid [[thread_position_in_grid]])
+{
+    pool2d_avg_impl<float>(x, y, a, gid);
+}
+
+kernel void pool_avg_f16(const device half* x [[buffer(0)]],
+                           device half* y [[buffer(1)]],
+                           constant mk_pool2d_args& a [[buffer(2)]],
+                           uint gid [[thread_position_in_grid]])
+{
+    pool2d_avg_impl<half>(x, y, a, gid);
+}

@@ -1,0 +1,159 @@
+"""The results schema: one JSON object per case, appended to a JSON Lines file, plus a CSV
+export. Bump SCHEMA_VERSION when a column changes meaning or goes away (adding one is
+compatible); readers accept rows of this version or older.
+"""
+import csv
+import json
+import math
+import os
+
+SCHEMA_VERSION = 1
+
+# column -> meaning. Times are milliseconds per call; rows of failed or erroring cases
+# carry None for every measured column.
+COLUMNS = {
+    "schema_version": "this schema's version",
+    "run_id": "one id per `mpskern bench` invocation",
+    "timestamp": "UTC time the case finished (ISO 8601)",
+    "op": "public op name",
+    "shape": "shape fields of the op (dict; `mpskern bench --help` lists them)",
+    "shape_key": "canonical text of the shape (field=value,...)",
+    "shape_label": "readable shape (preset layer name where there is one)",
+    "preset": "preset the shape came from, or 'custom'",
+    "dtype": "float32 / float16",
+    "backend": "mpskern backend (cpu, metal, mps, sim) or peer (torch-cpu, torch-mps, mlx)",
+    "backend_kind": "mpskern or peer",
+    "simulated": "True for sim: CPU emulation of the GPU kernels, says nothing about GPU speed",
+    "config": "kernel / tile configuration the backend used (dict), if it reports one",
+    "device": "device name (CPU model or Metal device)",
+    "gpu_family": "Metal GPU family (apple7..apple10) or None",
+    "timer": "wall (perf_counter), gpu (command-buffer timestamps) or sim (simulator run time)",
+    "status": "ok / check_failed (not timed) / error (not timed)",
+    "error": "why a case failed, else None",
+    "median_ms": "median time per call", "p10_ms": "10th percentile", "p90_ms": "90th percentile",
+    "p25_ms": "25th percentile", "p75_ms": "75th percentile", "iqr_ms": "p75 - p25",
+    "mean_ms": "mean", "min_ms": "fastest sample",
+    "n_samples": "samples taken", "inner_loop": "calls per sample",
+    "n_outliers": "samples beyond MAD z-score 3.5",
+    "unstable": "spread or outliers too large, or too few samples, to trust the median",
+    "unstable_reason": "why unstable",
+    "wall_median_ms": "median wall time per call (equals median_ms for the wall timer)",
+    "wall_p10_ms": "wall p10", "wall_p90_ms": "wall p90",
+    "flops": "FLOPs per call (mpskern.costs)", "bytes": "compulsory bytes per call",
+    "intensity": "flops / bytes",
+    "gflops": "flops / median time", "gbps": "bytes / median time",
+    "metric": "gflops or gbps: the figure the op is read in",
+    "pct_peak": "primary metric as % of the device's peak (None: peak unknown or simulated)",
+    "peak_gflops": "device peak FLOP/s (dtype) used", "peak_gbps": "device peak bandwidth used",
+    "peak_source": "provenance of the peak",
+    "speedup_vs_cpu": "cpu's median / this median, same case and run",
+    "max_err": "max |result - float64 reference| / max |reference|",
+    "tolerance": "the check's bound for max_err",
+    "zero_copy": "GPU buffers wrapped numpy memory without a copy (None: n/a or unknown)",
+    "budget_s": "time budget of the case",
+    "peer_version": "version of the peer library (torch, mlx)",
+    "threads": "cpu backend thread count",
+    "load_avg": "1-minute load average when the case ran (a busy machine times slower)",
+    "mpskern_version": "", "git_commit": "checkout HEAD (-dirty with local changes)",
+    "os": "", "cpu": "", "cpu_count": "", "gpu": "Metal device of the machine, if any",
+    "python": "", "numpy": "", "platform": "sys.platform",
+}
+
+
+def clean(v):
+    """JSON-safe: NaN/inf floats become None; numpy scalars become Python ones."""
+    if isinstance(v, dict):
+        return {str(k): clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [clean(x) for x in v]
+    if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def validate(row):
+    """Raise ValueError if `row` lacks columns or has unknown ones."""
+    missing = [c for c in COLUMNS if c not in row]
+    extra = [c for c in row if c not in COLUMNS]
+    if missing or extra:
+        raise ValueError(f"result row: missing columns {missing}, unknown columns {extra}")
+
+
+def append_jsonl(path, rows):
+    """Append rows (validated) to a JSON Lines file, creating its folder."""
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    lines = []
+    for r in rows:
+        validate(r)
+        lines.append(json.dumps(clean(r), allow_nan=False, sort_keys=False) + "\n")
+    with open(path, "a", encoding="utf-8") as f:
+        f.writelines(lines)
+
+
+def read_jsonl(paths):
+    """Rows from JSON Lines files and folders (every *.jsonl inside, sorted). Bad lines
+    raise ValueError naming the file and line; newer schema versions are refused."""
+    rows = []
+    for p in expand(paths):
+        with open(p, encoding="utf-8") as f:
+            for i, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                except ValueError as e:
+                    raise ValueError(f"{p}:{i}: not JSON ({e})") from None
+                v = r.get("schema_version") if isinstance(r, dict) else None
+                if not isinstance(v, int) or v > SCHEMA_VERSION:
+                    raise ValueError(f"{p}:{i}: schema_version {v!r}; this mpskern reads "
+                                     f"<= {SCHEMA_VERSION} (upgrade mpskern)")
+                rows.append(r)
+    return rows
+
+
+def expand(paths):
+    out = []
+    for p in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
+        p = os.fspath(p)
+        if os.path.isdir(p):
+            out += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".jsonl"))
+        elif os.path.isfile(p):
+            out.append(p)
+        else:
+            raise FileNotFoundError(f"no results file or folder {p!r}")
+    return out
+
+
+def flat(row):
+    """A CSV-ready copy: shape fields as shape.<field> columns, dicts as JSON text."""
+    out = {}
+    for k, v in row.items():
+        if k == "shape" and isinstance(v, dict):
+            out.update({f"shape.{f}": x for f, x in v.items()})
+        elif isinstance(v, (dict, list)):
+            out[k] = json.dumps(clean(v), sort_keys=True)
+        else:
+            out[k] = clean(v)
+    return out
+
+
+def write_csv(path, rows):
+    """Write rows to CSV (overwrites): the schema's columns in order, shape fields after op."""
+    flats = [flat(r) for r in rows]
+    shape_cols = []
+    for r in flats:
+        shape_cols += [c for c in r if c.startswith("shape.") and c not in shape_cols]
+    cols = []
+    for c in COLUMNS:
+        cols.append(c) if c != "shape" else cols.extend(shape_cols)
+    for r in flats:
+        cols += [c for c in r if c not in cols]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in flats:
+            w.writerow({c: ("" if r.get(c) is None else r.get(c)) for c in cols})

@@ -1,0 +1,246 @@
+"""What a benchmark runs on: mpskern's backends and, when installed, the peers (PyTorch on
+CPU and MPS, MLX) under the same protocol. A Target binds an op's inputs to a callable
+that runs the op once and returns a numpy result (outputs preallocated where the API
+allows, so the timed loop measures the op, not numpy's allocator).
+"""
+import importlib
+import platform
+
+import numpy as np
+
+from mpskern import peaks
+
+PEERS = ("torch-cpu", "torch-mps", "mlx")
+
+
+class Target:
+    name = "?"
+    kind = "mpskern"            # or "peer"
+    timer = "wall"              # "wall", "gpu" (device timestamps), "sim" (simulator, CPU)
+    simulated = False
+
+    def availability(self):
+        return True, ""
+
+    def device(self):
+        return None
+
+    def gpu_family(self):
+        return None
+
+    def peak(self):
+        """peaks.Peak of the device this target runs on, or None."""
+        return None
+
+    def bind(self, spec, inputs, out_shape, dtype):
+        """A callable running the op once on `inputs`, returning the result (numpy)."""
+        raise NotImplementedError
+
+    def device_ms(self):
+        """Device time (ms) of the last call, for targets with a device clock, else None."""
+        return None
+
+    def config(self):
+        return None
+
+    def zero_copy(self):
+        return None
+
+    def version(self):
+        return None
+
+
+class MpskernTarget(Target):
+    def __init__(self, name):
+        self.name = name
+        self.timer = {"cpu": "wall", "sim": "sim"}.get(name, "gpu")
+        self.simulated = name == "sim"
+        self._be = None
+
+    @property
+    def backend(self):
+        if self._be is None:
+            from mpskern import backends
+            self._be = backends.get(self.name)
+        return self._be
+
+    def availability(self):
+        from mpskern import backends
+        return backends.availability(self.name)
+
+    def _info(self):
+        return self.backend.info if self.name != "cpu" else {}
+
+    def device(self):
+        if self.name == "cpu":
+            return peaks.cpu_device_name()
+        return self._info().get("name")
+
+    def gpu_family(self):
+        if self.name == "cpu":
+            return None
+        fam = self._info().get("family")
+        return f"apple{fam}" if fam else None
+
+    def peak(self):
+        if self.name == "cpu":
+            return peaks.cpu_peak()
+        if self.simulated:
+            return None             # the simulator's speed says nothing about a GPU
+        return peaks.lookup(self.device())
+
+    def bind(self, spec, inputs, out_shape, dtype):
+        import mpskern
+        out = np.empty(out_shape, dtype)
+        return lambda: spec.call(mpskern, inputs, self.name, out)
+
+    def device_ms(self):
+        t = self.backend.last_timing
+        return None if t is None else t[0]
+
+    def config(self):
+        return self.backend.last_config
+
+    def zero_copy(self):
+        c = self.backend.last_config
+        return c.get("zero_copy") if isinstance(c, dict) else None
+
+
+class TorchTarget(Target):
+    kind = "peer"
+
+    def __init__(self, dev):
+        self.dev = dev
+        self.name = f"torch-{dev}"
+
+    def availability(self):
+        try:
+            torch = importlib.import_module("torch")
+        except ImportError:
+            return False, "PyTorch is not installed (pip install torch)"
+        if self.dev == "mps" and not (torch.backends.mps.is_available()):
+            return False, "torch.backends.mps.is_available() is False (needs macOS on Apple silicon)"
+        return True, f"torch {torch.__version__}"
+
+    def version(self):
+        import torch
+        return torch.__version__
+
+    def device(self):
+        if self.dev == "cpu":
+            return peaks.cpu_device_name()
+        return platform.processor() or "Apple GPU"
+
+    def peak(self):
+        return peaks.cpu_peak() if self.dev == "cpu" else peaks.lookup(self.device())
+
+    def bind(self, spec, inputs, out_shape, dtype):
+        import torch
+        import torch.nn.functional as F
+
+        def conv(v):
+            if isinstance(v, np.ndarray):
+                return torch.from_numpy(np.ascontiguousarray(v)).to(self.dev)
+            if isinstance(v, dict):
+                return {k: conv(x) for k, x in v.items()}
+            return v
+        t = conv(inputs)
+        if self.dev == "mps":
+            def run():
+                y = spec.torch_call(F, t)
+                torch.mps.synchronize()
+                return y
+        else:
+            def run():
+                return spec.torch_call(F, t)
+        return _NumpyResult(run, lambda y: y.detach().cpu().numpy())
+
+
+class MlxTarget(Target):
+    """MLX on the Apple GPU; ops through mlx.core / mlx.nn equivalents. Untested off macOS."""
+    name = "mlx"
+    kind = "peer"
+
+    def availability(self):
+        try:
+            mx = importlib.import_module("mlx.core")
+        except ImportError:
+            return False, "MLX is not installed (macOS on Apple silicon: pip install mlx)"
+        return True, f"mlx {getattr(mx, '__version__', '?')}"
+
+    def version(self):
+        import mlx.core as mx
+        return getattr(mx, "__version__", None)
+
+    def device(self):
+        return platform.processor() or "Apple GPU"
+
+    def peak(self):
+        return peaks.lookup(self.device())
+
+    def bind(self, spec, inputs, out_shape, dtype):
+        import mlx.core as mx
+        f = _MLX.get(spec.name)
+        if f is None:
+            raise NotImplementedError(f"mlx: no mapping for {spec.name} in the benchmark")
+        t = {k: (mx.array(v) if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
+
+        def run():
+            y = f(mx, t)
+            mx.eval(y)
+            return y
+        return _NumpyResult(run, lambda y: np.array(y))
+
+
+def _mlx_softmax(mx, t, log=False):
+    x = t["x"]
+    return x - mx.logsumexp(x, axis=-1, keepdims=True) if log else mx.softmax(x, axis=-1)
+
+
+_MLX = {
+    "matmul": lambda mx, t: mx.matmul(t["a"], t["b"]),
+    "softmax": _mlx_softmax,
+    "log_softmax": lambda mx, t: _mlx_softmax(mx, t, log=True),
+    "layer_norm": lambda mx, t: mx.fast.layer_norm(t["x"], t["w"].astype(t["x"].dtype),
+                                                   t["b"].astype(t["x"].dtype), 1e-5),
+    "rms_norm": lambda mx, t: mx.fast.rms_norm(t["x"], t["w"].astype(t["x"].dtype), 1e-5),
+}
+
+
+class _NumpyResult:
+    """A callable that runs `run` (timed as is) and converts to numpy only for the check:
+    calling it returns the raw result; `.numpy(y)` converts."""
+
+    def __init__(self, run, to_numpy):
+        self.run = run
+        self.to_numpy = to_numpy
+
+    def __call__(self):
+        return self.run()
+
+
+def as_numpy(fn, y):
+    """The numpy form of what a bound callable returned."""
+    return fn.to_numpy(y) if isinstance(fn, _NumpyResult) else y
+
+
+def make(name):
+    if name == "torch-cpu":
+        return TorchTarget("cpu")
+    if name == "torch-mps":
+        return TorchTarget("mps")
+    if name == "mlx":
+        return MlxTarget()
+    from mpskern import backends
+    if name not in backends.NAMES:
+        raise ValueError(f"unknown backend {name!r}; use one of "
+                         f"{', '.join(backends.NAMES + PEERS)}")
+    return MpskernTarget(name)
+
+
+def default_names():
+    """Every available mpskern backend except sim (CPU emulation: run it by asking for
+    it), then every installed peer."""
+    from mpskern import backends
+    names = [n for n in backends.NAMES if n != "sim" and backends.availability(n)[0]]
+    return names + [p for p in PEERS if make(p).availability()[0]]

@@ -1,0 +1,28 @@
+"""Per-op encoders of the GPU backends ("metal" and "sim"): for each op, which kernel of
+metal/<family>.metal, which tile configuration (mpskern/tuning/spaces.py), which grid and
+bindings. mpskern/backends/gpu.py delegates `backend.<op>(...)` to `<module>.<op>(backend,
+...)`; encoders compile and dispatch through the backend's `pipeline`, `wrap` and `run`.
+
+    gemm.py     gemm                         metal/gemm.metal
+    conv2d.py   conv2d                       metal/conv2d.metal (+ gemm.metal for 1x1)
+    pool.py     pool2d                       metal/pool.metal
+    softmax.py  softmax                      metal/softmax.metal
+    norm.py     rownorm, group_norm, batch_norm   metal/norm.metal
+
+Helpers every encoder shares live here.
+"""
+from mpskern import _native
+
+SUFFIX = {_native.F32: "f32", _native.F16: "f16"}
+
+
+def suffix(dtype):
+    """The kernel-name suffix of a dtype code (_native.F32 -> "f32")."""
+    try:
+        return SUFFIX[dtype]
+    except KeyError:
+        raise TypeError(f"GPU kernels take float32 or float16 (dtype code {dtype!r})") from None
+
+
+def cdiv(a, b):
+    return -(-a // b)

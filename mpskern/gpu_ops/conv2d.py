@@ -1,0 +1,94 @@
+"""conv2d on the GPU backends (metal/conv2d.metal, and metal/gemm.metal for 1x1).
+
+Three paths, by the problem (route() says which, and so which tuning space applies):
+  conv2d_depthwise  groups == C > 1: conv2d_depthwise_*, one thread per output element
+  gemm              1x1, stride 1, no padding, one group, no bias: the image batch is a
+                    batched GEMM  y[n] (K x H*W) = w (K x C) @ x[n] (C x H*W)
+  conv2d            everything else: implicit GEMM (conv2d_simd_* / conv2d_tiled_*) per
+                    group with im2col gathered into threadgroup memory, never stored
+"""
+from mpskern import _native
+from mpskern.gpu_ops import cdiv
+from mpskern.gpu_ops import gemm as _gemm
+from mpskern.tuning import spaces
+
+FILE = "conv2d.metal"
+MAX_GRID_YZ = 65535
+
+
+def route(args):
+    """The op whose kernels and tuning space run this convolution."""
+    a = args
+    if a["groups"] == a["C"] and a["C"] > 1:
+        return "conv2d_depthwise"
+    if (a["R"] == 1 and a["S"] == 1 and a["stride_h"] == 1 and a["stride_w"] == 1
+            and a["pad_h"] == 0 and a["pad_w"] == 0 and a["groups"] == 1
+            and not a["has_bias"] and a["P"] == a["H"] and a["Q"] == a["W"]):
+        return "gemm"
+    return "conv2d"
+
+
+def gemm_args(args):
+    """The batched GEMM a 1x1 stride-1 convolution is."""
+    a = args
+    hw = a["H"] * a["W"]
+    return dict(batch=a["N"], M=a["K"], N=hw, K=a["C"], lda=a["C"], ldb=hw, ldc=hw,
+                stride_a=0, stride_b=a["C"] * hw, stride_c=0, stride_out=a["K"] * hw,
+                trans_a=0, trans_b=0, has_c=0, alpha=1.0, beta=0.0, split_k=1)
+
+
+def key(args, op):
+    """The shape key of the tuning lookup for path `op`: conv2d its GEMM view
+    (groups, Kg, N*P*Q, Cg*R*S); conv2d_depthwise (N, K, P, Q)."""
+    a = args
+    if op == "conv2d_depthwise":
+        return (a["N"], a["K"], a["P"], a["Q"])
+    g = a["groups"]
+    return (g, a["K"] // g, a["N"] * a["P"] * a["Q"], a["C"] // g * a["R"] * a["S"])
+
+
+def conv2d(backend, args, dtype, x, w, bias, y, config=None):
+    """Backend method (see mpskern/backends/base.py); `config` pins a configuration of the
+    path's space (route(args))."""
+    if args["has_bias"] and bias is None:
+        raise ValueError("conv2d: args has_bias=1 but no bias array was given")
+    op = route(args)
+    if op == "gemm":
+        return _gemm.gemm(backend, gemm_args(args), dtype, w, x, None, y, config=config)
+    info = backend.info
+    if config is not None:
+        cfg, level = dict(config), "forced"
+        spaces.require(op, cfg, info)
+    else:
+        choice = spaces.select(op, dtype, key(args, op), info)
+        cfg, level = dict(choice.config), choice.level
+    kernel = spaces.SPACES[op].kernel(cfg, dtype)
+    record = dict(cfg, kernel=kernel, level=level)
+    a = args
+    total = a["N"] * a["K"] * a["P"] * a["Q"]
+    if total == 0:
+        backend._record(None, record)
+        return
+    if op == "conv2d_depthwise":
+        pipe = backend.pipeline(kernel, file=FILE)
+        threads = spaces.threads(op, cfg)
+        grid = (cdiv(total, threads), 1, 1)
+    else:
+        pipe = backend.pipeline(kernel, file=FILE, macros=spaces.macros(op, cfg))
+        threads = spaces.threads(op, cfg)
+        grid = (cdiv(a["N"] * a["P"] * a["Q"], cfg["BN"]), cdiv(a["K"] // a["groups"], cfg["BM"]),
+                a["groups"])
+        if grid[1] > MAX_GRID_YZ or grid[2] > MAX_GRID_YZ:
+            raise ValueError(f"conv2d: grid {grid} exceeds {MAX_GRID_YZ} threadgroups along "
+                             "y or z; split the channels into smaller calls")
+    spaces.require(op, cfg, info, pipeline_max_threads=pipe.max_threads)
+    by = backend.wrap(y, writable=True)
+    # C == 0 leaves x and w empty (never read; Metal has no zero-length buffers); a
+    # missing bias is never read either
+    bx = backend.wrap(x) if x.size else by
+    bw = backend.wrap(w) if w.size else by
+    bb = backend.wrap(bias) if bias is not None else by
+    packed = _native.pack_args("conv2d", args)
+    backend.run([dict(pipeline=pipe, grid=grid, threadgroup=(threads, 1, 1),
+                      bindings=[bx, bw, bb, by, packed])], config=record)
+    by.sync()

@@ -1,0 +1,128 @@
+"""Users' own MSL kernels: `mpskern.metal_kernel(source, name, macros=None)`.
+
+    k = mpskern.metal_kernel(src, "saxpy")
+    k(x, y, np.float32(2.0), grid=(n, 1, 1), threadgroup=(256, 1, 1))
+
+Arguments bind in order to [[buffer(0)]], [[buffer(1)]], ...: numpy arrays as device
+buffers (written back in place), numpy scalars and structured scalars (and `bytes`) as
+`constant T&` values. `grid` counts threads (dispatchThreads: edge threadgroups may be
+partial), `threadgroup` is threads per threadgroup. backend="auto" runs on Metal where
+available, else in the simulator ("sim"); the CPU backend cannot run MSL. On the simulator
+check=True turns on the checking mode (races, barrier divergence, out-of-bounds,
+uninitialised threadgroup reads), which raises mpskern.KernelCheckError on a finding.
+"""
+import numpy as np
+
+from mpskern import backends
+from mpskern.backends.base import Backend  # noqa: F401  (documentation cross-reference)
+
+_MAX_BUFFERS = 16
+
+
+def _dims(v, what):
+    if isinstance(v, (int, np.integer)):
+        v = (int(v),)
+    try:
+        t = tuple(int(x) for x in v)
+    except TypeError:
+        raise TypeError(f"{what} must be a tuple of 1 to 3 ints, got {v!r}") from None
+    if not 1 <= len(t) <= 3 or any(x != y for x, y in zip(t, v)):
+        raise ValueError(f"{what} must be 1 to 3 ints, got {v!r}")
+    if any(x < 0 for x in t):
+        raise ValueError(f"{what} must be non-negative, got {v!r}")
+    return t + (1,) * (3 - len(t))
+
+
+class Kernel:
+    """A user's MSL kernel; call it to run (see the module docstring)."""
+
+    def __init__(self, source, name, macros=None):
+        if not isinstance(source, str):
+            raise TypeError(f"source must be MSL text (str), got {type(source).__name__}")
+        if not isinstance(name, str) or not name:
+            raise TypeError("name must be the kernel's (host) name, a non-empty str")
+        if macros is not None and not isinstance(macros, dict):
+            raise TypeError(f"macros must be a dict NAME -> value, got {type(macros).__name__}")
+        self.source = source if source.lstrip().startswith("#line") else \
+            f'#line 1 "<metal_kernel {name}>"\n' + source
+        self.name = name
+        self.macros = dict(macros or {})
+
+    def __repr__(self):
+        return f"<mpskern.Kernel {self.name!r}>"
+
+    def _backend(self, backend):
+        if backend == "auto":
+            ok, _ = backends.availability("metal")
+            backend = "metal" if ok else "sim"
+        if backend not in ("metal", "sim"):
+            raise ValueError(f"backend={backend!r} cannot run an MSL kernel; use 'auto', "
+                             f"'metal' or 'sim'")
+        return backends.get(backend)
+
+    def __call__(self, *args, grid, threadgroup, backend="auto", check=False):
+        be = self._backend(backend)
+        if check and be.name != "sim":
+            raise ValueError("check=True needs backend='sim' (the checking mode is the simulator's)")
+        grid = _dims(grid, "grid")
+        tg = _dims(threadgroup, "threadgroup")
+        if any(x == 0 for x in tg):
+            raise ValueError(f"threadgroup must be positive in every dimension, got {threadgroup!r}")
+        maxt = be.info["max_threads_per_threadgroup"]
+        if tg[0] * tg[1] * tg[2] > maxt:
+            raise ValueError(f"threadgroup {threadgroup!r} has {tg[0] * tg[1] * tg[2]} threads; "
+                             f"{be.info['name']} allows {maxt}")
+        if len(args) > _MAX_BUFFERS:
+            raise ValueError(f"{len(args)} arguments; a kernel has at most {_MAX_BUFFERS} buffers")
+        bindings, writeback, keep = [], [], []
+        for i, a in enumerate(args):
+            if isinstance(a, np.ndarray):
+                if a.dtype == np.float64:
+                    raise TypeError(f"argument {i}: float64 arrays cannot be used by Metal kernels "
+                                    f"(MSL has no double); cast with .astype(np.float32)")
+                if a.dtype.hasobject:
+                    raise TypeError(f"argument {i}: arrays of Python objects cannot be bound")
+                arr = a if a.flags.c_contiguous else np.ascontiguousarray(a)
+                writable = a.flags.writeable
+                buf = be.wrap(arr, writable)
+                keep.append(arr)
+                bindings.append(buf)
+                if writable:
+                    writeback.append((buf, arr, a))
+            elif isinstance(a, np.generic):
+                bindings.append(a.tobytes())
+            elif isinstance(a, (bytes, bytearray)):
+                bindings.append(bytes(a))
+            elif isinstance(a, (bool, int, float)):
+                raise TypeError(f"argument {i}: pass a numpy scalar (e.g. np.float32({a!r}) or "
+                                f"np.uint32({a!r})) so the kernel's `constant T&` type is explicit")
+            else:
+                raise TypeError(f"argument {i}: expected a numpy array, numpy scalar or bytes, "
+                                f"got {type(a).__name__}")
+        pipe = be.pipeline(self.name, source=self.source, macros=self.macros, check=check)
+        dispatch = dict(pipeline=pipe, grid=grid, threadgroup=tg, grid_units="threads",
+                        bindings=bindings)
+        if be.name == "sim":
+            with be._lock:
+                be.device.set_sim_options(check_mode=bool(check), **_sim_defaults(be))
+                try:
+                    be.run([dispatch])
+                finally:
+                    if check:
+                        be.device.set_sim_options(check_mode=False, **_sim_defaults(be))
+        else:
+            be.run([dispatch])
+        for buf, arr, orig in writeback:
+            buf.sync()
+            if arr is not orig:
+                np.copyto(orig, arr)
+
+
+def _sim_defaults(be):
+    """The simulator options to keep while toggling check_mode (order, seed, workers)."""
+    return getattr(be, "sim_options", {})
+
+
+def metal_kernel(source, name, *, macros=None):
+    """A callable for the MSL kernel `name` in `source` (see mpskern.kernel)."""
+    return Kernel(source, name, macros)

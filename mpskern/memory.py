@@ -1,0 +1,38 @@
+"""Page-aligned numpy arrays, so GPU backends can use them without a copy.
+
+Metal wraps host memory without copying (newBufferWithBytesNoCopy) only in whole pages:
+16 KiB on Apple silicon, 4 KiB on most other machines; the OS says which. Arrays from
+`mpskern.empty` start on a page boundary and own whole pages, so a Metal buffer over them
+starts at offset 0 and touches no neighbouring memory. Any other array still works: the
+shim wraps its enclosing pages (or copies) and bench results say which happened.
+"""
+import mmap
+
+import numpy as np
+
+__all__ = ["empty", "page_size", "is_page_aligned"]
+
+
+def page_size():
+    """The OS's memory page size in bytes (16384 on Apple silicon)."""
+    return mmap.PAGESIZE
+
+
+def empty(shape, dtype=np.float32):
+    """Like numpy.empty (C order), but the data starts on a page boundary and the
+    allocation is a whole number of pages: Metal can use it without a copy."""
+    dtype = np.dtype(dtype)
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"mpskern.empty: negative dimension in shape {shape}")
+    page = page_size()
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    span = max(-(-nbytes // page), 1) * page           # whole pages, at least one
+    raw = np.empty(span + page, dtype=np.uint8)        # one spare page to align within
+    start = (-raw.ctypes.data) % page
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def is_page_aligned(a):
+    """True if the array's data starts on a page boundary."""
+    return np.asarray(a).ctypes.data % page_size() == 0

@@ -1,0 +1,200 @@
+"""Writes the report: OUT/index.html and OUT/report.md (the same content), figures under
+OUT/figures/. The content is built once as a list of blocks (headings, paragraphs,
+tables, images) and rendered twice."""
+import datetime
+import html
+import os
+import re
+
+from mpskern.report import figures
+from mpskern.report.compare import regressions
+from mpskern.report.data import backend_sort_key, latest, shape_order, with_throughput
+
+MACHINE_COLS = ["os", "cpu", "cpu_count", "gpu", "python", "numpy", "mpskern_version",
+                "git_commit"]
+
+
+def _f(v, fmt="{:.3g}"):
+    try:
+        if v is None or v != v:
+            return "-"
+    except TypeError:
+        return "-"
+    return fmt.format(v)
+
+
+def _slug(s):
+    return re.sub(r"[^A-Za-z0-9]+", "-", str(s)).strip("-").lower()
+
+
+def _machine(df):
+    rows = []
+    for c in MACHINE_COLS:
+        vals = sorted({str(v) for v in df[c].dropna().unique()}) if c in df else []
+        rows.append([c, ", ".join(vals) or "-"])
+    ts = df.timestamp.dropna()
+    if not ts.empty:
+        rows.append(["measured", f"{ts.min():%Y-%m-%d %H:%M} to {ts.max():%Y-%m-%d %H:%M} UTC"])
+    rows.append(["runs", str(df.run_id.nunique())])
+    return ("table", ["", ""], rows)
+
+
+def _devices(df):
+    rows = []
+    for (b, dev), g in df.groupby(["backend", "device"], dropna=False, sort=False):
+        pk = g.dropna(subset=["peak_gbps"])
+        src = pk.peak_source.iloc[0] if not pk.empty else (
+            "none: simulator" if g.simulated.fillna(False).astype(bool).any() else "unknown")
+        rows.append([b, str(dev), _f(pk.peak_gflops.max() if not pk.empty else None, "{:,.0f}"),
+                     _f(pk.peak_gbps.max() if not pk.empty else None, "{:,.0f}"), src,
+                     ", ".join(sorted({str(t) for t in g.timer.dropna()}))])
+    rows.sort(key=lambda r: backend_sort_key(r[0]))
+    return ("table", ["backend", "device", "peak GFLOP/s", "peak GB/s", "peak source", "timer"],
+            rows)
+
+
+def _case_table(d):
+    rows = []
+    for k in shape_order(d):
+        for _, r in d[d.shape_key == k].sort_values(
+                "backend", key=lambda s: s.map(backend_sort_key)).iterrows():
+            be = r.backend + (" (sim)" if r.simulated else "")
+            if r.status != "ok":
+                rows.append([r.shape_label, be, "-", "-", "-", "-", "-", _f(r.max_err, "{:.1e}"),
+                             f"{r.status}: {r.error}"])
+                continue
+            note = f"unstable ({r.unstable_reason})" if r.unstable else ""
+            rows.append([r.shape_label, be, _f(r.median_ms, "{:.4g}"),
+                         f"{_f(r.p10_ms)} - {_f(r.p90_ms)}", _f(r.value, "{:,.1f}"),
+                         _f(r.pct_peak, "{:.0f}%"), _f(r.speedup_vs_cpu, "{:.2f}x"),
+                         _f(r.max_err, "{:.1e}"), note])
+    unit = d.unit.dropna().iloc[0] if d.unit.notna().any() else "throughput"
+    return ("table", ["shape", "backend", "median ms", "p10 - p90 ms", unit, "% peak",
+                      "vs cpu", "max err", "note"], rows)
+
+
+def build(df, out, cmp=None, title="mpskern benchmark report"):
+    """Write the report for results DataFrame `df` (all rows; the latest per case is
+    shown) and optional comparison `cmp` into folder `out`. Returns the index.html path."""
+    figdir = os.path.join(out, "figures")
+    os.makedirs(figdir, exist_ok=True)
+    df = with_throughput(latest(df))
+    now = datetime.datetime.now(datetime.timezone.utc)
+    blocks = [("h1", title), ("p", f"Generated {now:%Y-%m-%d %H:%M} UTC from {len(df)} cases.")]
+    if df.simulated.fillna(False).astype(bool).any():
+        blocks.append(("warn", "Rows marked sim ran mpskern's Metal kernels in the CPU simulator. "
+                       "Their times measure CPU emulation and say nothing about GPU speed; they "
+                       "are here to show the kernels run and pass the check."))
+    blocks += [("h2", "Machine"), _machine(df), ("h3", "Devices and peaks"), _devices(df)]
+    blocks.append(("p", "Times are per call: median and p10-p90 of at least 10 samples (each "
+                        "sample a calibrated loop of >= 1 ms) after a warm-up; every case was "
+                        "checked against a float64 reference before timing. Throughput uses "
+                        "mpskern.costs' FLOP and compulsory byte counts."))
+    if cmp is not None:
+        blocks += _compare_blocks(cmp, figdir)
+    for op in sorted(df.op.unique()):
+        blocks.append(("h2", op))
+        for dt in sorted(df[df.op == op].dtype.unique()):
+            d = df[(df.op == op) & (df.dtype == dt)]
+            blocks.append(("h3", f"{op} {dt}"))
+            for kind, fn in (("throughput", figures.throughput), ("speedup", figures.speedup)):
+                name = f"{_slug(op)}-{dt}-{kind}.png"
+                if fn(df, op, dt, os.path.join(figdir, name)):
+                    blocks.append(("img", f"figures/{name}", f"{op} {dt} {kind}"))
+            blocks.append(_case_table(d))
+    blocks.append(("h2", "Roofline"))
+    devs = df[df.peak_gbps.notna() & ~df.simulated.fillna(False).astype(bool)].device.dropna().unique()
+    if len(devs) == 0:
+        blocks.append(("p", "No device with a known peak in these results (the simulator has "
+                            "none), so no roofline."))
+    for dev in sorted(devs):
+        name = f"roofline-{_slug(dev)}.png"
+        if figures.roofline(df, dev, os.path.join(figdir, name)):
+            blocks.append(("img", f"figures/{name}", f"roofline {dev}"))
+    blocks.append(("p", "Roofs: min(peak FLOP/s, intensity x peak bandwidth). Intensity counts "
+                        "compulsory traffic only, so memory-bound points sit at or below the "
+                        "bandwidth roof. Simulator rows are left out."))
+    index = os.path.join(out, "index.html")
+    with open(index, "w", encoding="utf-8") as f:
+        f.write(to_html(blocks, title))
+    with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
+        f.write(to_markdown(blocks))
+    return index
+
+
+def _compare_blocks(cmp, figdir):
+    reg = regressions(cmp)
+    b = [("h2", "Comparison with the old results"),
+         ("p", f"{len(reg)} regression(s) beyond noise, "
+               f"{int((cmp.verdict == 'improvement').sum())} improvement(s), "
+               f"{int((cmp.verdict == 'same').sum())} within noise. A regression is a median "
+               "more than 5 % slower whose p10-p90 range does not overlap the old one, or a "
+               "case that passed its check before and fails now.")]
+    if reg.shape[0]:
+        b.append(("warn", "Regressions: " + "; ".join(reg.case)))
+    if figures.comparison(cmp, os.path.join(figdir, "comparison.png")):
+        b.append(("img", "figures/comparison.png", "comparison"))
+    rows = [[r.case, _f(r.old_ms, "{:.4g}"), _f(r.new_ms, "{:.4g}"), _f(r.ratio, "{:.3f}"),
+             r.verdict] for r in cmp.sort_values("ratio", ascending=False).itertuples()]
+    b.append(("table", ["case", "old median ms", "new median ms", "new / old", "verdict"], rows))
+    return b
+
+
+_CSS = """body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1200px;
+margin:2em auto;padding:0 1em;color:#222}table{border-collapse:collapse;margin:.6em 0 1.4em;
+font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#f3f3f3}td{font-variant-numeric:tabular-nums}img{max-width:100%;margin:.4em 0}
+.warn{background:#fff4e0;border-left:4px solid #f0a020;padding:.6em 1em}h2{margin-top:1.8em;
+border-bottom:1px solid #ddd}"""
+
+
+def to_html(blocks, title):
+    e = html.escape
+    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
+           f"<style>{_CSS}</style></head><body>"]
+    for b in blocks:
+        k = b[0]
+        if k in ("h1", "h2", "h3"):
+            out.append(f"<{k} id='{_slug(b[1])}'>{e(b[1])}</{k}>")
+        elif k == "p":
+            out.append(f"<p>{e(b[1])}</p>")
+        elif k == "warn":
+            out.append(f"<p class='warn'>{e(b[1])}</p>")
+        elif k == "img":
+            out.append(f"<img src='{e(b[1])}' alt='{e(b[2])}'>")
+        elif k == "table":
+            head = "".join(f"<th>{e(str(h))}</th>" for h in b[1])
+            body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>"
+                           for r in b[2])
+            out.append(f"<table><tr>{head}</tr>{body}</table>")
+    out.append("</body></html>\n")
+    return "\n".join(out)
+
+
+def _md_cell(c):
+    return str(c).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(blocks):
+    out = []
+    for b in blocks:
+        k = b[0]
+        if k == "h1":
+            out.append(f"# {b[1]}\n")
+        elif k == "h2":
+            out.append(f"## {b[1]}\n")
+        elif k == "h3":
+            out.append(f"### {b[1]}\n")
+        elif k == "p":
+            out.append(f"{b[1]}\n")
+        elif k == "warn":
+            out.append(f"> **Note:** {b[1]}\n")
+        elif k == "img":
+            out.append(f"![{b[2]}]({b[1]})\n")
+        elif k == "table":
+            hdr = [h or " " for h in b[1]]
+            out.append("| " + " | ".join(map(_md_cell, hdr)) + " |")
+            out.append("|" + "---|" * len(hdr))
+            out += ["| " + " | ".join(map(_md_cell, r)) + " |" for r in b[2]]
+            out.append("")
+    return "\n".join(out)

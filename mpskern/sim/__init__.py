@@ -1,0 +1,31 @@
+"""The simulator's Python half: MSL -> C++ front-end (frontend.py), host compiler and
+compile cache (compiler.py). The runtime that runs the built libraries is C++ in
+objc/sim/ (inside mpskern._native). See docs/simulator.md.
+
+    build_library(source, macros, check=False, origin=None) -> path of a shared object
+"""
+from mpskern.sim.compiler import available, build, cache_dir  # noqa: F401
+
+
+def build_library(source, macros=None, check=False, origin=None):
+    """Compile MSL `source` (project headers already inlined, #line directives kept) with
+    preprocessor `macros` into a kernel library for the simulator; returns its path.
+    check=True instruments memory accesses for the checking mode. `origin` names the
+    .metal file for messages when the source has no #line directive. Cached on disk."""
+    return build(source, macros or {}, check=check, origin=origin)
+
+
+def configure(**options):
+    """Set the simulator device's options (mpskern._native.Device.set_sim_options keywords:
+    order="forward"|"reverse"|"random", seed, workers, family, max_threadgroup_memory,
+    max_threads_per_threadgroup; check_mode is per call, see metal_kernel). Options not
+    given keep their current values; returns the options now in force."""
+    from mpskern import backends
+    be = backends.get("sim")
+    opts = dict(getattr(be, "sim_options", {}))
+    opts.update(options)
+    opts.pop("check_mode", None)
+    with be._lock:
+        be.device.set_sim_options(**opts)
+        be.sim_options = opts
+    return dict(opts)

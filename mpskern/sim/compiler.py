@@ -1,0 +1,183 @@
+"""The host C++ compiler for the simulator: find it, preprocess MSL, build a kernel
+library (a shared object), cache the result.
+
+Cache: <cache dir>/sim/<key>.so where key hashes the source, the macros, the check flag,
+the compiler (path and version), the flags, the front-end version and the contents of
+the compatibility headers; so editing a header or switching compilers rebuilds. The cache
+dir is $MPSKERN_CACHE_DIR, else $XDG_CACHE_HOME/mpskern, else ~/.cache/mpskern
+(~/Library/Caches/mpskern on macOS).
+"""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from functools import lru_cache
+
+from mpskern._errors import KernelCompileError
+from mpskern.paths import SIM_INCLUDE_DIR
+from mpskern.sim import frontend
+
+# MSL the simulator claims to be (kernels may test __METAL_VERSION__), and a marker.
+PRE_DEFINES = ["-D__METAL_VERSION__=310", "-D__MPSKERN_SIM__=1", "-D__HAVE_SIMDGROUP_MATRIX__=1"]
+CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-fno-math-errno", "-fvisibility=hidden",
+             "-w"]
+CHECK_FLAGS = ["-g", "-fsanitize=thread"]
+_lock = threading.Lock()
+_built = {}
+
+
+def cache_dir():
+    d = os.environ.get("MPSKERN_CACHE_DIR")
+    if not d:
+        if sys.platform == "darwin":
+            d = os.path.join(os.path.expanduser("~"), "Library", "Caches", "mpskern")
+        else:
+            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            d = os.path.join(base, "mpskern")
+    return d
+
+
+@lru_cache(maxsize=None)
+def compiler():
+    """(path, version line) of the host C++ compiler: $CXX, else clang++, g++, c++."""
+    cands = [os.environ["CXX"]] if os.environ.get("CXX") else ["clang++", "g++", "c++"]
+    for c in cands:
+        path = shutil.which(c)
+        if path:
+            try:
+                ver = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                     timeout=30).stdout.splitlines()[0]
+            except (OSError, subprocess.SubprocessError, IndexError):
+                continue
+            return path, ver
+    return None, None
+
+
+def available():
+    """(ok, why): whether a host C++ compiler exists."""
+    path, ver = compiler()
+    if path is None:
+        return False, "the simulator needs a C++17 compiler (clang++ or g++; or set CXX)"
+    return True, ver
+
+
+@lru_cache(maxsize=None)
+def _headers_hash():
+    h = hashlib.sha256()
+    files = [os.path.join(SIM_INCLUDE_DIR, n) for n in sorted(os.listdir(SIM_INCLUDE_DIR))]
+    files.append(frontend.__file__)   # the translation is part of the build
+    for p in files:
+        name = os.path.basename(p)
+        if os.path.isfile(p):
+            h.update(name.encode())
+            with open(p, "rb") as f:
+                h.update(f.read())
+    return h.hexdigest()
+
+
+def _stub_dir():
+    """Empty stand-ins for <metal_*> headers: the first preprocessing pass must expand the
+    kernel's own macros without pulling the compatibility headers into its output."""
+    d = os.path.join(cache_dir(), "sim", "stubs-" + _headers_hash()[:12])
+    if not os.path.isdir(d):
+        os.makedirs(d + ".tmp%d" % os.getpid(), exist_ok=True)
+        tmp = d + ".tmp%d" % os.getpid()
+        for name in os.listdir(SIM_INCLUDE_DIR):
+            if name.startswith("metal_"):
+                open(os.path.join(tmp, name), "w").close()
+        try:
+            os.rename(tmp, d)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return d
+
+
+def _run(cmd, stdin=None, what="compile"):
+    try:
+        r = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
+    except OSError as e:
+        raise KernelCompileError(f"simulator: cannot run {cmd[0]}: {e}") from None
+    return r
+
+
+def _log(stderr, limit=60):
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... ({len(lines) - limit} more lines)"]
+    return "\n".join(lines)
+
+
+def preprocess(source, macros):
+    cxx, _ = compiler()
+    defs = [f"-D{k}={v}" for k, v in macros.items()]
+    cmd = [cxx, "-E", "-x", "c++", "-std=c++17", "-I", _stub_dir()] + PRE_DEFINES + defs + ["-"]
+    r = _run(cmd, stdin=source)
+    if r.returncode != 0:
+        raise KernelCompileError("simulator: preprocessing failed:\n" + _log(r.stderr))
+    return r.stdout
+
+
+def key_of(source, macros, check):
+    cxx, ver = compiler()
+    h = hashlib.sha256()
+    for part in (source, repr(sorted(macros.items())), str(bool(check)), cxx, ver,
+                 repr(CXX_FLAGS + (CHECK_FLAGS if check else [])), str(frontend.FRONTEND_VERSION),
+                 _headers_hash()):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:40]
+
+
+def build(source, macros, check=False, origin=None):
+    """Path of the shared object for MSL `source` with `macros` (dict NAME -> value)."""
+    ok, why = available()
+    if not ok:
+        raise KernelCompileError("simulator: " + why)
+    if not source.lstrip().startswith("#line") and not source.lstrip().startswith("# "):
+        source = f'#line 1 "{origin or "kernel.metal"}"\n' + source
+    macros = {str(k): str(v) for k, v in (macros or {}).items()}
+    key = key_of(source, macros, check)
+    out = os.path.join(cache_dir(), "sim", key + ".so")
+    if key in _built or os.path.exists(out):
+        _built[key] = out
+        return out
+    pre = preprocess(source, macros)
+    try:
+        tr = frontend.translate(pre, checked=check)
+    except frontend.TranslateError as e:
+        raise KernelCompileError(f"simulator: {e}") from None
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    cxx, _ = compiler()
+    fd, tmp_cc = tempfile.mkstemp(suffix=".cc", prefix=key[:12] + "-", dir=os.path.dirname(out))
+    with os.fdopen(fd, "w") as f:
+        f.write(tr.text)
+    tmp_so = tmp_cc[:-3] + ".so"
+    cmd = [cxx] + CXX_FLAGS + (CHECK_FLAGS if check else []) + ["-I", SIM_INCLUDE_DIR, tmp_cc,
+                                                                 "-o", tmp_so]
+    if check:
+        # instrument, but do not link libtsan: the library defines the hooks itself
+        obj = tmp_cc[:-3] + ".o"
+        r = _run([cxx] + [f for f in CXX_FLAGS if f != "-shared"] + CHECK_FLAGS +
+                 ["-c", "-I", SIM_INCLUDE_DIR, tmp_cc, "-o", obj])
+        if r.returncode == 0:
+            r = _run([cxx, "-shared", obj, "-o", tmp_so, "-lm"])
+        if os.path.exists(obj):
+            os.unlink(obj)
+    else:
+        r = _run(cmd + ["-lm"])
+    if r.returncode != 0:
+        keep = os.environ.get("MPSKERN_SIM_KEEP")
+        if not keep:
+            os.unlink(tmp_cc)
+        raise KernelCompileError("simulator: the kernel source does not compile:\n" +
+                                 _log(r.stderr) + (f"\n(generated C++: {tmp_cc})" if keep else ""))
+    if os.environ.get("MPSKERN_SIM_KEEP"):
+        os.replace(tmp_cc, out[:-3] + ".cc")
+    else:
+        os.unlink(tmp_cc)
+    os.replace(tmp_so, out)
+    _built[key] = out
+    return out

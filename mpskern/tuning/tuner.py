@@ -1,0 +1,168 @@
+"""Tune one op at one shape on a GPU backend and store the winner (what `mpskern tune`
+does; the CLI only formats).
+
+1. Run the op once through the public API, recording the lookups its encoder makes: that
+   gives the database key (op key, dtype, shape key) the dispatch really uses, the space's
+   rules for this device, and the rule-based default.
+2. Search the op's configuration space (mpskern/tuning/spaces.py), each candidate pinned
+   with lookup.forced() and run through the same public call, timed by the backend
+   (Metal: GPU timestamps; sim: the simulator's CPU time), checked against float64.
+3. Store the fastest correct configuration in the user database for this device.
+"""
+import time
+from dataclasses import dataclass
+
+from mpskern.tuning import db as _db
+from mpskern.tuning import lookup, problems
+from mpskern.tuning import search as _search
+
+TUNABLE_BACKENDS = ("metal", "sim")
+
+
+@dataclass
+class TuneResult:
+    problem: problems.Problem
+    key: lookup.Choice            # the untuned lookup: op key, dtype, shape key, default
+    result: _search.SearchResult
+    device: dict
+    backend: str
+    entry: _db.Entry = None       # what was stored (None: nothing correct, or save=False)
+    path: str = None
+
+
+def gpu_backend(name):
+    if name not in TUNABLE_BACKENDS:
+        raise ValueError(f"--backend {name!r}: tuning times mpskern's own Metal kernels; use "
+                         f"metal (a Mac) or sim (the simulator, anywhere)")
+    from mpskern import backends
+    return backends.get(name)
+
+
+def key_of(problem, backend):
+    """The lookup the op's encoder makes for `problem` on `backend` (runs it once)."""
+    with lookup.recording() as seen:
+        problem.call(backend)
+    if not seen:
+        raise ValueError(f"{problem.op} on backend {backend!r} looked up no tuned "
+                         f"configuration: its kernels have no tunable space")
+    return seen[0]
+
+
+def untuned(key, device):
+    """The Choice a dispatch makes without the user database: the family or generic
+    default, the baseline a tuned configuration must beat."""
+    return lookup.choose(key.op, key.dtype, key.shape, device, generic=key.generic,
+                         valid=key.valid, user_db=_db.Database(""))
+
+
+def candidates_for(key, device, seed=0):
+    """The space's configurations valid for this device and problem, in the order the
+    search tries them: the packaged defaults of every family and the shipped rule-based
+    configurations first (known-good starting points), then the rest shuffled (random
+    order is a robust baseline when the budget cannot cover the space), leaving out tiles
+    far larger than the problem when smaller ones exist."""
+    import random
+    try:
+        from mpskern.tuning import spaces
+    except ImportError as e:
+        raise ValueError(f"no configuration spaces in this build ({e})") from None
+    cands = [dict(c) for c in spaces.candidates(key.op, device)]
+    if key.valid is not None:
+        cands = [c for c in cands if lookup._reason(key.valid, c) is None]
+    cands = [c for c in cands if not _oversized(c, key.shape)] or cands
+    known = [e.config for fam in (7, 8, 9, 10)
+             for e in _db.family_defaults(fam).for_op(key.op, key.dtype)]
+    shipped = getattr(spaces, "shipped", None)
+    known += shipped(key.op) if shipped else []
+    seeded = []
+    for c in known:
+        if c in cands and c not in seeded:
+            seeded.append(dict(c))
+    rest = [c for c in cands if c not in seeded]
+    random.Random(seed).shuffle(rest)
+    return seeded + _split_k_variants(spaces.space(key.op), seeded, key.shape) + rest
+
+
+def _split_k_variants(space, configs, shape):
+    """For a long K with few output tiles, the seeded tiles again with each split of K
+    (a dispatch-time parameter: spaces.split_k() otherwise decides by rule)."""
+    splits = space.runtime.get("split_k", ())
+    if not splits or len(shape) != 4:
+        return []
+    batch, M, N, K = shape
+    out = []
+    for c in configs:
+        tiles = batch * -(-M // c["BM"]) * -(-N // c["BN"])
+        if tiles >= 16:
+            continue
+        out += [dict(c, split_k=s) for s in splits if s > 1 and K // s >= 128]
+    return out
+
+
+def _oversized(cfg, shape):
+    """A BM x BN tile more than twice the padded problem's M or N (GEMM-shaped keys
+    (batch, M, N, K)) only adds idle threads."""
+    if len(shape) != 4 or "BM" not in cfg or "BN" not in cfg:
+        return False
+    _, M, N, _ = shape
+    return cfg["BM"] > max(16, 2 * M) or cfg["BN"] > max(16, 2 * N)
+
+
+def timed_run(problem, backend_obj, op_key):
+    """run(config) for search(): the public call with `config` pinned, and its time."""
+    def run(config):
+        with lookup.forced(op_key, config):
+            t0 = time.perf_counter()
+            out = problem.call(backend_obj.name)
+            wall = (time.perf_counter() - t0) * 1e3
+        t = backend_obj.last_timing
+        ms = t[0] if t and t[0] and t[0] > 0 else wall
+        return out, ms
+    return run
+
+
+def tune(op, shape=None, dtype="float32", backend="metal", budget_s=30.0, *, reps=5,
+         save=True, db_path=None, candidates=None, progress=None, seed=0, **options):
+    """Tune `op` (a problems.OPS name) at `shape` (its shape form; default per backend).
+    `candidates` replaces the space's list (tests keep it tiny)."""
+    be = gpu_backend(backend)
+    shape = tuple(shape) if shape else problems.default_shape(op, backend)
+    prob = problems.make(op, shape, dtype, seed=seed, **options)
+    device = be.info
+    key = key_of(prob, backend)
+    default = untuned(key, device)
+    cands = [dict(c) for c in candidates] if candidates is not None else candidates_for(key, device)
+    res = _search.search(cands, timed_run(prob, be, key.op), prob.check, default=default.config,
+                         valid=key.valid, budget_s=budget_s, reps=reps, progress=progress,
+                         label=f"{op} {'x'.join(map(str, shape))}")
+    out = TuneResult(prob, key, res, device, backend)
+    if res.best is not None:
+        out.entry = entry_for(key, device, res, budget_s)
+        if save:
+            out.path = _db.save([out.entry], db_path)
+    return out
+
+
+def entry_for(key, device, res, budget_s):
+    from mpskern import __version__
+    d = res.default
+    return _db.Entry(
+        op=key.op, dtype=key.dtype, config=dict(res.best.config), device=device.get("name", ""),
+        architecture=device.get("architecture", ""), family=_db.family_name(device.get("family")),
+        backend=_db.backend_of(device), shape=tuple(key.shape), bucket=_db.bucket_of(key.shape),
+        time_ms=res.best.median_ms,
+        default_time_ms=d.median_ms if d is not None and d.status == _search.OK else None,
+        provenance={"source": "mpskern tune", "measured": True, "mpskern": __version__,
+                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "timer": "simulator CPU time" if device.get("is_simulator")
+                    else "GPU timestamps",
+                    "budget_s": budget_s, "candidates": len(res.trials),
+                    "timed": sum(1 for t in res.trials if t.times_ms),
+                    "samples": len(res.best.times_ms)})
+
+
+def show(op, shape=None, dtype="float32", backend="metal", seed=0, **options):
+    """The Choice a call of `op` at `shape` makes on `backend` (runs it once)."""
+    gpu_backend(backend)
+    shape = tuple(shape) if shape else problems.default_shape(op, backend)
+    return key_of(problems.make(op, shape, dtype, seed=seed, **options), backend)

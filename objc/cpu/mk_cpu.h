@@ -1,0 +1,63 @@
+// mk_cpu.h: what the CPU kernels (objc/cpu/*.c) share: the thread pool, float16 storage,
+// scratch memory, the BLAS entry point and argument checks. Not part of the public ABI.
+#ifndef MK_CPU_H
+#define MK_CPU_H
+#include <stddef.h>
+#include <stdint.h>
+#include "mpskern.h"
+
+// float16 is storage only: kernels convert rows/blocks to float32 and accumulate there.
+typedef _Float16 mk_half;
+
+/* ---- thread pool (mk_cpu_threads.c) */
+// fn(ctx, begin, end) is called on disjoint sub-ranges covering [0, n), from the pool's
+// workers and the calling thread. Ranges hold at least `grain` items (except the last).
+// Runs inline when n <= grain, when one thread is configured, or when the pool is busy
+// (a nested call or a call from another application thread): always correct, never a deadlock.
+typedef void (*mk_range_fn)(void *ctx, long begin, long end);
+void mk_parallel_for(long n, long grain, mk_range_fn fn, void *ctx);
+int mk_cpu_threads(void);             // effective thread count (>= 1)
+
+/* ---- float16 <-> float32 blocks (mk_cpu_convert.c) */
+void mk_h2f(const mk_half *src, float *dst, long n);
+void mk_f2h(const float *src, mk_half *dst, long n);
+// Parallel versions for large blocks.
+void mk_h2f_par(const mk_half *src, float *dst, long n);
+void mk_f2h_par(const float *src, mk_half *dst, long n);
+
+/* ---- scratch memory: 64-byte aligned; NULL on failure */
+void *mk_alloc(size_t bytes);
+void mk_free(void *p);
+
+/* ---- BLAS (mk_cpu_blas.c): row-major single-precision GEMM,
+   out = alpha * op(A) @ op(B) + beta * out; K >= 1 and valid leading dims. */
+void mk_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+              int lda, const float *B, int ldb, float beta, float *C, int ldc);
+// The same, cut into panels over our thread pool (BLAS itself runs single-threaded).
+void mk_sgemm_par(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                  int lda, const float *B, int ldb, float beta, float *C, int ldc);
+void mk_blas_set_threads(int n);
+
+/* ---- x86-64: hot loops are compiled for AVX-512, AVX2+FMA+F16C and the baseline, and the
+   loader picks one (GCC's function multiversioning; the build stays portable, no
+   -march=native). Elsewhere (arm64: NEON is the baseline) a plain function. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define MK_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MK_MULTIVERSION
+#endif
+
+/* ---- helpers */
+#define MK_CHECK_DTYPE(d) do { if ((d) != MK_F32 && (d) != MK_F16) \
+    return mk_set_error(MK_ERR_INVALID, "%s: dtype %d is not MK_F32 (0) or MK_F16 (1)", \
+                        __func__, (int)(d)); } while (0)
+#define MK_CHECK_PTR(p) do { if (!(p)) \
+    return mk_set_error(MK_ERR_INVALID, "%s: %s is NULL", __func__, #p); } while (0)
+#define MK_CHECK_NONNEG(v) do { if ((v) < 0) \
+    return mk_set_error(MK_ERR_INVALID, "%s: %s = %d must be >= 0", __func__, #v, (int)(v)); } while (0)
+#define MK_CHECK_POS(v) do { if ((v) <= 0) \
+    return mk_set_error(MK_ERR_INVALID, "%s: %s = %d must be > 0", __func__, #v, (int)(v)); } while (0)
+
+static inline size_t mk_dsize(int dtype) { return dtype == MK_F16 ? 2 : 4; }
+
+#endif

@@ -1,0 +1,253 @@
+// mk_cpu_conv2d.c: NCHW conv2d, weight (K, C/groups, R, S), per-channel float32 bias.
+//   depthwise (C/groups == 1, groups > 1): direct, one output plane per task
+//   1x1, stride 1, no padding:           GEMM on the input as it is
+//   otherwise:                           im2col of a block of output rows + GEMM
+// float16: the image and the weights are converted to float32 (float32 accumulation).
+#include "mk_cpu.h"
+#include <string.h>
+
+#define COL_BLOCK_FLOATS (1 << 18)   // im2col block (1 MiB): stays in L2 for the GEMM
+
+// im2col of output rows [p0, p0+rows) for `cn` input channels. x holds input rows
+// [ih0, ...) of each channel, channel after channel `cstride` floats apart; rows outside
+// [0, H) are padding. col: (cn*R*S, rows*Q), rows (c, r, s), columns output pixels.
+static void im2col(const mk_conv2d_args *a, const float *x, long cstride, int ih0, int cn,
+                   int p0, int rows, float *col) {
+    int RS = a->R * a->S, Q = a->Q, W = a->W;
+    long ncol = (long)rows * Q;
+    for (long row = 0; row < (long)cn * RS; row++) {
+        int c = (int)(row / RS), r = (int)(row % RS) / a->S, s = (int)(row % a->S);
+        float *dst = col + row * ncol;
+        int off_w = s * a->dil_w - a->pad_w;
+        // output columns q whose input column q*stride_w + off_w lies in [0, W)
+        int q_lo = off_w >= 0 ? 0 : (-off_w + a->stride_w - 1) / a->stride_w;
+        int q_hi = W - off_w <= 0 ? 0 : (W - off_w - 1) / a->stride_w + 1;
+        if (q_hi > Q) q_hi = Q;
+        if (q_lo > q_hi) q_lo = q_hi;
+        for (int p = p0; p < p0 + rows; p++, dst += Q) {
+            int ih = p * a->stride_h - a->pad_h + r * a->dil_h;
+            if (ih < 0 || ih >= a->H) { memset(dst, 0, (size_t)Q * 4); continue; }
+            const float *xr = x + c * cstride + (long)(ih - ih0) * W + off_w;
+            for (int q = 0; q < q_lo; q++) dst[q] = 0.0f;
+            if (a->stride_w == 1) memcpy(dst + q_lo, xr + q_lo, (size_t)(q_hi - q_lo) * 4);
+            else for (int q = q_lo; q < q_hi; q++) dst[q] = xr[(long)q * a->stride_w];
+            for (int q = q_hi; q < Q; q++) dst[q] = 0.0f;
+        }
+    }
+}
+
+typedef struct {
+    const mk_conv2d_args *a;
+    int dtype, pointwise;
+    const void *x;
+    const float *w;          // float32 weights (converted up front for float16)
+    const float *bias;
+    void *y;
+    int rows, nblocks;       // output rows per task, tasks per (image, group)
+    long col_floats, slab_floats, out_floats;
+    int failed;
+} gemm_conv_ctx;
+
+// one task: image n, group g, output rows [p0, p0+rows): im2col + single-threaded GEMM
+static void conv_task(gemm_conv_ctx *t, long task, float *col, float *slab, float *ys) {
+    const mk_conv2d_args *a = t->a;
+    int G = a->groups, Cg = a->C / G, Kg = a->K / G;
+    int CRS = Cg * a->R * a->S, Q = a->Q;
+    long PQ = (long)a->P * Q, HW = (long)a->H * a->W;
+    long blk = task % t->nblocks, ng = task / t->nblocks;
+    int g = (int)(ng % G);
+    long n = ng / G;
+    int p0 = (int)blk * t->rows, rows = a->P - p0 < t->rows ? a->P - p0 : t->rows;
+    int ncol = rows * Q;
+    long xoff = (n * a->C + (long)g * Cg) * HW;          // first channel of the group
+    const float *B;
+    int ldb;
+    if (t->dtype == MK_F32) {
+        const float *xg = (const float *)t->x + xoff;
+        if (t->pointwise) { B = xg + (long)p0 * Q; ldb = (int)HW; }
+        else { im2col(a, xg, HW, 0, Cg, p0, rows, col); B = col; ldb = ncol; }
+    } else {
+        // convert the input rows this block reads (all channels of the group) to float32
+        int lo = p0 * a->stride_h - a->pad_h;
+        int hi = (p0 + rows - 1) * a->stride_h - a->pad_h + (a->R - 1) * a->dil_h + 1;
+        if (lo < 0) lo = 0;
+        if (hi > a->H) hi = a->H;
+        long srows = hi > lo ? hi - lo : 0;
+        for (int c = 0; c < Cg; c++)
+            mk_h2f((const mk_half *)t->x + xoff + c * HW + (long)lo * a->W,
+                   slab + c * srows * a->W, srows * a->W);
+        if (t->pointwise) { B = slab; ldb = ncol; }
+        else { im2col(a, slab, srows * a->W, lo, Cg, p0, rows, col); B = col; ldb = ncol; }
+    }
+    const float *wg = t->w + (long)g * Kg * CRS;
+    float *yo;
+    int ldy;
+    if (t->dtype == MK_F32) { yo = (float *)t->y + (n * a->K + (long)g * Kg) * PQ + (long)p0 * Q; ldy = (int)PQ; }
+    else { yo = ys; ldy = ncol; }
+    mk_sgemm(0, 0, Kg, ncol, CRS, 1.0f, wg, CRS, B, ldb, 0.0f, yo, ldy);
+    for (int k = 0; k < Kg; k++) {
+        float *row = yo + (long)k * ldy;
+        if (t->bias) {
+            float v = t->bias[g * Kg + k];
+            for (int i = 0; i < ncol; i++) row[i] += v;
+        }
+        if (t->dtype == MK_F16)
+            mk_f2h(row, (mk_half *)t->y + (n * a->K + (long)g * Kg + k) * PQ + (long)p0 * Q, ncol);
+    }
+}
+
+static void conv_range(void *vc, long b, long e) {
+    gemm_conv_ctx *t = vc;
+    float *col = t->col_floats ? mk_alloc((size_t)t->col_floats * 4) : NULL;
+    float *slab = t->slab_floats ? mk_alloc((size_t)t->slab_floats * 4) : NULL;
+    float *ys = t->out_floats ? mk_alloc((size_t)t->out_floats * 4) : NULL;
+    if ((t->col_floats && !col) || (t->slab_floats && !slab) || (t->out_floats && !ys))
+        t->failed = 1;
+    else
+        for (long i = b; i < e; i++) conv_task(t, i, col, slab, ys);
+    mk_free(col); mk_free(slab); mk_free(ys);
+}
+
+/* ---- depthwise: each output channel k reads input channel k / (K/groups) */
+typedef struct {
+    const mk_conv2d_args *a;
+    int dtype;
+    const void *x, *w;
+    const float *bias;
+    void *y;
+    int failed;
+} dw_ctx;
+
+MK_MULTIVERSION static void dw_plane(const mk_conv2d_args *a, const float *xp, const float *wk, float bias,
+                     float *yp) {
+    int Q = a->Q, W = a->W, sw = a->stride_w;
+    for (int p = 0; p < a->P; p++) {
+        float *yr = yp + (long)p * Q;
+        for (int q = 0; q < Q; q++) yr[q] = bias;
+        for (int r = 0; r < a->R; r++) {
+            int ih = p * a->stride_h - a->pad_h + r * a->dil_h;
+            if (ih < 0 || ih >= a->H) continue;
+            for (int s = 0; s < a->S; s++) {
+                int off_w = s * a->dil_w - a->pad_w;
+                int q_lo = off_w >= 0 ? 0 : (-off_w + sw - 1) / sw;
+                int q_hi = W - off_w <= 0 ? 0 : (W - off_w - 1) / sw + 1;
+                if (q_hi > Q) q_hi = Q;
+                float wv = wk[r * a->S + s];
+                const float *xr = xp + (long)ih * W + off_w;
+                if (sw == 1) for (int q = q_lo; q < q_hi; q++) yr[q] += wv * xr[q];
+                else for (int q = q_lo; q < q_hi; q++) yr[q] += wv * xr[(long)q * sw];
+            }
+        }
+    }
+}
+
+static void dw_range(void *vc, long b, long e) {
+    dw_ctx *t = vc;
+    const mk_conv2d_args *a = t->a;
+    int mult = a->K / a->groups, RS = a->R * a->S;
+    long HW = (long)a->H * a->W, PQ = (long)a->P * a->Q;
+    float *xs = NULL, *ys = NULL, wf[64];
+    float *wk = RS <= 64 ? wf : NULL;
+    if (t->dtype == MK_F16) {
+        xs = mk_alloc((size_t)HW * 4);
+        ys = mk_alloc((size_t)PQ * 4);
+        if (!wk) wk = mk_alloc((size_t)RS * 4);
+        if (!xs || !ys || !wk) { t->failed = 1; goto done; }
+    }
+    for (long i = b; i < e; i++) {
+        long n = i / a->K;
+        int k = (int)(i % a->K), c = k / mult;
+        float bias = t->bias ? t->bias[k] : 0.0f;
+        if (t->dtype == MK_F32) {
+            dw_plane(a, (const float *)t->x + (n * a->C + c) * HW,
+                     (const float *)t->w + (long)k * RS, bias, (float *)t->y + i * PQ);
+        } else {
+            mk_h2f((const mk_half *)t->x + (n * a->C + c) * HW, xs, HW);
+            mk_h2f((const mk_half *)t->w + (long)k * RS, wk, RS);
+            dw_plane(a, xs, wk, bias, ys);
+            mk_f2h(ys, (mk_half *)t->y + i * PQ, PQ);
+        }
+    }
+done:
+    mk_free(xs); mk_free(ys);
+    if (wk != wf) mk_free(wk);
+}
+
+static mk_status check_args(const mk_conv2d_args *a) {
+    MK_CHECK_NONNEG(a->N); MK_CHECK_NONNEG(a->C); MK_CHECK_NONNEG(a->H); MK_CHECK_NONNEG(a->W);
+    MK_CHECK_NONNEG(a->K); MK_CHECK_POS(a->R); MK_CHECK_POS(a->S);
+    MK_CHECK_NONNEG(a->P); MK_CHECK_NONNEG(a->Q);
+    MK_CHECK_POS(a->stride_h); MK_CHECK_POS(a->stride_w);
+    MK_CHECK_NONNEG(a->pad_h); MK_CHECK_NONNEG(a->pad_w);
+    MK_CHECK_POS(a->dil_h); MK_CHECK_POS(a->dil_w); MK_CHECK_POS(a->groups);
+    if (a->C % a->groups || a->K % a->groups)
+        return mk_set_error(MK_ERR_INVALID, "mk_cpu_conv2d: groups=%d must divide C=%d and K=%d",
+                            a->groups, a->C, a->K);
+    return MK_OK;
+}
+
+mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const void *w,
+                        const float *bias, void *y) {
+    MK_CHECK_PTR(a);
+    MK_CHECK_DTYPE(dtype);
+    mk_status st = check_args(a);
+    if (st) return st;
+    long PQ = (long)a->P * a->Q;
+    if (a->N == 0 || a->K == 0 || PQ == 0) return MK_OK;
+    MK_CHECK_PTR(y);
+    if (a->C > 0) { MK_CHECK_PTR(x); MK_CHECK_PTR(w); }
+    if (a->has_bias) MK_CHECK_PTR(bias); else bias = NULL;
+    int Cg = a->C / a->groups;
+
+    if (Cg == 1 && a->groups > 1) {
+        dw_ctx t = {a, dtype, x, w, bias, y, 0};
+        mk_parallel_for((long)a->N * a->K, 1, dw_range, &t);
+        return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory") : MK_OK;
+    }
+
+    long CRS = (long)Cg * a->R * a->S;
+    int Kg = a->K / a->groups;
+    if (CRS == 0) {              // no input channels: the output is the bias
+        for (long i = 0; i < (long)a->N * a->K; i++) {
+            float v = bias ? bias[i % a->K] : 0.0f;
+            for (long j = 0; j < PQ; j++) {
+                if (dtype == MK_F32) ((float *)y)[i * PQ + j] = v;
+                else ((mk_half *)y)[i * PQ + j] = (mk_half)v;
+            }
+        }
+        return MK_OK;
+    }
+    int pointwise = a->R == 1 && a->S == 1 && a->stride_h == 1 && a->stride_w == 1 &&
+                    a->pad_h == 0 && a->pad_w == 0 && a->P == a->H && a->Q == a->W;
+    // output rows per task: an im2col block of about COL_BLOCK_FLOATS, and at least two
+    // tasks per thread when the batch alone does not give that many
+    long rows = COL_BLOCK_FLOATS / (CRS * a->Q);
+    if (rows < 1) rows = 1;
+    long per_image = (long)a->N * a->groups;
+    long want = 2L * mk_cpu_threads();
+    if (per_image < want) {
+        long split = (want + per_image - 1) / per_image;
+        long r2 = (a->P + split - 1) / split;
+        if (r2 < rows) rows = r2 < 1 ? 1 : r2;
+    }
+    if (rows > a->P) rows = a->P;
+    gemm_conv_ctx t = {a, dtype, pointwise, x, w, bias, y, (int)rows,
+                       (int)((a->P + rows - 1) / rows), 0, 0, 0, 0};
+    long ncol = rows * a->Q;
+    if (!pointwise) t.col_floats = CRS * ncol;
+    float *wf = NULL;
+    if (dtype == MK_F16) {
+        long srows = (rows - 1) * a->stride_h + (long)(a->R - 1) * a->dil_h + 1;
+        if (srows > a->H) srows = a->H;
+        t.slab_floats = (long)Cg * srows * a->W;
+        t.out_floats = (long)Kg * ncol;
+        wf = mk_alloc((size_t)a->K * CRS * 4);
+        if (!wf) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory");
+        mk_h2f(w, wf, (long)a->K * CRS);
+        t.w = wf;
+    }
+    mk_parallel_for(per_image * t.nblocks, 1, conv_range, &t);
+    mk_free(wf);
+    return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory for im2col")
+                    : MK_OK;
+}

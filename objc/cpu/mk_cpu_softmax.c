@@ -1,0 +1,119 @@
+// mk_cpu_softmax.c: softmax / log_softmax of x viewed as (outer, n, inner) along n.
+// Numerically stable: the maximum is subtracted first. Contiguous rows (inner == 1) run
+// three straight passes per row; strided rows (inner > 1) run the same passes over a block
+// of inner columns at a time so that every pass reads contiguous memory.
+#include "mk_cpu.h"
+#include "mk_cpu_vecmath.h"
+#include <math.h>
+
+// one contiguous row: y may alias x
+MK_MULTIVERSION static void softmax_row(const float *x, float *y, long n, int log_mode) {
+    float m = mk_vmax(x, n);   // NaN row -> NaN everywhere
+    if (log_mode) {
+        float c = m + logf(mk_vexp_sum(x, NULL, n, m));
+        for (long i = 0; i < n; i++) y[i] = x[i] - c;
+    } else {
+        float inv = 1.0f / mk_vexp_sum(x, y, n, m);
+        for (long i = 0; i < n; i++) y[i] *= inv;
+    }
+}
+
+// a (n, B) block with row stride ld (float32, in place allowed); m, s: B floats of scratch
+MK_MULTIVERSION static void softmax_cols(const float *x, float *y, long n, long B, long ld, int log_mode,
+                         float *m, float *s) {
+    for (long j = 0; j < B; j++) { m[j] = -INFINITY; s[j] = 0.0f; }
+    for (long i = 0; i < n; i++) {
+        const float *r = x + i * ld;
+        for (long j = 0; j < B; j++) m[j] = (r[j] > m[j] || r[j] != r[j]) ? r[j] : m[j];
+    }
+    for (long i = 0; i < n; i++) {
+        const float *r = x + i * ld;
+        float *o = y + i * ld;
+        if (log_mode) for (long j = 0; j < B; j++) s[j] += mk_expf(r[j] - m[j]);
+        else for (long j = 0; j < B; j++) { float e = mk_expf(r[j] - m[j]); o[j] = e; s[j] += e; }
+    }
+    if (log_mode) {
+        for (long j = 0; j < B; j++) s[j] = m[j] + logf(s[j]);
+        for (long i = 0; i < n; i++)
+            for (long j = 0; j < B; j++) y[i * ld + j] = x[i * ld + j] - s[j];
+    } else {
+        for (long j = 0; j < B; j++) s[j] = 1.0f / s[j];
+        for (long i = 0; i < n; i++)
+            for (long j = 0; j < B; j++) y[i * ld + j] *= s[j];
+    }
+}
+
+typedef struct {
+    const mk_softmax_args *a;
+    int dtype;
+    const void *x;
+    void *y;
+    long block, nblocks;      // strided case: inner columns per task, tasks per outer
+    int failed;
+} sm_ctx;
+
+static void rows_range(void *vc, long b, long e) {
+    sm_ctx *t = vc;
+    long n = t->a->n;
+    if (t->dtype == MK_F32) {
+        for (long i = b; i < e; i++)
+            softmax_row((const float *)t->x + i * n, (float *)t->y + i * n, n, t->a->log);
+        return;
+    }
+    float *buf = mk_alloc((size_t)n * 4);
+    if (!buf) { t->failed = 1; return; }
+    for (long i = b; i < e; i++) {
+        mk_h2f((const mk_half *)t->x + i * n, buf, n);
+        softmax_row(buf, buf, n, t->a->log);
+        mk_f2h(buf, (mk_half *)t->y + i * n, n);
+    }
+    mk_free(buf);
+}
+
+static void cols_range(void *vc, long b, long e) {
+    sm_ctx *t = vc;
+    long n = t->a->n, inner = t->a->inner, B = t->block;
+    int f16 = t->dtype == MK_F16;
+    float *ms = mk_alloc((size_t)2 * B * 4), *buf = f16 ? mk_alloc((size_t)n * B * 4) : NULL;
+    if (!ms || (f16 && !buf)) { t->failed = 1; mk_free(ms); mk_free(buf); return; }
+    for (long task = b; task < e; task++) {
+        long o = task / t->nblocks, j0 = (task % t->nblocks) * B;
+        long w = inner - j0 < B ? inner - j0 : B;
+        long base = o * n * inner + j0;
+        if (!f16) {
+            softmax_cols((const float *)t->x + base, (float *)t->y + base, n, w, inner,
+                         t->a->log, ms, ms + B);
+        } else {
+            for (long i = 0; i < n; i++)
+                mk_h2f((const mk_half *)t->x + base + i * inner, buf + i * w, w);
+            softmax_cols(buf, buf, n, w, w, t->a->log, ms, ms + B);
+            for (long i = 0; i < n; i++)
+                mk_f2h(buf + i * w, (mk_half *)t->y + base + i * inner, w);
+        }
+    }
+    mk_free(ms); mk_free(buf);
+}
+
+mk_status mk_cpu_softmax(const mk_softmax_args *a, int dtype, const void *x, void *y) {
+    MK_CHECK_PTR(a);
+    MK_CHECK_DTYPE(dtype);
+    MK_CHECK_NONNEG(a->outer); MK_CHECK_NONNEG(a->n); MK_CHECK_NONNEG(a->inner);
+    long total = (long)a->outer * a->n * a->inner;
+    if (total == 0) return MK_OK;
+    MK_CHECK_PTR(x); MK_CHECK_PTR(y);
+    sm_ctx t = {a, dtype, x, y, 0, 0, 0};
+    if (a->inner == 1) {
+        long grain = 32768 / a->n;
+        mk_parallel_for(a->outer, grain < 1 ? 1 : grain, rows_range, &t);
+    } else {
+        long B = a->inner < 256 ? a->inner : 256;
+        // float16 staging holds n*B floats: keep it within ~1 MiB when rows are long
+        while (dtype == MK_F16 && B > 16 && (long)a->n * B > (1 << 18)) B /= 2;
+        t.block = B;
+        t.nblocks = (a->inner + B - 1) / B;
+        long work = a->n * B;
+        long grain = 32768 / work;
+        mk_parallel_for((long)a->outer * t.nblocks, grain < 1 ? 1 : grain, cols_range, &t);
+    }
+    return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_softmax: out of memory") : MK_OK;
+}

@@ -1,0 +1,159 @@
+// mk_cpu_threads.c: a small portable pthread pool behind mk_parallel_for (no OpenMP:
+// Apple's clang has none). Workers are created lazily; the calling thread takes part.
+// One job at a time: a caller that finds the pool busy (nested call, or another
+// application thread) runs its range inline, which is always correct.
+#include "mk_cpu.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define MK_MAX_THREADS 256
+
+static pthread_mutex_t g_busy = PTHREAD_MUTEX_INITIALIZER;   // held by the job's caller
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;     // guards the job fields
+static pthread_cond_t g_work = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t g_done = PTHREAD_COND_INITIALIZER;
+static int g_nworkers;                 // workers started (they never exit)
+static unsigned long g_gen;            // job generation
+static unsigned long g_born[MK_MAX_THREADS];   // generation current when worker i was created
+static int g_participants;             // workers 0..g_participants-1 take part
+static atomic_int g_pending;           // participants not finished yet
+static mk_range_fn g_fn;
+static void *g_ctx;
+static long g_n, g_chunk;
+static atomic_long g_next;
+
+static atomic_int g_threads;           // configured count, 0 = not yet read
+
+static int n_cores(void) {
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c < 1 ? 1 : (c > MK_MAX_THREADS ? MK_MAX_THREADS : (int)c);
+}
+
+static int clamp_threads(int n) {
+    if (n <= 0) return n_cores();
+    return n > MK_MAX_THREADS ? MK_MAX_THREADS : n;
+}
+
+int mk_cpu_threads(void) {
+    int t = atomic_load(&g_threads);
+    if (t == 0) {
+        const char *e = getenv("MPSKERN_NUM_THREADS");
+        t = clamp_threads(e ? atoi(e) : 0);
+        int expected = 0;
+        if (atomic_compare_exchange_strong(&g_threads, &expected, t))
+            mk_blas_set_threads(t);
+        else
+            t = expected;
+    }
+    return t;
+}
+
+void mk_cpu_set_num_threads(int n) {
+    int t = clamp_threads(n);
+    atomic_store(&g_threads, t);
+    mk_blas_set_threads(t);
+}
+
+int mk_cpu_get_num_threads(void) { return mk_cpu_threads(); }
+
+static void run_chunks(mk_range_fn fn, void *ctx, long n, long chunk) {
+    for (;;) {
+        long b = atomic_fetch_add(&g_next, chunk);
+        if (b >= n) break;
+        fn(ctx, b, b + chunk < n ? b + chunk : n);
+    }
+}
+
+static void *worker_main(void *arg) {
+    int id = (int)(intptr_t)arg;
+    pthread_mutex_lock(&g_mu);
+    unsigned long seen = g_born[id];   // not g_gen: the job that created us may be posted already
+    for (;;) {
+        while (g_gen == seen) pthread_cond_wait(&g_work, &g_mu);
+        seen = g_gen;
+        if (id >= g_participants) continue;
+        mk_range_fn fn = g_fn;
+        void *ctx = g_ctx;
+        long n = g_n, chunk = g_chunk;
+        pthread_mutex_unlock(&g_mu);
+        run_chunks(fn, ctx, n, chunk);
+        pthread_mutex_lock(&g_mu);
+        if (atomic_fetch_sub(&g_pending, 1) == 1) pthread_cond_signal(&g_done);
+    }
+    return NULL;
+}
+
+// called with g_mu held; returns the number of workers available (may be fewer on failure)
+static int ensure_workers(int want) {
+    while (g_nworkers < want) {
+        pthread_t t;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        g_born[g_nworkers] = g_gen;
+        int rc = pthread_create(&t, &at, worker_main, (void *)(intptr_t)g_nworkers);
+        pthread_attr_destroy(&at);
+        if (rc != 0) break;
+        g_nworkers++;
+    }
+    return g_nworkers < want ? g_nworkers : want;
+}
+
+void mk_parallel_for(long n, long grain, mk_range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    int threads = mk_cpu_threads();
+    long max_parts = (n + grain - 1) / grain;
+    if (threads <= 1 || max_parts <= 1 || pthread_mutex_trylock(&g_busy) != 0) {
+        fn(ctx, 0, n);
+        return;
+    }
+    int nt = max_parts < threads ? (int)max_parts : threads;
+    // a few chunks per thread so a thread slowed by other load does not hold up the rest
+    long parts = (long)nt * 4;
+    long chunk = (n + parts - 1) / parts;
+    if (chunk < grain) chunk = grain;
+
+    pthread_mutex_lock(&g_mu);
+    int workers = ensure_workers(nt - 1);
+    g_fn = fn; g_ctx = ctx; g_n = n; g_chunk = chunk;
+    atomic_store(&g_next, 0);
+    g_participants = workers;
+    atomic_store(&g_pending, workers);
+    g_gen++;
+    pthread_cond_broadcast(&g_work);
+    pthread_mutex_unlock(&g_mu);
+
+    run_chunks(fn, ctx, n, chunk);
+
+    pthread_mutex_lock(&g_mu);
+    while (atomic_load(&g_pending) > 0) pthread_cond_wait(&g_done, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+    pthread_mutex_unlock(&g_busy);
+}
+
+// After fork() only the forking thread exists in the child: start the pool afresh there.
+static void after_fork_child(void) {
+    pthread_mutex_init(&g_busy, NULL);
+    pthread_mutex_init(&g_mu, NULL);
+    pthread_cond_init(&g_work, NULL);
+    pthread_cond_init(&g_done, NULL);
+    g_nworkers = 0;
+    g_participants = 0;
+    atomic_store(&g_pending, 0);
+}
+
+__attribute__((constructor)) static void mk_threads_init(void) {
+    pthread_atfork(NULL, NULL, after_fork_child);
+}
+
+void *mk_alloc(size_t bytes) {
+    void *p = NULL;
+    if (bytes == 0) bytes = 64;
+    if (posix_memalign(&p, 64, (bytes + 63) & ~(size_t)63) != 0) return NULL;
+    return p;
+}
+
+void mk_free(void *p) { free(p); }

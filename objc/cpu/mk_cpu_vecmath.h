@@ -1,0 +1,95 @@
+// mk_cpu_vecmath.h: branch-free float math that the compiler vectorises inside straight
+// loops (libm's expf is a call per element and blocks vectorisation).
+#ifndef MK_CPU_VECMATH_H
+#define MK_CPU_VECMATH_H
+#include <stdint.h>
+#include <string.h>
+
+static inline float mk_bits_to_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+// exp(x) with a few ulp error on [-87.3, 88.37]; 0 below (values under ~1.2e-38 flush to 0),
+// +inf above (exact exp overflows only past 88.72: callers here pass x <= 0), NaN -> NaN.
+// x = n*ln2 + r with |r| <= ln2/2; exp(r) by a degree-6 polynomial; 2^n from the exponent bits.
+static inline float mk_expf(float x) {
+    float xc = x < -87.3f ? -87.3f : (x > 88.37f ? 88.37f : x);
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   // round to nearest
+    float r = xc - n * 0.693145751953125f;
+    r = r - n * 1.428606765330187045e-06f;
+    float p = 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    float scale = mk_bits_to_float((uint32_t)((int32_t)n + 127) << 23);
+    float v = p * scale;
+    v = x < -87.3f ? 0.0f : v;
+    return x > 88.37f ? __builtin_inff() : v;
+}
+
+
+// Reductions keep MK_LANES independent partial sums: float addition is not associative,
+// so the compiler vectorises a reduction only when the source spells the lanes out.
+#define MK_LANES 16
+
+static inline float mk_vsum(const float *x, long n) {
+    float acc[MK_LANES] = {0};
+    long i = 0;
+    for (; i + MK_LANES <= n; i += MK_LANES)
+        for (int j = 0; j < MK_LANES; j++) acc[j] += x[i + j];
+    float s = 0.0f;
+    for (; i < n; i++) s += x[i];
+    for (int j = 0; j < MK_LANES; j++) s += acc[j];
+    return s;
+}
+
+// sum of (x - c)^2
+static inline float mk_vsumsq_dev(const float *x, long n, float c) {
+    float acc[MK_LANES] = {0};
+    long i = 0;
+    for (; i + MK_LANES <= n; i += MK_LANES)
+        for (int j = 0; j < MK_LANES; j++) { float d = x[i + j] - c; acc[j] += d * d; }
+    float s = 0.0f;
+    for (; i < n; i++) { float d = x[i] - c; s += d * d; }
+    for (int j = 0; j < MK_LANES; j++) s += acc[j];
+    return s;
+}
+
+// maximum; NaN if any element is NaN
+static inline float mk_vmax(const float *x, long n) {
+    float acc[MK_LANES];
+    for (int j = 0; j < MK_LANES; j++) acc[j] = -__builtin_inff();
+    long i = 0;
+    for (; i + MK_LANES <= n; i += MK_LANES)
+        for (int j = 0; j < MK_LANES; j++) {
+            float v = x[i + j];
+            acc[j] = (v > acc[j] || v != v) ? v : acc[j];
+        }
+    float m = -__builtin_inff();
+    for (; i < n; i++) m = (x[i] > m || x[i] != x[i]) ? x[i] : m;
+    for (int j = 0; j < MK_LANES; j++) m = (acc[j] > m || acc[j] != acc[j]) ? acc[j] : m;
+    return m;
+}
+
+// sum of exp(x - m); when y is not NULL also stores the terms there
+static inline float mk_vexp_sum(const float *x, float *y, long n, float m) {
+    float acc[MK_LANES] = {0};
+    long i = 0;
+    if (y) {
+        for (; i + MK_LANES <= n; i += MK_LANES)
+            for (int j = 0; j < MK_LANES; j++) {
+                float e = mk_expf(x[i + j] - m);
+                y[i + j] = e;
+                acc[j] += e;
+            }
+    } else {
+        for (; i + MK_LANES <= n; i += MK_LANES)
+            for (int j = 0; j < MK_LANES; j++) acc[j] += mk_expf(x[i + j] - m);
+    }
+    float s = 0.0f;
+    for (; i < n; i++) { float e = mk_expf(x[i] - m); if (y) y[i] = e; s += e; }
+    for (int j = 0; j < MK_LANES; j++) s += acc[j];
+    return s;
+}
+
+#endif

@@ -1,0 +1,49 @@
+// mk_mps.h: what the MPS primitives (objc/mk_mps*.m) share: dtype mapping, the MPSGraph
+// cache (graphs are built once per shape key and reused), and the runner that binds our
+// buffers to a graph's placeholders and results inside one MPSCommandBuffer.
+#ifndef MK_MPS_H
+#define MK_MPS_H
+
+#import <MetalPerformanceShaders/MetalPerformanceShaders.h>
+#import <MetalPerformanceShadersGraph/MetalPerformanceShadersGraph.h>
+#import "mk_metal.h"
+
+// A built graph: placeholders fed from input buffers and tensors written to output
+// buffers, both in the order the op passes its buffers to mk_mps_graph_run.
+@interface MKGraph : NSObject
+@property (nonatomic, strong) MPSGraph *graph;
+@property (nonatomic, strong) NSArray<MPSGraphTensor *> *inputs;
+@property (nonatomic, strong) NSArray<MPSGraphTensor *> *outputs;
+@end
+
+static inline MPSDataType mk_mps_dtype(int dtype) {
+    return dtype == MK_F16 ? MPSDataTypeFloat16 : MPSDataTypeFloat32;
+}
+static inline size_t mk_mps_esize(int dtype) { return dtype == MK_F16 ? 2 : 4; }
+
+// MK_OK for a Metal device and dtype MK_F32 / MK_F16; else the error, naming `op`.
+mk_status mk_mps_check(mk_device *d, int dtype, const char *op);
+
+// The graph cached under `key` on this device, built by `build` on first use (nil from
+// `build` means it failed and left an error).
+MKGraph *mk_mps_graph_get(mk_device *d, NSString *key, MKGraph * (^build)(void));
+
+// Runs `g` once: in[i] feeds g.inputs[i], g.outputs[j] lands in out[j]. Checks every buffer
+// against its tensor's size, handles buffers whose data does not start at offset 0 of their
+// MTLBuffer and outputs that alias inputs (through scratch buffers and blits), mirrors
+// copy-mode buffers, and fills *t. Graphs are not re-entrant: one run at a time per graph.
+mk_status mk_mps_graph_run(mk_device *d, MKGraph *g, mk_buffer *const *in, mk_buffer *const *out,
+                           mk_timing *t, const char *op);
+
+// The shape as an MPSShape.
+MPSShape *mk_mps_shape(int n, const int64_t *dims);
+#define MK_SHAPE(...) mk_mps_shape((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
+                                   (int64_t[]){__VA_ARGS__})
+
+// A zero-size result: nothing to run, timing zero.
+static inline mk_status mk_mps_nothing(mk_timing *t) {
+    if (t) t->gpu_ms = t->wall_ms = 0;
+    return MK_OK;
+}
+
+#endif

@@ -1,0 +1,43 @@
+// mk_mps_softmax.m: softmax / log_softmax on MPSGraph along the middle axis of x viewed as
+// (outer, n, inner). float16 is computed in float32 (cast in the graph) so the sums
+// accumulate as our kernels do. log_softmax is x - max - log(sum(exp(x - max))): MPSGraph
+// has no log-softmax op before macOS 14, and log(softmax) would underflow to -inf.
+#import "mk_mps.h"
+
+#define OP "mk_mps_softmax"
+
+mk_status mk_mps_softmax(mk_device *d, const mk_softmax_args *a, int dtype, mk_buffer *x,
+                         mk_buffer *y, mk_timing *t) {
+    @autoreleasepool {
+        mk_status st = mk_mps_check(d, dtype, OP);
+        if (st != MK_OK) return st;
+        if (!a) return mk_set_error(MK_ERR_INVALID, OP ": args is NULL");
+        if (a->outer < 0 || a->n < 0 || a->inner < 0)
+            return mk_set_error(MK_ERR_INVALID, OP ": negative size (outer %d, n %d, inner %d)", a->outer, a->n, a->inner);
+        if ((int64_t)a->outer * a->n * a->inner == 0) return mk_mps_nothing(t);
+        NSString *key = [NSString stringWithFormat:@"softmax:%d:%d,%d,%d:%d", dtype, a->outer, a->n, a->inner, a->log];
+        MKGraph *g = mk_mps_graph_get(d, key, ^MKGraph *{
+            MPSGraph *G = [MPSGraph new];
+            MPSDataType dt = mk_mps_dtype(dtype);
+            MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->outer, a->n, a->inner) dataType:dt name:@"x"];
+            MPSGraphTensor *v = dt == MPSDataTypeFloat32 ? tx : [G castTensor:tx toType:MPSDataTypeFloat32 name:@"x32"];
+            if (a->log) {
+                MPSGraphTensor *m = [G reductionMaximumWithTensor:v axis:1 name:@"max"];
+                MPSGraphTensor *s = [G subtractionWithPrimaryTensor:v secondaryTensor:m name:@"shifted"];
+                MPSGraphTensor *sum = [G reductionSumWithTensor:[G exponentWithTensor:s name:nil] axis:1 name:@"sum"];
+                v = [G subtractionWithPrimaryTensor:s secondaryTensor:[G logarithmWithTensor:sum name:nil] name:@"logsm"];
+            } else {
+                v = [G softMaxWithTensor:v axis:1 name:@"softmax"];
+            }
+            if (dt != MPSDataTypeFloat32) v = [G castTensor:v toType:dt name:@"y"];
+            MKGraph *r = [MKGraph new];
+            r.graph = G;
+            r.inputs = @[tx];
+            r.outputs = @[v];
+            return r;
+        });
+        if (!g) return MK_ERR_UNSUPPORTED;
+        mk_buffer *in[1] = {x}, *out[1] = {y};
+        return mk_mps_graph_run(d, g, in, out, t, OP);
+    }
+}

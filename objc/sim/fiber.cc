@@ -1,0 +1,146 @@
+// fiber.cc: stacks and context switches for the simulator's fibers (see fiber.h).
+#include "fiber.h"
+
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace mksim {
+
+bool fiber_alloc_stack(Fiber *f, size_t size) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size = (size + page - 1) / page * page;
+    void *p = mmap(nullptr, size + page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS
+#ifdef MAP_NORESERVE
+                       | MAP_NORESERVE
+#endif
+                   , -1, 0);
+    if (p == MAP_FAILED) return false;
+    mprotect(p, page, PROT_NONE);   // stack overflow faults instead of corrupting memory
+    f->stack = (char *)p + page;
+    f->stack_size = size;
+    return true;
+}
+
+void fiber_free_stack(Fiber *f) {
+    if (!f->stack) return;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    munmap(f->stack - page, f->stack_size + page);
+    f->stack = nullptr;
+}
+
+#ifdef MK_SIM_UCONTEXT
+
+void fiber_init(Fiber *f, FiberFn fn, void *arg, Fiber *ret) {
+    getcontext(&f->ctx);
+    f->ctx.uc_stack.ss_sp = f->stack;
+    f->ctx.uc_stack.ss_size = f->stack_size;
+    f->ctx.uc_link = &ret->ctx;
+    // makecontext passes ints: split the pointers in two halves.
+    uintptr_t a = (uintptr_t)arg, g = (uintptr_t)fn;
+    makecontext(&f->ctx, (void (*)())+[](unsigned fl, unsigned fh, unsigned al, unsigned ah) {
+        FiberFn fn2 = (FiberFn)(((uintptr_t)fh << 32) | fl);
+        fn2((void *)(((uintptr_t)ah << 32) | al));
+    }, 4, (unsigned)g, (unsigned)((uint64_t)g >> 32), (unsigned)a, (unsigned)((uint64_t)a >> 32));
+}
+
+void fiber_switch(Fiber *from, Fiber *to) { swapcontext(&from->ctx, &to->ctx); }
+
+#else
+
+extern "C" void mk_sim_switch(void **save_sp, void *load_sp);
+extern "C" void mk_sim_fiber_start();
+
+#if defined(__APPLE__)
+#define MK_SYM(x) "_" #x
+#else
+#define MK_SYM(x) #x
+#endif
+
+#if defined(__x86_64__)
+// Callee-saved: rbx rbp r12-r15 (System V). The first switch into a fresh fiber "returns"
+// into mk_sim_fiber_start with fn in r12 and arg in r13.
+asm(".text\n"
+    ".globl " MK_SYM(mk_sim_switch) "\n"
+#if !defined(__APPLE__)
+    ".type mk_sim_switch,@function\n"
+    ".hidden mk_sim_switch\n"
+#endif
+    MK_SYM(mk_sim_switch) ":\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".globl " MK_SYM(mk_sim_fiber_start) "\n"
+#if !defined(__APPLE__)
+    ".hidden mk_sim_fiber_start\n"
+#endif
+    MK_SYM(mk_sim_fiber_start) ":\n"
+    "  movq %r13, %rdi\n"
+    "  callq *%r12\n"
+    "  ud2\n");
+
+void fiber_init(Fiber *f, FiberFn fn, void *arg, Fiber *) {
+    uintptr_t top = ((uintptr_t)(f->stack + f->stack_size)) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = (void *)mk_sim_fiber_start;    // ret target: leaves rsp % 16 == 0 before the call
+    *--sp = nullptr;                       // rbp
+    *--sp = nullptr;                       // rbx
+    *--sp = (void *)fn;                    // r12
+    *--sp = arg;                           // r13
+    *--sp = nullptr;                       // r14
+    *--sp = nullptr;                       // r15
+    f->sp = sp;
+}
+
+#elif defined(__aarch64__)
+// Callee-saved: x19-x28, fp (x29), lr (x30), d8-d15 (AAPCS64). A fresh fiber's lr points
+// at mk_sim_fiber_start with fn in x19 and arg in x20.
+asm(".text\n"
+    ".globl " MK_SYM(mk_sim_switch) "\n"
+#if !defined(__APPLE__)
+    ".type mk_sim_switch,%function\n"
+    ".hidden mk_sim_switch\n"
+#endif
+    ".p2align 2\n"
+    MK_SYM(mk_sim_switch) ":\n"
+    "  sub sp, sp, #176\n"
+    "  stp x19, x20, [sp, #0]\n  stp x21, x22, [sp, #16]\n  stp x23, x24, [sp, #32]\n"
+    "  stp x25, x26, [sp, #48]\n  stp x27, x28, [sp, #64]\n  stp x29, x30, [sp, #80]\n"
+    "  stp d8, d9, [sp, #96]\n  stp d10, d11, [sp, #112]\n  stp d12, d13, [sp, #128]\n"
+    "  stp d14, d15, [sp, #144]\n"
+    "  mov x9, sp\n  str x9, [x0]\n  mov sp, x1\n"
+    "  ldp x19, x20, [sp, #0]\n  ldp x21, x22, [sp, #16]\n  ldp x23, x24, [sp, #32]\n"
+    "  ldp x25, x26, [sp, #48]\n  ldp x27, x28, [sp, #64]\n  ldp x29, x30, [sp, #80]\n"
+    "  ldp d8, d9, [sp, #96]\n  ldp d10, d11, [sp, #112]\n  ldp d12, d13, [sp, #128]\n"
+    "  ldp d14, d15, [sp, #144]\n"
+    "  add sp, sp, #176\n"
+    "  ret\n"
+    ".globl " MK_SYM(mk_sim_fiber_start) "\n"
+#if !defined(__APPLE__)
+    ".hidden mk_sim_fiber_start\n"
+#endif
+    ".p2align 2\n"
+    MK_SYM(mk_sim_fiber_start) ":\n"
+    "  mov x0, x20\n"
+    "  blr x19\n"
+    "  brk #0\n");
+
+void fiber_init(Fiber *f, FiberFn fn, void *arg, Fiber *) {
+    uintptr_t top = ((uintptr_t)(f->stack + f->stack_size)) & ~(uintptr_t)15;
+    void **sp = (void **)(top - 176);
+    for (int i = 0; i < 22; i++) sp[i] = nullptr;
+    sp[0] = (void *)fn;                    // x19
+    sp[1] = arg;                           // x20
+    sp[11] = (void *)mk_sim_fiber_start;   // x30 (lr)
+    f->sp = sp;
+}
+#endif
+
+void fiber_switch(Fiber *from, Fiber *to) { mk_sim_switch(&from->sp, to->sp); }
+
+#endif
+
+}  // namespace mksim

@@ -1,0 +1,224 @@
+// mk_sim_vec.h: MSL scalar and vector types in C++ (part of the simulator's <metal_stdlib>).
+// vec<T,N> has MSL's size and alignment (a 3-vector occupies 4 elements), component
+// members x y z w / r g b a, swizzles (mk_sim_swizzles.h), element-wise operators and
+// explicit conversions between element types; packed_vec<T,N> is the unaligned form.
+#ifndef MK_SIM_VEC_H
+#define MK_SIM_VEC_H
+
+namespace metal {
+
+typedef _Float16 half;
+typedef unsigned int uint;
+typedef unsigned short ushort;
+typedef unsigned char uchar;
+typedef unsigned long ulong;   // 64-bit on every host the simulator supports (LP64)
+
+template <class T, int N> struct vec;
+template <class T, int N> struct packed_vec;
+template <class T, int S, int... I> struct swz;
+
+template <class T> struct is_mk_scalar
+    : std::integral_constant<bool, std::is_arithmetic<T>::value || std::is_same<T, half>::value> {};
+
+// vtraits: what a value is as a vector (its vector type, element, size)
+template <class A> struct vtraits { static constexpr bool is_vec = false; };
+template <class T, int N> struct vtraits<vec<T, N>> {
+    static constexpr bool is_vec = true; typedef vec<T, N> type; typedef T elem; static constexpr int n = N;
+};
+template <class T, int N> struct vtraits<packed_vec<T, N>> {
+    static constexpr bool is_vec = true; typedef vec<T, N> type; typedef T elem; static constexpr int n = N;
+};
+template <class T, int S, int... I> struct vtraits<swz<T, S, I...>> {
+    static constexpr bool is_vec = true; typedef vec<T, (int)sizeof...(I)> type; typedef T elem;
+    static constexpr int n = (int)sizeof...(I);
+};
+template <class A> using vtraits_t = vtraits<typename std::remove_cv<typename std::remove_reference<A>::type>::type>;
+
+// component count of a constructor argument and the k-th component
+template <class A, class = void> struct ncomp { static constexpr int value = 1; };
+template <class A> struct ncomp<A, typename std::enable_if<vtraits<A>::is_vec>::type> {
+    static constexpr int value = vtraits<A>::n;
+};
+
+template <class T, int S, int... I> struct swz {
+    T v[S];
+    typedef vec<T, (int)sizeof...(I)> V;
+    operator V() const { return V(v[I]...); }
+    swz &operator=(const V &o) {
+        int k = 0;
+        (void)std::initializer_list<int>{((v[I] = o.v[k++]), 0)...};
+        return *this;
+    }
+    swz &operator=(const swz &o) { return *this = V(o); }
+    template <int S2, int... J> swz &operator=(const swz<T, S2, J...> &o) { return *this = V(o); }
+    T operator[](int i) const { const int idx[] = {I...}; return v[idx[i]]; }
+    template <class U> swz &operator+=(const U &o) { return *this = V(*this) + o; }
+    template <class U> swz &operator-=(const U &o) { return *this = V(*this) - o; }
+    template <class U> swz &operator*=(const U &o) { return *this = V(*this) * o; }
+    template <class U> swz &operator/=(const U &o) { return *this = V(*this) / o; }
+};
+
+#include "mk_sim_swizzles.h"
+
+template <class T, int N> struct vec_base;
+
+#define MK_VEC_COMMON(N_, S_)                                                                  \
+    typedef T value_type;                                                                      \
+    static constexpr int size = N_;                                                            \
+    vec() = default;                                                                           \
+    template <class U, typename std::enable_if<is_mk_scalar<U>::value, int>::type = 0>         \
+    vec(U s) { for (int i = 0; i < N_; i++) v[i] = T(s); }                                     \
+    template <class A, class B, class... R>                                                    \
+    vec(const A &a, const B &b, const R &...r) {                                               \
+        static_assert(ncomp<A>::value + ncomp<B>::value + (0 + ... + ncomp<R>::value) == N_,   \
+                      "vector constructor: wrong number of components");                      \
+        int k = 0; put(k, a); put(k, b); (void)std::initializer_list<int>{(put(k, r), 0)...};  \
+    }                                                                                          \
+    template <class U> explicit vec(const vec<U, N_> &o) { for (int i = 0; i < N_; i++) v[i] = T(o.v[i]); } \
+    vec(const packed_vec<T, N_> &o) { for (int i = 0; i < N_; i++) v[i] = o.v[i]; }            \
+    template <int S2, int... I> vec(const swz<T, S2, I...> &o) : vec(typename vtraits<swz<T, S2, I...>>::type(o)) {} \
+    T &operator[](int i) { return v[i]; }                                                      \
+    const T &operator[](int i) const { return v[i]; }                                          \
+  private:                                                                                     \
+    template <class A> void put(int &k, const A &a) {                                          \
+        if constexpr (vtraits<A>::is_vec) {                                                    \
+            typename vtraits<A>::type t = a;                                                   \
+            for (int i = 0; i < vtraits<A>::n; i++) v[k++] = T(t.v[i]);                        \
+        } else v[k++] = T(a);                                                                  \
+    }                                                                                          \
+  public:
+
+template <class T> struct alignas(2 * sizeof(T)) vec<T, 2> {
+    union { T v[2]; struct { T x, y; }; struct { T r, g; }; MK_SWIZZLES2(T, 2) };
+    MK_VEC_COMMON(2, 2)
+    vec(const vec &) = default;
+    vec &operator=(const vec &o) { for (int i = 0; i < size; i++) v[i] = o.v[i]; return *this; }
+};
+template <class T> struct alignas(4 * sizeof(T)) vec<T, 3> {
+    union { T v[4]; struct { T x, y, z; }; struct { T r, g, b; }; MK_SWIZZLES3(T, 4) };
+    MK_VEC_COMMON(3, 4)
+    vec(const vec &) = default;
+    vec &operator=(const vec &o) { for (int i = 0; i < size; i++) v[i] = o.v[i]; return *this; }
+};
+template <class T> struct alignas(4 * sizeof(T)) vec<T, 4> {
+    union { T v[4]; struct { T x, y, z, w; }; struct { T r, g, b, a; }; MK_SWIZZLES4(T, 4) };
+    MK_VEC_COMMON(4, 4)
+    vec(const vec &) = default;
+    vec &operator=(const vec &o) { for (int i = 0; i < size; i++) v[i] = o.v[i]; return *this; }
+};
+
+// packed_float3 etc.: element alignment, N elements, converts to and from vec<T,N>.
+template <class T, int N> struct packed_vec {
+    union { T v[N]; struct { T x, y, z, w; } ; };
+    packed_vec() = default;
+    packed_vec(const vec<T, N> &o) { for (int i = 0; i < N; i++) v[i] = o.v[i]; }
+    template <class A, class... R> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, N>(a, r...)) {}
+    operator vec<T, N>() const { vec<T, N> r; for (int i = 0; i < N; i++) r.v[i] = v[i]; return r; }
+    T &operator[](int i) { return v[i]; }
+    const T &operator[](int i) const { return v[i]; }
+};
+template <class T> struct packed_vec<T, 2> {
+    union { T v[2]; struct { T x, y; }; };
+    packed_vec() = default;
+    packed_vec(const vec<T, 2> &o) { v[0] = o.v[0]; v[1] = o.v[1]; }
+    template <class A, class... R> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, 2>(a, r...)) {}
+    operator vec<T, 2>() const { return vec<T, 2>(v[0], v[1]); }
+    T &operator[](int i) { return v[i]; }
+    const T &operator[](int i) const { return v[i]; }
+};
+template <class T> struct packed_vec<T, 3> {
+    union { T v[3]; struct { T x, y, z; }; };
+    packed_vec() = default;
+    packed_vec(const vec<T, 3> &o) { for (int i = 0; i < 3; i++) v[i] = o.v[i]; }
+    template <class A, class... R> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, 3>(a, r...)) {}
+    operator vec<T, 3>() const { return vec<T, 3>(v[0], v[1], v[2]); }
+    T &operator[](int i) { return v[i]; }
+    const T &operator[](int i) const { return v[i]; }
+};
+
+template <class A> inline typename vtraits_t<A>::type to_vec(const A &a) { return a; }
+
+// ---- element-wise operators (vectors, swizzles, packed vectors, with scalars) ----------
+template <class A, class B> struct vop_ok
+    : std::integral_constant<bool, (vtraits_t<A>::is_vec || vtraits_t<B>::is_vec) &&
+                                       (vtraits_t<A>::is_vec || is_mk_scalar<A>::value) &&
+                                       (vtraits_t<B>::is_vec || is_mk_scalar<B>::value)> {};
+template <class A, class B> struct vop_type {
+    typedef typename std::conditional<vtraits_t<A>::is_vec, vtraits_t<A>, vtraits_t<B>>::type tr;
+    typedef typename tr::elem elem;
+    static constexpr int n = tr::n;
+};
+template <class T, class A> inline T vget(const A &a, int i) {
+    if constexpr (vtraits_t<A>::is_vec) return T(to_vec(a).v[i]);
+    else return T(a);
+}
+
+#define MK_VBINOP(op)                                                                             \
+    template <class A, class B, typename std::enable_if<vop_ok<A, B>::value, int>::type = 0>     \
+    inline auto operator op(const A &a, const B &b) {                                            \
+        typedef vop_type<A, B> VT; typedef typename VT::elem T;                                  \
+        vec<T, VT::n> r;                                                                          \
+        for (int i = 0; i < VT::n; i++) r.v[i] = T(vget<T>(a, i) op vget<T>(b, i));              \
+        return r;                                                                                 \
+    }
+MK_VBINOP(+) MK_VBINOP(-) MK_VBINOP(*) MK_VBINOP(/) MK_VBINOP(%)
+MK_VBINOP(&) MK_VBINOP(|) MK_VBINOP(^) MK_VBINOP(<<) MK_VBINOP(>>)
+#undef MK_VBINOP
+
+#define MK_VCMPOP(op)                                                                             \
+    template <class A, class B, typename std::enable_if<vop_ok<A, B>::value, int>::type = 0>     \
+    inline auto operator op(const A &a, const B &b) {                                            \
+        typedef vop_type<A, B> VT; typedef typename VT::elem T;                                  \
+        vec<bool, VT::n> r;                                                                       \
+        for (int i = 0; i < VT::n; i++) r.v[i] = vget<T>(a, i) op vget<T>(b, i);                  \
+        return r;                                                                                 \
+    }
+MK_VCMPOP(==) MK_VCMPOP(!=) MK_VCMPOP(<) MK_VCMPOP(>) MK_VCMPOP(<=) MK_VCMPOP(>=) MK_VCMPOP(&&) MK_VCMPOP(||)
+#undef MK_VCMPOP
+
+#define MK_VASSIGN(op)                                                                            \
+    template <class T, int N, class B> inline vec<T, N> &operator op##=(vec<T, N> &a, const B &b) { \
+        return a = vec<T, N>(a op b);                                                             \
+    }
+MK_VASSIGN(+) MK_VASSIGN(-) MK_VASSIGN(*) MK_VASSIGN(/) MK_VASSIGN(%)
+MK_VASSIGN(&) MK_VASSIGN(|) MK_VASSIGN(^) MK_VASSIGN(<<) MK_VASSIGN(>>)
+#undef MK_VASSIGN
+
+template <class A, typename std::enable_if<vtraits_t<A>::is_vec, int>::type = 0>
+inline auto operator-(const A &a) { auto v = to_vec(a); for (auto &e : v.v) e = -e; return v; }
+template <class A, typename std::enable_if<vtraits_t<A>::is_vec, int>::type = 0>
+inline auto operator+(const A &a) { return to_vec(a); }
+template <class A, typename std::enable_if<vtraits_t<A>::is_vec, int>::type = 0>
+inline auto operator~(const A &a) { auto v = to_vec(a); for (auto &e : v.v) e = ~e; return v; }
+template <class A, typename std::enable_if<vtraits_t<A>::is_vec, int>::type = 0>
+inline auto operator!(const A &a) {
+    auto v = to_vec(a);
+    vec<bool, vtraits_t<A>::n> r;
+    for (int i = 0; i < vtraits_t<A>::n; i++) r.v[i] = !v.v[i];
+    return r;
+}
+template <class T, int N> inline vec<T, N> &operator++(vec<T, N> &a) { return a += T(1); }
+template <class T, int N> inline vec<T, N> &operator--(vec<T, N> &a) { return a -= T(1); }
+
+#define MK_VEC_TYPES(T, name)                                                                   \
+    typedef vec<T, 2> name##2; typedef vec<T, 3> name##3; typedef vec<T, 4> name##4;           \
+    typedef packed_vec<T, 2> packed_##name##2; typedef packed_vec<T, 3> packed_##name##3;      \
+    typedef packed_vec<T, 4> packed_##name##4;
+MK_VEC_TYPES(float, float) MK_VEC_TYPES(half, half) MK_VEC_TYPES(int, int) MK_VEC_TYPES(uint, uint)
+MK_VEC_TYPES(short, short) MK_VEC_TYPES(ushort, ushort) MK_VEC_TYPES(char, char)
+MK_VEC_TYPES(uchar, uchar) MK_VEC_TYPES(bool, bool) MK_VEC_TYPES(long, long) MK_VEC_TYPES(ulong, ulong)
+#undef MK_VEC_TYPES
+
+static_assert(sizeof(float3) == 16 && alignof(float3) == 16, "MSL float3 layout");
+static_assert(sizeof(half3) == 8 && sizeof(packed_float3) == 12, "MSL half3 / packed_float3 layout");
+
+// as_type<T>(x): reinterpret the bits (sizes must match, as in MSL)
+template <class T, class U> inline T as_type(const U &u) {
+    static_assert(sizeof(T) == sizeof(U), "as_type: sizes differ");
+    T t;
+    __builtin_memcpy(&t, &u, sizeof t);
+    return t;
+}
+
+}  // namespace metal
+#endif

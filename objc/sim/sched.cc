@@ -1,0 +1,451 @@
+// sched.cc: how a dispatch runs. Threadgroups are spread over a pool of OS threads
+// (workers); inside a worker the lanes of one threadgroup are fibers that run until they
+// block (threadgroup barrier, SIMD collective, simdgroup barrier) or finish. After every
+// lane had its turn (one "round", in forward / reverse / seeded random order):
+//   1. a SIMD-group with lanes waiting at a collective resolves one call site: the lanes
+//      waiting there are the participants (exited or diverged lanes are inactive), which
+//      gives MSL's active-lane semantics;
+//   2. otherwise, when every live lane waits at a barrier, the barrier opens (checking
+//      mode reports lanes that exited early or wait at different barriers).
+// Kernels without barriers or collectives run their lanes as a plain loop in one fiber.
+#include <string.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "sim.h"
+
+namespace mksim {
+
+static thread_local Worker *tl_worker;
+
+void Job::set_error(mk_status st, const std::string &msg) {
+    std::lock_guard<std::mutex> g(err_mu);
+    if (err_status == MK_OK) {
+        err_status = st;
+        err = msg;
+    }
+    failed.store(true);
+}
+
+Worker::~Worker() {
+    for (auto &l : lanes) fiber_free_stack(&l.fiber);
+    fiber_free_stack(&sched);
+    free(arena);
+}
+
+/* ------------------------------------------------------------------ thread pool */
+Pool::~Pool() {
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto &t : threads_) t.join();
+}
+
+void Pool::loop(int i) {
+    uint64_t seen = 0;
+    for (;;) {
+        const std::function<void(int)> *fn;
+        {
+            std::unique_lock<std::mutex> g(mu_);
+            cv_.wait(g, [&] { return stop_ || gen_ != seen; });
+            if (stop_) return;
+            seen = gen_;
+            if (i >= n_) continue;
+            fn = fn_;
+        }
+        (*fn)(i);
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            if (--pending_ == 0) done_cv_.notify_all();
+        }
+    }
+}
+
+void Pool::run(int n, const std::function<void(int)> &fn) {
+    if (n > 1) {
+        std::unique_lock<std::mutex> g(mu_);
+        while ((int)threads_.size() < n - 1) {
+            int i = (int)threads_.size() + 1;
+            threads_.emplace_back([this, i] { loop(i); });
+        }
+        fn_ = &fn;
+        n_ = n;
+        pending_ = n - 1;
+        gen_++;
+        cv_.notify_all();
+    }
+    fn(0);
+    if (n > 1) {
+        std::unique_lock<std::mutex> g(mu_);
+        done_cv_.wait(g, [&] { return pending_ == 0; });
+    }
+}
+
+/* ------------------------------------------------------------------ runtime table */
+[[noreturn]] static void abandon_lane(Worker *w) {
+    // Back to the scheduler for good: the fiber's stack is simply reused later.
+    fiber_switch(&w->lanes[w->plain ? 0 : w->cur].fiber, &w->sched);
+    abort();
+}
+
+static void block(Worker *w, int state) {
+    Lane &l = w->lanes[w->cur];
+    l.state = state;
+    fiber_switch(&l.fiber, &w->sched);
+    if (w->job->failed.load(std::memory_order_relaxed)) abandon_lane(w);
+}
+
+static void plain_sync_misuse(Worker *w, const char *what, const char *file, int line) {
+    w->job->set_error(MK_ERR_RUNTIME,
+                      std::string("simulator: kernel '") + w->job->k->name + "' reached " + what +
+                          " at " + (file ? file : "?") + ":" + std::to_string(line) +
+                          " but its library was built as barrier-free (front-end bug)");
+    abandon_lane(w);
+}
+
+static void rt_barrier(unsigned, const char *file, int line) {
+    Worker *w = tl_worker;
+    if (w->plain) plain_sync_misuse(w, "threadgroup_barrier", file, line);
+    Lane &l = w->lanes[w->cur];
+    l.bar_file = file;
+    l.bar_line = line;
+    block(w, L_BARRIER);
+}
+
+static void rt_simd_barrier(unsigned, const char *file, int line) {
+    Worker *w = tl_worker;
+    if (w->plain) plain_sync_misuse(w, "simdgroup_barrier", file, line);
+    Lane &l = w->lanes[w->cur];
+    l.bar_file = file;
+    l.bar_line = line;
+    block(w, L_SIMD_BARRIER);
+}
+
+static const mk_sim_xchg *rt_simd_exchange(const void *value, unsigned size, const void *site) {
+    Worker *w = tl_worker;
+    if (w->plain) plain_sync_misuse(w, "a SIMD collective", nullptr, 0);
+    Lane &l = w->lanes[w->cur];
+    if (size > MK_SIM_XCHG_BYTES) size = MK_SIM_XCHG_BYTES;
+    unsigned sg = l.b.simdgroup_index_in_threadgroup, lane = l.b.thread_index_in_simdgroup;
+    memcpy(&w->xin[((size_t)sg * MK_SIM_SIMD_WIDTH + lane) * MK_SIM_XCHG_BYTES], value, size);
+    l.site = site;
+    l.xsize = size;
+    block(w, L_SIMD);
+    return &l.xres;
+}
+
+static void *rt_tg_alloc(size_t size, size_t align, const char *file, int line) {
+    Worker *w = tl_worker;
+    Job *j = w->job;
+    Lane &l = w->lanes[w->cur];
+    if (align < 16) align = 16;
+    size_t off = (l.tg_cursor + align - 1) / align * align;
+    size_t end = off + size;
+    if (end > j->opt.max_tg_memory || end > w->arena_cap) {
+        j->set_error(MK_ERR_INVALID,
+                     std::string("kernel '") + j->k->name + "' needs at least " +
+                         std::to_string(end) + " bytes of threadgroup memory (" + file + ":" +
+                         std::to_string(line) + "); the simulated apple" +
+                         std::to_string(j->opt.family) + " device allows " +
+                         std::to_string(j->opt.max_tg_memory));
+        abandon_lane(w);
+    }
+    if (end > w->poisoned) {   // NaN in every float / half, -1 in every integer
+        memset(w->arena + w->poisoned, 0xFF, end - w->poisoned);
+        w->poisoned = end;
+    }
+    l.tg_cursor = end;
+    return w->arena + off;
+}
+
+static const mk_sim_lane *rt_lane() {
+    Worker *w = tl_worker;
+    return &w->lanes[w->cur].b;
+}
+
+static void rt_check_access(const void *addr, unsigned size, int is_write, const void *pc) {
+    Worker *w = tl_worker;
+    if (w && w->job && w->job->checker) checker_access(w, addr, size, is_write, pc);
+}
+
+[[noreturn]] static void rt_fail(const char *msg) {
+    Worker *w = tl_worker;
+    w->job->set_error(MK_ERR_RUNTIME, std::string("kernel '") + w->job->k->name + "': " + msg);
+    abandon_lane(w);
+}
+
+static const mk_sim_rt RT = {MK_SIM_ABI_VERSION, rt_barrier,   rt_simd_barrier, rt_simd_exchange,
+                             rt_tg_alloc,        rt_lane,      rt_check_access, rt_fail};
+
+const mk_sim_rt *runtime_table() { return &RT; }
+
+/* ------------------------------------------------------------------ lanes */
+static void lane_entry(void *arg) {
+    Worker *w = (Worker *)arg;
+    Job *j = w->job;
+    void *tgp[4];
+    for (int i = 0; i < 4; i++) tgp[i] = w->arena + j->tg_param_off[i];
+    if (w->plain) {
+        // Barrier-free: every lane in turn, on this one fiber.
+        for (int k = 0; k < w->nlanes && !j->failed.load(std::memory_order_relaxed); k++) {
+            int idx = j->opt.order == MK_ORDER_REVERSE ? w->nlanes - 1 - k : k;
+            w->cur = idx;
+            j->k->glue(j->buffers, tgp, &w->lanes[idx].b);
+            w->lanes[idx].state = L_DONE;
+        }
+        fiber_switch(&w->lanes[0].fiber, &w->sched);
+    } else {
+        Lane &l = w->lanes[w->cur];
+        j->k->glue(j->buffers, tgp, &l.b);
+        l.state = L_DONE;
+        fiber_switch(&l.fiber, &w->sched);
+    }
+    abort();   // a finished fiber is never resumed
+}
+
+static uint64_t splitmix(uint64_t &s) {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static bool ensure_worker(Worker *w, int nlanes, const Job &j) {
+    size_t stack_kb = 128;
+    if (const char *e = getenv("MPSKERN_SIM_STACK_KB")) stack_kb = std::max(16, atoi(e));
+    if (!w->sched.stack && !fiber_alloc_stack(&w->sched, 16 * 1024)) return false;
+    int have = (int)w->lanes.size();
+    if (have < nlanes) {
+        w->lanes.resize(nlanes);
+        for (int i = have; i < nlanes; i++)
+            if (!fiber_alloc_stack(&w->lanes[i].fiber, stack_kb * 1024)) return false;
+    }
+    size_t cap = std::max<size_t>(j.opt.max_tg_memory, j.tg_dynamic_end) + (j.opt.check ? 65536 : 256);
+    if (w->arena_cap < cap) {
+        free(w->arena);
+        w->arena = (unsigned char *)aligned_alloc(64, (cap + 63) / 64 * 64);
+        if (!w->arena) return false;
+        w->arena_cap = cap;
+        w->poisoned = 0;
+    }
+    size_t nsg = (nlanes + MK_SIM_SIMD_WIDTH - 1) / MK_SIM_SIMD_WIDTH;
+    size_t xbytes = nsg * MK_SIM_SIMD_WIDTH * MK_SIM_XCHG_BYTES;
+    if (w->xin.size() < xbytes) {
+        w->xin.resize(xbytes);
+        w->xsnap.resize(xbytes);
+    }
+    if (w->sg_epoch.size() < nsg) w->sg_epoch.resize(nsg);
+    return true;
+}
+
+// Resolve one waiting call site of one SIMD-group; true if lanes became runnable.
+static bool resolve_simd(Worker *w, int nsg) {
+    bool any = false;
+    for (int sg = 0; sg < nsg; sg++) {
+        int lo = sg * MK_SIM_SIMD_WIDTH, hi = std::min(w->nlanes, lo + MK_SIM_SIMD_WIDTH);
+        int first = -1;
+        for (int i = lo; i < hi; i++)
+            if (w->lanes[i].state == L_SIMD || w->lanes[i].state == L_SIMD_BARRIER) {
+                first = i;
+                break;
+            }
+        if (first < 0) continue;
+        any = true;
+        Lane &f = w->lanes[first];
+        if (f.state == L_SIMD_BARRIER) {
+            for (int i = lo; i < hi; i++)
+                if (w->lanes[i].state == L_SIMD_BARRIER) w->lanes[i].state = L_RUN;
+            w->sg_epoch[sg]++;
+            continue;
+        }
+        uint32_t mask = 0;
+        unsigned char *snap = &w->xsnap[(size_t)lo * MK_SIM_XCHG_BYTES];
+        const unsigned char *in = &w->xin[(size_t)lo * MK_SIM_XCHG_BYTES];
+        for (int i = first; i < hi; i++) {
+            Lane &l = w->lanes[i];
+            if (l.state == L_SIMD && l.site == f.site) mask |= 1u << (i - lo);
+        }
+        for (int i = first; i < hi; i++) {
+            Lane &l = w->lanes[i];
+            if (!(mask >> (i - lo) & 1)) continue;
+            size_t o = (size_t)(i - lo) * MK_SIM_XCHG_BYTES;
+            memcpy(snap + o, in + o, l.xsize);
+            l.xres.slots = snap;
+            l.xres.mask = mask;
+            l.xres.lane = (uint32_t)(i - lo);
+            l.xres.width = (uint32_t)(hi - lo);
+            l.state = L_RUN;
+        }
+    }
+    return any;
+}
+
+static std::string site_name(const char *file, int line) {
+    return std::string(file ? file : "?") + ":" + std::to_string(line);
+}
+
+// Every live lane waits at a barrier (or all lanes are done): open it. false = finished.
+static bool resolve_barrier(Worker *w) {
+    Job *j = w->job;
+    int first = -1, ndone = 0;
+    bool same = true;
+    for (int i = 0; i < w->nlanes; i++) {
+        Lane &l = w->lanes[i];
+        if (l.state == L_DONE) {
+            ndone++;
+            continue;
+        }
+        if (first < 0) first = i;
+        else if (l.bar_line != w->lanes[first].bar_line ||
+                 strcmp(l.bar_file, w->lanes[first].bar_file) != 0)
+            same = false;
+    }
+    if (first < 0) return false;
+    if (j->opt.check && (ndone || !same)) {
+        Lane &f = w->lanes[first];
+        std::string msg = "barrier divergence in kernel '" + std::string(j->k->name) + "': ";
+        if (!same) {
+            int other = -1;
+            for (int i = first + 1; i < w->nlanes; i++)
+                if (w->lanes[i].state != L_DONE &&
+                    (w->lanes[i].bar_line != f.bar_line || strcmp(w->lanes[i].bar_file, f.bar_file)))
+                    { other = i; break; }
+            msg += "thread " + lane_name(f) + " waits at the barrier at " +
+                   site_name(f.bar_file, f.bar_line) + " while thread " +
+                   lane_name(w->lanes[other]) + " waits at the barrier at " +
+                   site_name(w->lanes[other].bar_file, w->lanes[other].bar_line);
+        } else {
+            int done = -1;
+            for (int i = 0; i < w->nlanes; i++)
+                if (w->lanes[i].state == L_DONE) { done = i; break; }
+            msg += std::to_string(ndone) + " of " + std::to_string(w->nlanes) +
+                   " threads (e.g. thread " + lane_name(w->lanes[done]) +
+                   ") returned before the barrier at " + site_name(f.bar_file, f.bar_line) +
+                   " that thread " + lane_name(f) + " (and " +
+                   std::to_string(w->nlanes - ndone - 1) + " others) wait at";
+        }
+        j->set_error(MK_ERR_CHECK, msg);
+        return false;
+    }
+    for (int i = 0; i < w->nlanes; i++)
+        if (w->lanes[i].state == L_BARRIER) w->lanes[i].state = L_RUN;
+    w->tg_epoch++;
+    return true;
+}
+
+static void run_group(Worker *w, uint64_t g) {
+    Job *j = w->job;
+    uint32_t gp[3] = {(uint32_t)(g % j->groups[0]), (uint32_t)(g / j->groups[0] % j->groups[1]),
+                      (uint32_t)(g / ((uint64_t)j->groups[0] * j->groups[1]))};
+    uint32_t n[3];
+    for (int d = 0; d < 3; d++) {
+        n[d] = j->tg[d];
+        if (j->partial) n[d] = std::min(j->tg[d], j->threads_per_grid[d] - gp[d] * j->tg[d]);
+    }
+    int nl = (int)(n[0] * n[1] * n[2]);
+    int nsg = (nl + MK_SIM_SIMD_WIDTH - 1) / MK_SIM_SIMD_WIDTH;
+    w->nlanes = nl;
+    w->group = g;
+    w->tg_epoch = 0;
+    std::fill(w->sg_epoch.begin(), w->sg_epoch.end(), 0);
+    memset(w->arena, 0xFF, std::max(w->poisoned, j->tg_dynamic_end));
+    w->poisoned = std::max(w->poisoned, j->tg_dynamic_end);
+    for (int i = 0; i < nl; i++) {
+        Lane &l = w->lanes[i];
+        mk_sim_lane &b = l.b;
+        uint32_t p[3] = {(uint32_t)i % n[0], (uint32_t)i / n[0] % n[1], (uint32_t)i / (n[0] * n[1])};
+        for (int d = 0; d < 3; d++) {
+            b.thread_position_in_threadgroup[d] = p[d];
+            b.threadgroup_position_in_grid[d] = gp[d];
+            b.thread_position_in_grid[d] = gp[d] * j->tg[d] + p[d];
+            b.threads_per_threadgroup[d] = n[d];
+            b.dispatch_threads_per_threadgroup[d] = j->tg[d];
+            b.threadgroups_per_grid[d] = j->groups[d];
+            b.threads_per_grid[d] = j->threads_per_grid[d];
+        }
+        b.thread_index_in_threadgroup = i;
+        b.simdgroup_index_in_threadgroup = i / MK_SIM_SIMD_WIDTH;
+        b.thread_index_in_simdgroup = i % MK_SIM_SIMD_WIDTH;
+        b.threads_per_simdgroup = std::min(MK_SIM_SIMD_WIDTH, nl - (i / MK_SIM_SIMD_WIDTH) * MK_SIM_SIMD_WIDTH);
+        b.simdgroups_per_threadgroup = nsg;
+        b.quadgroup_index_in_threadgroup = i / 4;
+        b.thread_index_in_quadgroup = i % 4;
+        l.state = L_RUN;
+        l.tg_cursor = j->tg_dynamic_end;
+    }
+    if (j->checker) checker_begin_group(j->checker, w);
+    if (w->plain) {
+        fiber_init(&w->lanes[0].fiber, lane_entry, w, &w->sched);
+        fiber_switch(&w->sched, &w->lanes[0].fiber);
+        if (j->checker && !j->failed.load()) checker_end_group(j->checker, w);
+        return;
+    }
+    for (int i = 0; i < nl; i++) fiber_init(&w->lanes[i].fiber, lane_entry, w, &w->sched);
+    std::vector<int> order(nl);
+    for (int i = 0; i < nl; i++) order[i] = j->opt.order == MK_ORDER_REVERSE ? nl - 1 - i : i;
+    uint64_t rng = j->opt.seed * 0x2545F4914F6CDD1Dull + g;
+    for (;;) {
+        if (j->opt.order == MK_ORDER_RANDOM)
+            for (int i = nl - 1; i > 0; i--) std::swap(order[i], order[splitmix(rng) % (i + 1)]);
+        for (int k = 0; k < nl; k++) {
+            int i = order[k];
+            if (w->lanes[i].state != L_RUN) continue;
+            w->cur = i;
+            fiber_switch(&w->sched, &w->lanes[i].fiber);
+            if (j->failed.load(std::memory_order_relaxed)) return;
+        }
+        if (resolve_simd(w, nsg)) continue;
+        if (!resolve_barrier(w)) break;
+    }
+    if (j->checker && !j->failed.load()) checker_end_group(j->checker, w);
+}
+
+mk_status run_dispatch(Device *dev, Job &j) {
+    int nw = j.opt.workers > 0 ? j.opt.workers : (int)std::thread::hardware_concurrency();
+    if (nw < 1) nw = 1;
+    if (j.checker) nw = 1;                 // the shadow memory is not thread-safe; deterministic
+    if ((uint64_t)nw > j.ngroups) nw = (int)j.ngroups;
+    while ((int)dev->workers.size() < nw) {
+        dev->workers.emplace_back(new Worker());
+        dev->workers.back()->index = (int)dev->workers.size() - 1;
+    }
+    int nl = (int)(j.tg[0] * j.tg[1] * j.tg[2]);
+    bool plain = !j.lib->mod->needs_fibers;
+    std::function<void(int)> fn = [&](int wi) {
+        Worker *w = dev->workers[wi].get();
+        if (!ensure_worker(w, nl, j)) {
+            j.set_error(MK_ERR_NOMEM, "simulator: cannot allocate fiber stacks / threadgroup memory");
+            return;
+        }
+        tl_worker = w;
+        w->job = &j;
+        w->plain = plain;
+        for (;;) {
+            if (j.failed.load(std::memory_order_relaxed)) break;
+            uint64_t g = j.next.fetch_add(1);
+            if (g >= j.ngroups) break;
+            run_group(w, g);
+        }
+        w->job = nullptr;
+        tl_worker = nullptr;
+    };
+    dev->pool.run(nw, fn);
+    if (j.failed.load()) return mk_set_error(j.err_status, "%s", j.err.c_str());
+    return MK_OK;
+}
+
+std::string lane_name(const Lane &l) {
+    const mk_sim_lane &b = l.b;
+    char s[160];
+    snprintf(s, sizeof s, "(%u,%u,%u) of threadgroup (%u,%u,%u) [simdgroup %u lane %u]",
+             b.thread_position_in_threadgroup[0], b.thread_position_in_threadgroup[1],
+             b.thread_position_in_threadgroup[2], b.threadgroup_position_in_grid[0],
+             b.threadgroup_position_in_grid[1], b.threadgroup_position_in_grid[2],
+             b.simdgroup_index_in_threadgroup, b.thread_index_in_simdgroup);
+    return s;
+}
+
+}  // namespace mksim

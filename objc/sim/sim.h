@@ -1,0 +1,142 @@
+// sim.h: the simulator runtime's internal types (objc/sim/*.cc).
+//   mk_sim.cc     the device behind the C ABI (ops table, buffers, libraries, options)
+//   sched.cc      threadgroups on a pool of OS threads; lanes as fibers; the runtime table
+//   check.cc      checking mode: shadow memory, races, bounds, uninitialised reads
+//   fiber.cc      stacks and context switches
+#ifndef MK_SIM_H
+#define MK_SIM_H
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fiber.h"
+#include "include/mk_sim_abi.h"
+#include "mk_internal.h"
+
+namespace mksim {
+
+struct Options {
+    int check = 0, order = MK_ORDER_FORWARD;
+    uint64_t seed = 0;
+    int workers = 0;
+    int family = 8;
+    uint32_t max_tg_memory = 32768, max_threads = 1024;
+};
+
+struct Library {
+    void *handle = nullptr;
+    const mk_sim_module *mod = nullptr;
+    std::string path;
+};
+
+struct Pipeline {
+    Library *lib;
+    const mk_sim_kernel *k;
+};
+
+struct Checker;   // check.cc
+
+// One dispatch being run: shared by the workers.
+struct Job {
+    const mk_sim_kernel *k = nullptr;
+    const Library *lib = nullptr;
+    Options opt;
+    void *buffers[MK_MAX_BINDINGS] = {};
+    size_t sizes[MK_MAX_BINDINGS] = {};
+    bool is_bytes[MK_MAX_BINDINGS] = {};
+    mk_buffer *bufs[MK_MAX_BINDINGS] = {};  // the binding's buffer (NULL for bytes)
+    uint64_t offsets[MK_MAX_BINDINGS] = {};
+    std::vector<std::unique_ptr<unsigned char[]>> bytes_copies;
+    uint32_t tg[3], groups[3], threads_per_grid[3];
+    bool partial = false;                 // grid counts threads: edge groups may be partial
+    uint32_t tg_param_off[4] = {}, tg_param_size[4] = {};
+    size_t tg_dynamic_end = 0;            // static threadgroup variables start here
+    uint64_t ngroups = 0;
+    std::atomic<uint64_t> next{0};
+    std::atomic<bool> failed{false};
+    std::mutex err_mu;
+    mk_status err_status = MK_OK;
+    std::string err;
+    Checker *checker = nullptr;
+    void set_error(mk_status st, const std::string &msg);
+};
+
+enum LaneStateKind { L_RUN, L_BARRIER, L_SIMD, L_SIMD_BARRIER, L_DONE };
+
+struct Lane {
+    Fiber fiber;
+    mk_sim_lane b;
+    int state = L_DONE;
+    const char *bar_file = nullptr;       // barrier call site
+    int bar_line = 0;
+    const void *site = nullptr;           // SIMD collective call site
+    unsigned xsize = 0;
+    size_t tg_cursor = 0;                 // next static threadgroup variable
+    mk_sim_xchg xres;
+};
+
+// Per OS thread: fibers, threadgroup memory arena, SIMD exchange space.
+struct Worker {
+    int index = 0;
+    std::vector<Lane> lanes;
+    Fiber sched;
+    unsigned char *arena = nullptr;
+    size_t arena_cap = 0, poisoned = 0;
+    std::vector<unsigned char> xin, xsnap;    // per SIMD-group: 32 lanes x MK_SIM_XCHG_BYTES
+    int cur = 0, nlanes = 0;
+    Job *job = nullptr;
+    uint32_t tg_epoch = 0;                    // barriers passed in this threadgroup
+    std::vector<uint32_t> sg_epoch;           // simdgroup barriers per SIMD-group
+    uint64_t group = 0;                       // linear threadgroup index
+    bool plain = false;                       // barrier-free kernel: lanes in one fiber
+    ~Worker();
+};
+
+class Pool {
+  public:
+    ~Pool();
+    // Run fn(i) for i in [0, n): i == 0 on the calling thread, the others on pool threads.
+    void run(int n, const std::function<void(int)> &fn);
+  private:
+    void loop(int i);
+    std::vector<std::thread> threads_;
+    std::mutex mu_;
+    std::condition_variable cv_, done_cv_;
+    const std::function<void(int)> *fn_ = nullptr;
+    int n_ = 0, pending_ = 0;
+    uint64_t gen_ = 0;
+    bool stop_ = false;
+};
+
+// Refcounted: buffers, libraries and pipelines keep their device alive, whatever order
+// the caller frees handles in (Python's GC at interpreter exit frees them in any order).
+struct Device {
+    mk_device handle;
+    std::atomic<int> refs{1};
+    Options opt;
+    std::mutex run_mu;
+    Pool pool;
+    std::vector<std::unique_ptr<Worker>> workers;
+};
+
+// sched.cc
+const mk_sim_rt *runtime_table();
+mk_status run_dispatch(Device *dev, Job &job);
+
+// check.cc
+Checker *checker_create(Job &job);
+void checker_free(Checker *c);
+void checker_begin_group(Checker *c, Worker *w);
+void checker_end_group(Checker *c, Worker *w);
+void checker_access(Worker *w, const void *addr, unsigned size, int is_write, const void *pc);
+// "file:line" of a code address in the kernel library (addr2line), or "" if unknown.
+std::string describe_pc(const Library *lib, const void *pc);
+std::string lane_name(const Lane &l);
+
+}  // namespace mksim
+#endif

@@ -1,0 +1,197 @@
+"""conv2d kernels (metal/conv2d.metal) on the simulator through the GPU encoder
+(mpskern/gpu_ops/conv2d.py): implicit GEMM (simd and tiled) for every shipped tile
+configuration and dtype, the depthwise kernel, and the 1x1-as-GEMM path, against the
+float64 references of tests/refs.py, in two fiber orders (bit-identical) and under the
+checking mode. Shapes stay small: the simulator is slow."""
+import numpy as np
+import pytest
+
+from mpskern import _native, backends
+from mpskern.gpu_ops import conv2d as conv_op
+from test_gpu_gemm import DTYPES, TILE_KEYS, UNIT, shipped_tiles, tiles_id
+
+refs = pytest.importorskip("refs", reason="tests/refs.py (float64 references) not on this branch yet")
+
+CODE = {np.dtype(np.float32): _native.F32, np.dtype(np.float16): _native.F16}
+SFX = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
+
+
+@pytest.fixture(scope="module")
+def sim():
+    ok, why = backends.availability("sim")
+    if not ok:
+        pytest.skip(f"simulator unavailable: {why}")
+    be = backends.get("sim")
+    be.set_sim_options()
+    yield be
+    be.set_sim_options()
+
+
+def pair(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+def make_args(x, w, bias, stride, padding, dilation, groups):
+    """mk_conv2d_args; padding an int/pair (symmetric) or "same" (extra at the end)."""
+    N, C, H, W = x.shape
+    K, _, R, S = w.shape
+    (sh, sw), (dh, dw) = pair(stride), pair(dilation)
+    if padding == "same":
+        ph, pw = (dh * (R - 1)) // 2, (dw * (S - 1)) // 2     # torch: the extra one at the end
+        P, Q = H, W
+    else:
+        ph, pw = pair(padding)
+        P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
+        Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
+    return dict(N=N, C=C, H=H, W=W, K=K, R=R, S=S, P=P, Q=Q, stride_h=sh, stride_w=sw,
+                pad_h=ph, pad_w=pw, dil_h=dh, dil_w=dw, groups=groups,
+                has_bias=int(bias is not None))
+
+
+def run(be, x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, config=None):
+    args = make_args(x, w, bias, stride, padding, dilation, groups)
+    y = np.full((args["N"], args["K"], args["P"], args["Q"]), np.nan, x.dtype)
+    conv_op.conv2d(be, args, CODE[x.dtype], x, w, bias, y, config=config)
+    return y
+
+
+def reference(x, w, bias, stride, padding, dilation, groups):
+    """(float64 result, per-element error bound: float accumulation over the C/g*R*S
+    products plus the rounding of the stored result)."""
+    y = refs.conv2d(x, w, bias, stride, padding, dilation, groups)
+    mag = refs.conv2d(np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)),
+                      None if bias is None else np.abs(bias), stride, padding, dilation, groups)
+    terms = w.shape[1] * w.shape[2] * w.shape[3]
+    return y, 4 * 2.0 ** -24 * (terms + 2) * mag + UNIT[x.dtype] * np.abs(y) + 1e-30
+
+
+def check(got, ref, bound, what=""):
+    assert got.shape == ref.shape, (what, got.shape, ref.shape)
+    err = np.abs(got.astype(np.float64) - ref)
+    bad = ~(err <= bound)
+    assert not bad.any(), (f"{what}: {int(bad.sum())} of {bad.size} elements wrong, first at "
+                           f"{np.argwhere(bad)[0].tolist()}: got {got[bad][0]}, want {ref[bad][0]}")
+
+
+def data(rng, shape, dtype):
+    return rng.uniform(-1, 1, size=shape).astype(dtype)
+
+
+def two_orders(be, *a, **kw):
+    outs = []
+    try:
+        for order in ("forward", "reverse"):
+            be.set_sim_options(order=order)
+            outs.append(run(be, *a, **kw))
+    finally:
+        be.set_sim_options()
+    assert np.array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8)), \
+        "forward and reverse fiber orders differ"
+    return outs[0]
+
+
+# ------------------------------------------------------------------------------ implicit GEMM
+CASES = [(v, t, dt) for t in shipped_tiles("conv2d") for v in ("simd", "tiled") for dt in DTYPES]
+GENERAL = dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)
+
+
+@pytest.mark.parametrize("variant,tiles,dtype", CASES,
+                         ids=[f"{v}-{tiles_id(t)}-{np.dtype(d).name}" for v, t, d in CASES])
+def test_implicit_gemm_shipped_config_two_orders(sim, variant, tiles, dtype):
+    """Groups, stride, padding, dilation and bias at once; edge tiles in every GEMM
+    dimension (Kg=3, N*P*Q=70, Cg*R*S=12)."""
+    cfg = dict(variant=variant, **dict(zip(TILE_KEYS, tiles)))
+    rng = np.random.default_rng(sum(tiles))
+    x, w = data(rng, (2, 4, 9, 7), dtype), data(rng, (6, 2, 3, 2), dtype)
+    bias = data(rng, (6,), np.float32)
+    assert conv_op.route(make_args(x, w, bias, **GENERAL)) == "conv2d"
+    got = two_orders(sim, x, w, bias, config=cfg, **GENERAL)
+    assert sim.last_config["kernel"] == f"conv2d_{variant}_{SFX[np.dtype(dtype)]}"
+    check(got, *reference(x, w, bias, **GENERAL), what=str(cfg))
+
+
+@pytest.mark.parametrize("tiles", shipped_tiles("conv2d"), ids=tiles_id)
+def test_shipped_configs_pass_the_checking_mode(sim, tiles):
+    rng = np.random.default_rng(2)
+    try:
+        sim.set_sim_options(check_mode=True, order="random", seed=3)
+        for variant in ("simd", "tiled"):
+            for dtype in DTYPES:
+                cfg = dict(variant=variant, **dict(zip(TILE_KEYS, tiles)))
+                x, w = data(rng, (1, 3, 6, 5), dtype), data(rng, (5, 3, 3, 3), dtype)
+                got = run(sim, x, w, None, 1, 1, 1, 1, config=cfg)
+                check(got, *reference(x, w, None, 1, 1, 1, 1), what=f"{cfg} checked")
+    finally:
+        sim.set_sim_options()
+
+
+def test_same_padding_with_an_even_kernel(sim):
+    """'same' with a 2x4 kernel pads one more at the bottom/right than at the top/left."""
+    rng = np.random.default_rng(4)
+    x, w = data(rng, (1, 2, 5, 6), np.float32), data(rng, (3, 2, 2, 4), np.float32)
+    check(run(sim, x, w, padding="same"), *reference(x, w, None, 1, "same", 1, 1))
+
+
+def test_default_choice_without_config(sim):
+    rng = np.random.default_rng(5)
+    x, w = data(rng, (1, 3, 5, 5), np.float16), data(rng, (4, 3, 3, 3), np.float16)
+    bias = data(rng, (4,), np.float32)
+    check(run(sim, x, w, bias), *reference(x, w, bias, 1, 0, 1, 1))
+    assert sim.last_config["level"] in ("exact", "bucket", "family", "generic")
+
+
+# ------------------------------------------------------------------------------ depthwise
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("threads", [256, 32])
+def test_depthwise_two_orders(sim, dtype, threads):
+    """groups == C with 2 outputs per channel, stride, padding, dilation, bias."""
+    rng = np.random.default_rng(threads)
+    x, w = data(rng, (2, 3, 8, 9), dtype), data(rng, (6, 1, 3, 3), dtype)
+    bias = data(rng, (6,), np.float32)
+    kw = dict(stride=2, padding=1, dilation=(2, 1), groups=3)
+    assert conv_op.route(make_args(x, w, bias, **kw)) == "conv2d_depthwise"
+    got = two_orders(sim, x, w, bias, config=dict(variant="depthwise", threads=threads), **kw)
+    assert sim.last_config["kernel"] == f"conv2d_depthwise_{SFX[np.dtype(dtype)]}"
+    check(got, *reference(x, w, bias, **kw))
+
+
+def test_depthwise_passes_the_checking_mode(sim):
+    rng = np.random.default_rng(6)
+    try:
+        sim.set_sim_options(check_mode=True)
+        for dtype in DTYPES:
+            x, w = data(rng, (1, 4, 5, 5), dtype), data(rng, (4, 1, 3, 3), dtype)
+            check(run(sim, x, w, None, 1, 1, 1, 4), *reference(x, w, None, 1, 1, 1, 4))
+    finally:
+        sim.set_sim_options()
+
+
+# ------------------------------------------------------------------------------ 1x1 as GEMM
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_1x1_runs_as_gemm(sim, dtype):
+    rng = np.random.default_rng(7)
+    x, w = data(rng, (2, 5, 4, 6), dtype), data(rng, (7, 5, 1, 1), dtype)
+    assert conv_op.route(make_args(x, w, None, 1, 0, 1, 1)) == "gemm"
+    got = two_orders(sim, x, w)
+    assert sim.last_config["kernel"].startswith("gemm_")
+    check(got, *reference(x, w, None, 1, 0, 1, 1))
+
+
+def test_1x1_with_bias_or_stride_uses_implicit_gemm(sim):
+    rng = np.random.default_rng(8)
+    x, w = data(rng, (1, 5, 4, 6), np.float32), data(rng, (7, 5, 1, 1), np.float32)
+    bias = data(rng, (7,), np.float32)
+    assert conv_op.route(make_args(x, w, bias, 1, 0, 1, 1)) == "conv2d"
+    assert conv_op.route(make_args(x, w, None, 2, 0, 1, 1)) == "conv2d"
+    check(run(sim, x, w, bias), *reference(x, w, bias, 1, 0, 1, 1))
+    assert sim.last_config["kernel"].startswith("conv2d_")
+
+
+def test_route():
+    x = np.zeros((1, 4, 6, 6), np.float32)
+    assert conv_op.route(make_args(x, np.zeros((4, 1, 3, 3)), None, 1, 1, 1, 4)) == "conv2d_depthwise"
+    assert conv_op.route(make_args(x, np.zeros((8, 2, 3, 3)), None, 1, 1, 1, 2)) == "conv2d"
+    assert conv_op.route(make_args(x, np.zeros((8, 4, 1, 1)), None, 1, 0, 1, 1)) == "gemm"
+    assert conv_op.route(make_args(x, np.zeros((8, 4, 1, 1)), None, 1, 1, 1, 1)) == "conv2d"
+    one = np.zeros((1, 1, 6, 6), np.float32)
+    assert conv_op.route(make_args(one, np.zeros((3, 1, 3, 3)), None, 1, 0, 1, 1)) == "conv2d"

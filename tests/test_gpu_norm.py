@@ -1,0 +1,231 @@
+"""metal/norm.metal on the simulator: layer_norm / rms_norm, group_norm and batch_norm
+(inference and training), every kernel x dtype x shipped configuration against the
+float64 references of tests/refs.py, in two fiber orders, and under the checking mode
+(which must report nothing). Shapes are small: the simulator is slow."""
+import contextlib
+
+import numpy as np
+import pytest
+
+from mpskern import _native, backends
+from mpskern.gpu_ops import norm as N
+from mpskern.tuning import spaces
+
+refs = pytest.importorskip("refs", reason="tests/refs.py (float64 references) not on this branch yet")
+
+DT = {np.float32: _native.F32, np.float16: _native.F16}
+LAYER, RMS = 0, 1
+
+# Every row configuration mpskern ships (spaces.shipped) plus a looped one with several
+# rows per threadgroup; per configuration, shapes that exercise its edges.
+ROW_CONFIGS = spaces.shipped("rownorm") + [{"variant": "looped", "TPR": 64, "RPG": 4, "VPT": 8}]
+assert spaces.shipped("group_norm") == spaces.shipped("rownorm")
+# (rows, n)
+ROW_CASES = {
+    ("rows", 32): [(5, 100), (9, 1), (3, 128)],
+    ("rows", 256): [(3, 1500), (2, 2048)],
+    ("rows", 1024): [(1, 6000), (2, 1100)],
+    ("looped", 1024): [(2, 2500), (1, 9000)],
+    ("looped", 64): [(3, 700), (5, 10)],
+}
+# (N, C, HW, groups); a row is C/groups*HW long
+GROUP_CASES = {
+    ("rows", 32): [(2, 6, 10, 3), (3, 4, 1, 4)],
+    ("rows", 256): [(2, 4, 300, 2)],
+    ("rows", 1024): [(1, 8, 700, 2)],
+    ("looped", 1024): [(1, 4, 900, 1)],
+    ("looped", 64): [(2, 6, 500, 2), (1, 3, 7, 3)],
+}
+BATCH_CONFIGS = spaces.shipped("batch_norm") + [
+    {"variant": "stats", "TPR": 32, "RPG": 4, "threads": 64}]
+BATCH_CASES = [(2, 3, 50), (5, 9, 1), (1, 2, 300)]
+
+
+def _key(cfg):
+    return (cfg["variant"], cfg["TPR"])
+
+
+@pytest.fixture(scope="module")
+def sim():
+    ok, why = backends.availability("sim")
+    if not ok:
+        pytest.skip(f"sim unavailable: {why}")
+    return backends.get("sim")
+
+
+@contextlib.contextmanager
+def sim_mode(be, order="forward", check=False):
+    """Run the block's dispatches in fiber `order`, instrumented when `check`."""
+    be.set_sim_options(check_mode=check, order=order, seed=7)
+    try:
+        yield
+    finally:
+        be.set_sim_options()
+
+
+def _data(shape, dtype, rng, offset=0.0):
+    # an offset makes E[x^2]-E[x]^2 lose every digit: the kernels must not use it
+    return (offset + refs.rand(shape, dtype, rng, -2, 2).astype(np.float64)).astype(dtype)
+
+
+def _vec(n, rng, present):
+    return rng.uniform(0.5, 1.5, n).astype(np.float32) if present else None
+
+
+def _rownorm(be, rows, n, dtype, cfg, kind, affine, rng, offset=0.0):
+    x = _data((rows, n), dtype, rng, offset)
+    w, b = _vec(n, rng, affine), _vec(n, rng, affine and kind == LAYER)
+    y = np.full_like(x, np.nan)
+    eps = 1e-5 if kind == LAYER else float(np.finfo(dtype).eps)
+    args = {"rows": rows, "n": n, "kind": kind, "has_weight": int(w is not None),
+            "has_bias": int(b is not None), "eps": eps}
+    N.rownorm(be, args, DT[dtype], x, w, b, y, config=cfg)
+    ref = (refs.layer_norm(x, n, w, b, eps) if kind == LAYER else refs.rms_norm(x, n, w, eps))
+    if offset:
+        return y, ref
+    refs.assert_close(y, ref, dtype, terms=n, what=f"{cfg} {(rows, n)} kind={kind}")
+    return y
+
+
+def _group_norm(be, shape, dtype, cfg, affine, rng):
+    n_, c, hw, g = shape
+    x = _data((n_, c, hw), dtype, rng, offset=3.0)
+    w, b = _vec(c, rng, affine), _vec(c, rng, affine)
+    y = np.full_like(x, np.nan)
+    args = {"N": n_, "C": c, "HW": hw, "groups": g, "has_weight": int(affine),
+            "has_bias": int(affine), "eps": 1e-5}
+    N.group_norm(be, args, DT[dtype], x, w, b, y, config=cfg)
+    refs.assert_close(y, refs.group_norm(x, g, w, b, 1e-5), dtype, terms=c // g * hw,
+                      what=f"{cfg} {shape}")
+    return y
+
+
+def _batch_norm(be, shape, dtype, cfg, training, running, affine, rng):
+    n_, c, hw = shape
+    x = _data(shape, dtype, rng, offset=2.0)
+    rm = rng.uniform(-1, 1, c).astype(np.float32) if running or not training else None
+    rv = rng.uniform(0.5, 2, c).astype(np.float32) if rm is not None else None
+    rm0, rv0 = (None, None) if rm is None else (rm.copy(), rv.copy())
+    w, b = _vec(c, rng, affine), _vec(c, rng, affine)
+    y = np.full_like(x, np.nan)
+    args = {"N": n_, "C": c, "HW": hw, "training": int(training), "has_running": int(rm is not None),
+            "has_weight": int(affine), "has_bias": int(affine), "eps": 1e-5, "momentum": 0.1}
+    N.batch_norm(be, args, DT[dtype], x, rm, rv, w, b, y, config=cfg)
+    ref, rm_ref, rv_ref = refs.batch_norm(x, rm0, rv0, w, b, training, 0.1, 1e-5)
+    what = f"{cfg} {shape} training={training}"
+    refs.assert_close(y, ref, dtype, terms=n_ * hw, what=what)
+    if rm is not None:
+        refs.assert_close(rm, rm_ref, np.float32, terms=n_ * hw, what=what + " running_mean")
+        refs.assert_close(rv, rv_ref, np.float32, terms=n_ * hw, what=what + " running_var")
+        return [y, rm, rv]
+    return [y]
+
+
+def in_both_orders(be, call):
+    """Run call() (seeded inputs, checked outputs) in forward and reverse fiber order: the
+    outputs must also be bit-identical (the kernels use no atomics)."""
+    outs = []
+    for order in ("forward", "reverse"):
+        with sim_mode(be, order):
+            outs.append(call())
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(*outs)), \
+        "forward and reverse fiber orders give different bits"
+
+
+def test_every_config_has_cases():
+    assert {_key(c) for c in ROW_CONFIGS} == set(ROW_CASES) == set(GROUP_CASES)
+
+
+ROW_IDS = ["-".join(map(str, c.values())) for c in ROW_CONFIGS]
+BATCH_IDS = ["-".join(map(str, c.values())) for c in BATCH_CONFIGS]
+DT_IDS = ["f32", "f16"]
+
+
+@pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
+def test_rownorm_configs(sim, cfg, dtype):
+    def call():
+        rng = np.random.default_rng(1)
+        return [_rownorm(sim, rows, n, dtype, cfg, kind, affine, rng)
+                for rows, n in ROW_CASES[_key(cfg)] for kind in (LAYER, RMS)
+                for affine in (False, True)]
+    in_both_orders(sim, call)
+
+
+@pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
+def test_layer_norm_large_offset_float32(sim, cfg):
+    """mean 1000, spread 2: float32 E[x^2]-E[x]^2 would miss the variance (~1.3) by tens
+    of percent; two-pass / Welford keep the output within float32 rounding of the mean."""
+    rows, n = ROW_CASES[_key(cfg)][0]
+    y, ref = _rownorm(sim, rows, n, np.float32, cfg, LAYER, False, np.random.default_rng(5),
+                      1000.0)
+    err = float(np.abs(y - ref).max())
+    assert err < 5e-3, f"{cfg}: max error {err:.3g} with a large mean"
+
+
+@pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
+def test_group_norm_configs(sim, cfg, dtype):
+    def call():
+        rng = np.random.default_rng(2)
+        return [_group_norm(sim, shape, dtype, cfg, affine, rng)
+                for shape in GROUP_CASES[_key(cfg)] for affine in (False, True)]
+    in_both_orders(sim, call)
+
+
+@pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
+def test_batch_norm_configs(sim, cfg, dtype):
+    def call():
+        rng = np.random.default_rng(3)
+        return [a for shape in BATCH_CASES
+                for training, running in ((False, True), (True, True), (True, False))
+                for a in _batch_norm(sim, shape, dtype, cfg, training, running, training, rng)]
+    in_both_orders(sim, call)
+
+
+@pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
+def test_norm_checking_mode_is_clean(sim, cfg):
+    rng = np.random.default_rng(4)
+    with sim_mode(sim, "random", check=True):
+        for dtype in refs.DTYPES:
+            rows, n = ROW_CASES[_key(cfg)][0]
+            _rownorm(sim, rows, n, dtype, cfg, LAYER, True, rng)
+            _group_norm(sim, GROUP_CASES[_key(cfg)][0], dtype, cfg, True, rng)
+
+
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
+def test_batch_norm_checking_mode_is_clean(sim, cfg):
+    rng = np.random.default_rng(6)
+    with sim_mode(sim, "random", check=True):
+        for dtype in refs.DTYPES:
+            for training in (False, True):
+                _batch_norm(sim, BATCH_CASES[0], dtype, cfg, training, True, True, rng)
+
+
+def test_default_choice_by_row_length(sim):
+    rng = np.random.default_rng(7)
+    for n, variant, tpr in [(100, "rows", 32), (2000, "rows", 256), (9000, "looped", 1024)]:
+        _rownorm(sim, 2, n, np.float32, None, LAYER, True, rng)
+        assert (sim.last_config["variant"], sim.last_config["TPR"]) == (variant, tpr)
+
+
+def test_batch_norm_inference_without_running_stats_is_an_error(sim):
+    x = np.zeros((2, 3, 4), np.float32)
+    args = {"N": 2, "C": 3, "HW": 4, "training": 0, "has_running": 0, "has_weight": 0,
+            "has_bias": 0, "eps": 1e-5, "momentum": 0.1}
+    with pytest.raises(ValueError, match="running_mean"):
+        N.batch_norm(sim, args, _native.F32, x, None, None, None, None, x.copy())
+
+
+def test_empty_inputs_dispatch_nothing(sim):
+    x = np.zeros((0, 3, 4), np.float32)
+    a = {"N": 0, "C": 3, "HW": 4, "training": 0, "has_running": 1, "has_weight": 0,
+         "has_bias": 0, "eps": 1e-5, "momentum": 0.1}
+    rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
+    N.batch_norm(sim, a, _native.F32, x, rm, rv, None, None, x.copy())
+    assert sim.last_config == {"empty": True}
+    r = np.zeros((4, 0), np.float16)
+    N.rownorm(sim, {"rows": 4, "n": 0, "kind": LAYER, "has_weight": 0, "has_bias": 0,
+                    "eps": 1e-5}, _native.F16, r, None, None, r.copy())
+    assert sim.last_config == {"empty": True}

@@ -1,0 +1,52 @@
+"""mpskern.empty: page-aligned arrays owning whole pages (what Metal wraps without a copy)."""
+import mmap
+import os
+
+import numpy as np
+import pytest
+
+import mpskern
+from mpskern.memory import empty, is_page_aligned, page_size
+
+
+def test_page_size_is_the_os_page_size():
+    assert page_size() == mmap.PAGESIZE == os.sysconf("SC_PAGE_SIZE")
+    assert page_size() & (page_size() - 1) == 0          # a power of two
+
+
+@pytest.mark.parametrize("shape", [(1,), (7,), (3, 5), (2, 3, 17, 19), (4097,), 9])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.uint8])
+def test_empty_is_aligned_contiguous_writable(shape, dtype):
+    a = mpskern.empty(shape, dtype)
+    want = (shape,) if isinstance(shape, int) else shape
+    assert a.shape == want and a.dtype == np.dtype(dtype)
+    assert a.ctypes.data % page_size() == 0 and is_page_aligned(a)
+    assert a.flags.c_contiguous and a.flags.writeable
+    a[...] = 3                                          # the memory is usable end to end
+    assert np.all(a == 3)
+
+
+def test_empty_owns_whole_pages():
+    page = page_size()
+    for n in (1, page - 1, page, page + 1, 3 * page + 5):
+        a = empty((n,), np.uint8)
+        owner = a.base
+        while owner.base is not None and isinstance(owner.base, np.ndarray):
+            owner = owner.base
+        lo, hi = owner.ctypes.data, owner.ctypes.data + owner.nbytes
+        start = a.ctypes.data
+        pages_end = start + -(-n // page) * page
+        assert lo <= start and pages_end <= hi, (n, lo, start, pages_end, hi)
+
+
+def test_empty_defaults_and_errors():
+    assert mpskern.empty((2, 2)).dtype == np.float32
+    assert mpskern.empty((0, 4)).shape == (0, 4)
+    with pytest.raises(ValueError, match="negative"):
+        mpskern.empty((2, -1))
+
+
+def test_plain_numpy_arrays_are_usually_not_page_aligned():
+    # why mpskern.empty exists: numpy's allocator aligns to 16-64 bytes, not to pages
+    offsets = {np.empty(1000, np.float32).ctypes.data % page_size() for _ in range(8)}
+    assert offsets != {0}

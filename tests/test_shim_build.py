@@ -1,0 +1,114 @@
+"""The macOS build, checked from Linux: setup.py's darwin branch (ObjC compiled apart with
+-fobjc-arc, frameworks linked), the shim defining every MPS entry point of the C ABI, and
+../shared/tools/check-objc (compile with -Werror and link for arm64-apple-macos12 against
+a real macOS SDK) when the SDK and clang are here."""
+import os
+import re
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_setup(monkeypatch, platform_name):
+    """Run setup.py as on `platform_name` without building: returns (module globals,
+    the keyword arguments setup() got)."""
+    import setuptools
+    import setuptools.command.build_ext  # noqa: F401  (imported before faking the platform:
+    import setuptools.command.build_py   # noqa: F401   they read sysconfig at import)
+    import Cython.Build
+    got = {}
+    monkeypatch.setattr(sys, "platform", platform_name)
+    monkeypatch.setattr(setuptools, "setup", lambda **kw: got.update(kw))
+    monkeypatch.setattr(Cython.Build, "cythonize", lambda exts, **kw: exts)
+    monkeypatch.delenv("MACOSX_DEPLOYMENT_TARGET", raising=False)
+    monkeypatch.chdir(ROOT)
+    g = runpy.run_path(str(ROOT / "setup.py"), run_name="setup_under_test")
+    return g, got
+
+
+def test_darwin_build_compiles_objc_apart_and_links_frameworks(monkeypatch):
+    g, got = load_setup(monkeypatch, "darwin")
+    groups = g["native_sources"]()
+    objc = [(flags, srcs) for flags, srcs in groups if any(s.endswith(".m") for s in srcs)]
+    assert len(objc) == 1, "ObjC sources form exactly one group"
+    flags, srcs = objc[0]
+    assert sorted(srcs) == sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("objc/*.m"))
+    assert "objc/mk_metal_device.m" in srcs and "objc/mk_mps_graph.m" in srcs
+    assert "-fobjc-arc" in flags and "-mmacosx-version-min=12.0" in flags
+    for other_flags, other in groups:
+        if other_flags is not flags:
+            assert "-fobjc-arc" not in other_flags
+            assert not any(s.endswith(".m") for s in other)
+            assert not any(s.startswith("objc/stub/") for s in other), "the MPS stub is for non-macOS only"
+    (ext,) = got["ext_modules"]
+    assert "-fobjc-arc" not in ext.extra_compile_args      # never reaches the Cython C
+    link = " ".join(ext.extra_link_args)
+    for fw in ("Foundation", "CoreFoundation", "Metal", "MetalPerformanceShaders",
+               "MetalPerformanceShadersGraph", "Accelerate"):
+        assert f"-framework {fw}" in link
+    assert os.environ["MACOSX_DEPLOYMENT_TARGET"] == "12.0"
+
+
+def test_linux_build_has_no_objc(monkeypatch):
+    g, got = load_setup(monkeypatch, "linux")
+    srcs = [s for _, group in g["native_sources"]() for s in group]
+    assert not any(s.endswith(".m") for s in srcs)
+    assert "objc/stub/mk_mps_stub.c" in srcs
+    (ext,) = got["ext_modules"]
+    assert "-framework" not in " ".join(ext.extra_link_args)
+
+
+def _functions(text, prefix):
+    return set(re.findall(r"^mk_status\s+(" + prefix + r"\w+)\s*\(", text, re.M))
+
+
+def test_shim_defines_every_mps_entry_point():
+    declared = _functions((ROOT / "objc/mpskern.h").read_text(), "mk_mps_")
+    assert len(declared) == 7
+    defined = set()
+    for p in ROOT.glob("objc/mk_mps*.m"):
+        defined |= _functions(p.read_text(), "mk_mps_")
+    assert declared <= defined, f"not defined by the shim: {sorted(declared - defined)}"
+    stub = _functions((ROOT / "objc/stub/mk_mps_stub.c").read_text(), "mk_mps_")
+    assert declared == stub
+
+
+def test_every_exported_objc_function_body_is_in_an_autoreleasepool():
+    # exported: the ABI's mk_mps_* and every entry of the Metal device-ops table and provider
+    sources = {p.name: p.read_text() for p in ROOT.glob("objc/mk_*.m")}
+    everything = "\n".join(sources.values())
+    names = _functions((ROOT / "objc/mpskern.h").read_text(), "mk_mps_")
+    for table in re.findall(r"metal_(?:ops|provider) = \{(.*?)\};", everything, re.S):
+        names |= {n for n in re.findall(r"=\s*(\w+)", table) if n not in ("NULL", "MK_DEVICE_METAL")}
+    assert len(names) > 7 + 12
+    for name in sorted(names):
+        m = re.search(r"^(?:static )?[\w ]+\*?\s*\b" + name + r"\s*\([^;{]*\)\s*\{\n(.*)\n", everything, re.M)
+        assert m, f"no definition of {name} in objc/mk_*.m"
+        assert m.group(1).strip().startswith("@autoreleasepool"), f"{name} starts with {m.group(1).strip()!r}"
+
+
+def _sdk():
+    for cand in (os.environ.get("MPSKERN_MACOS_SDK"),
+                 "/work/.mirror/hexops-graveyard+sdk-macos-12.0/repo"):
+        if cand and os.path.exists(cand):
+            return cand
+    return None
+
+
+CHECK_OBJC = ROOT.parent / "shared" / "tools" / "check-objc"
+if not CHECK_OBJC.exists():
+    CHECK_OBJC = ROOT.parent.parent / "shared" / "tools" / "check-objc"
+
+
+@pytest.mark.skipif(_sdk() is None or not CHECK_OBJC.exists() or not shutil.which("clang-19"),
+                    reason="needs a macOS SDK (MPSKERN_MACOS_SDK), clang-19/lld-19 and shared/tools/check-objc")
+def test_check_objc_compiles_and_links_against_the_macos_sdk():
+    r = subprocess.run([str(CHECK_OBJC), _sdk()], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "check-objc: ok" in r.stdout and "arm64" in r.stdout

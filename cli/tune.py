@@ -29,17 +29,20 @@ def _ms(t):
 @app.command()
 def tune(
     op: Optional[str] = typer.Argument(None, help="gemm, conv2d, softmax, log_softmax, "
-                                                  "layer_norm or rms_norm."),
+                                                  "layer_norm, rms_norm or group_norm."),
     backend: str = typer.Option("metal", help="metal (a Mac's GPU) or sim (the simulator: "
                                               "CPU timings, stored for the simulated device only)."),
     dtype: str = typer.Option("float32", help="float32 or float16."),
     shape: Optional[List[str]] = typer.Option(
         None, help="The op's shape form, repeatable: gemm MxNxK, conv2d NxCxHxWxKxRxS, "
-                   "softmax/norms ROWSxN. Default: one typical shape."),
+                   "softmax/layer_norm/rms_norm ROWSxN, group_norm NxCxHxW. Default: one "
+                   "typical shape."),
     budget: float = typer.Option(30.0, help="Seconds of search per shape."),
     stride: int = typer.Option(1, help="conv2d stride."),
     padding: int = typer.Option(0, help="conv2d padding."),
-    groups: int = typer.Option(1, help="conv2d groups (groups = C: the depthwise kernel)."),
+    groups: Optional[int] = typer.Option(None, help="conv2d groups (default 1; groups = C: "
+                                                     "the depthwise kernel); group_norm "
+                                                     "num_groups (default 2)."),
     reps: int = typer.Option(5, help="Timed runs per candidate (fewer if it is pruned)."),
     show: bool = typer.Option(False, "--show", help="Print the configuration a call would "
                                                     "use and which lookup level chose it."),
@@ -75,9 +78,15 @@ def tune(
         _fail(console, f"{op!r} is not a tunable op; tunable: {', '.join(problems.OPS)}")
     if budget <= 0:
         _fail(console, f"--budget {budget}: give a positive number of seconds")
-    opts = dict(stride=stride, padding=padding, groups=groups) if op == "conv2d" else {}
-    if op != "conv2d" and (stride != 1 or padding != 0 or groups != 1):
-        _fail(console, "--stride, --padding and --groups apply to conv2d only")
+    opts = dict(stride=stride, padding=padding) if op == "conv2d" else {}
+    if groups is not None:
+        if op not in ("conv2d", "group_norm"):
+            _fail(console, "--groups applies to conv2d and group_norm only")
+        if groups < 1:
+            _fail(console, f"--groups {groups}: give a positive number")
+        opts["groups"] = groups
+    if op != "conv2d" and (stride != 1 or padding != 0):
+        _fail(console, "--stride and --padding apply to conv2d only")
     try:
         from mpskern.tuning import tuner
         tuner.gpu_backend(backend)

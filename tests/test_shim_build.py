@@ -106,9 +106,28 @@ if not CHECK_OBJC.exists():
     CHECK_OBJC = ROOT.parent.parent / "shared" / "tools" / "check-objc"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_sdk() is None or not CHECK_OBJC.exists() or not shutil.which("clang-19"),
                     reason="needs a macOS SDK (MPSKERN_MACOS_SDK), clang-19/lld-19 and shared/tools/check-objc")
 def test_check_objc_compiles_and_links_against_the_macos_sdk():
     r = subprocess.run([str(CHECK_OBJC), _sdk()], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "check-objc: ok" in r.stdout and "arm64" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_sdk() is None or not shutil.which("clang-19"),
+                    reason="needs a macOS SDK (MPSKERN_MACOS_SDK) and clang-19")
+def test_shim_also_compiles_for_intel_macs():
+    # python.org's macOS Pythons are universal2: setuptools then compiles every source for
+    # x86_64 as well, so the shim must (it reports "no Apple silicon GPU" there at run time).
+    sdk = "/tmp/mpskern-macos-sdk/root"                 # where check-objc unpacks the SDK
+    if not os.path.isdir(f"{sdk}/System"):
+        subprocess.run([str(CHECK_OBJC), _sdk()], cwd=ROOT, capture_output=True, timeout=300)
+    fw = f"{sdk}/System/Library/Frameworks"
+    srcs = [str(p.relative_to(ROOT)) for p in sorted(ROOT.glob("objc/*.m"))]
+    r = subprocess.run(["clang-19", "-target", "x86_64-apple-macos12", "-isysroot", sdk, f"-F{fw}",
+                        "-fobjc-arc", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
+                        "-Iobjc", "-Imetal", "-fsyntax-only"] + srcs,
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr

@@ -104,6 +104,22 @@ def _rownorm(rms):
     return make
 
 
+def _group_norm(shape, dtype, rng, groups=2):
+    N, C, H, W = shape
+    if C % groups:
+        raise ValueError(f"--groups {groups} must divide C={C}")
+    x = _rand(rng, shape, dtype) * 3 + 0.5
+    w = rng.uniform(0.5, 1.5, C).astype(np.float32)
+    xd = x.astype(np.float64).reshape(N, groups, -1)
+    ref = (xd - xd.mean(-1, keepdims=True)) / np.sqrt(xd.var(-1, keepdims=True) + 1e-5)
+    ref = ref.reshape(shape) * w.reshape(1, C, 1, 1)
+
+    def call(backend):
+        import mpskern
+        return mpskern.group_norm(x, groups, w, eps=1e-5, backend=backend)
+    return call, ref
+
+
 # name -> (shape form shown to users, dimension count, maker, default shape on metal, on sim)
 OPS = {
     "gemm": ("MxNxK", 3, _gemm, (1024, 1024, 1024), (64, 64, 64)),
@@ -112,6 +128,7 @@ OPS = {
     "log_softmax": ("ROWSxN", 2, _softmax(True), (4096, 1024), (16, 128)),
     "layer_norm": ("ROWSxN", 2, _rownorm(False), (4096, 1024), (16, 128)),
     "rms_norm": ("ROWSxN", 2, _rownorm(True), (4096, 1024), (16, 128)),
+    "group_norm": ("NxCxHxW", 4, _group_norm, (8, 64, 56, 56), (2, 8, 6, 6)),
 }
 
 

@@ -102,9 +102,11 @@ def header_lines(names):
             i = backends.get(be).info
             fam = f"Apple{i['family']}" if i.get("family") else "unknown family"
             arch = f", {i['architecture']}" if i.get("architecture") else ""
+            ws = i.get("recommended_working_set") or 0
             lines.append(f"  device: {i['name']} ({fam}{arch}); {i['max_threads_per_threadgroup']} threads/"
-                         f"threadgroup, {i['max_threadgroup_memory'] // 1024} KiB threadgroup memory, "
-                         f"working set {i['recommended_working_set'] / 2**30:.1f} GiB, page {i['page_size']} B")
+                         f"threadgroup, {i['max_threadgroup_memory'] // 1024} KiB threadgroup memory"
+                         + (f", working set {ws / 2**30:.1f} GiB" if ws else "")
+                         + f", page {i['page_size']} B")
     return lines
 
 
@@ -180,8 +182,11 @@ def selftest(
     rows = run(names, dtypes, seed, cases, progress if err.is_terminal else None)
     out.print(table(rows))
     bad = failed(rows)
-    for r in bad:
-        out.print(f"[red]{r.status}[/red] {r.op} {r.label} {r.dtype} on {r.backend}: {r.note}", highlight=False)
+    for r in rows:
+        if r.status == "unsupported" or r in bad:
+            c = "yellow" if r.status == "unsupported" else "red"
+            out.print(f"[{c}]{r.status}[/{c}] {r.op} {r.label} {r.dtype} on {r.backend}: {r.note}",
+                      highlight=False)
     n_uns = sum(r.status == "unsupported" for r in rows)
     out.print(f"{len(rows) - len(bad) - n_uns} passed, {len(bad)} failed, {n_uns} unsupported "
               f"({', '.join(names) or 'no backend'}; {', '.join(dtypes)})", highlight=False)

@@ -34,6 +34,22 @@ def test_op_matches_cpu(case, dtype, backend):
     assert row.status == "pass", (row.status, row.err_ref, row.err_cpu, row.tol, row.note)
 
 
+COPY_CASES = [c for c in CASES if c.op in ("gemm", "conv2d", "avg_pool2d", "batch_norm", "softmax")]
+
+
+@pytest.mark.parametrize("backend", ["metal", "mps"])
+@pytest.mark.parametrize("case", COPY_CASES, ids=[f"{c.op}:{c.label}" for c in COPY_CASES])
+def test_copy_fallback_matches_cpu(case, backend, monkeypatch):
+    """With zero-copy refused (MPSKERN_ZERO_COPY=0) every buffer is a mirrored copy: the
+    results, in-place outputs (gemm's C) and batch_norm's running stats must still land."""
+    _need(backend)
+    monkeypatch.setenv("MPSKERN_ZERO_COPY", "0")
+    (row,) = st.run([backend], ["float32"], cases=[case])
+    if row.status == "unsupported":
+        pytest.skip(row.note)
+    assert row.status == "pass", (row.status, row.err_ref, row.err_cpu, row.tol, row.note)
+
+
 # -- the shim's contract --------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def dev():

@@ -154,3 +154,17 @@ def test_packaged_defaults_fit_the_spaces_on_their_family():
         for e in db.family_defaults(fam).entries:
             assert e.op in spaces.SPACES, (fam, e.op)
             assert spaces.problems(e.op, e.config, dict(limits, family=fam)) == [], (fam, e)
+
+
+def test_concurrent_writers_keep_every_entry(user_db):
+    """Writers in parallel processes merge under a lock: no entry is lost."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=db.save, args=([tuned_entry((64 + i, 64, 64))], str(user_db)))
+             for i in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    assert all(p.exitcode == 0 for p in procs)
+    assert len(db.read(str(user_db))) == 6

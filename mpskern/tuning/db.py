@@ -19,6 +19,7 @@ Two sources share one JSON format (documented and kept stable in docs/tuning.md)
 A file that is unreadable, empty, not JSON, of another format or version, gives ONE
 warning (TuningDatabaseWarning) and is ignored: a tuning database never breaks an op.
 """
+import contextlib
 import json
 import os
 import sys
@@ -302,11 +303,36 @@ def dump(entries):
     return json.dumps(doc, indent=1, sort_keys=False) + "\n"
 
 
+@contextlib.contextmanager
+def _locked(path):
+    """An exclusive lock on <path>.lock while a writer reads, merges and replaces the file,
+    so two `mpskern tune` processes do not drop each other's entries (POSIX; elsewhere
+    the write is still atomic, only concurrent merges may lose an entry)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path + ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def save(new_entries, path=None):
     """Add entries to the user database (replacing entries with the same key) and write it
     atomically. A file that cannot be read as a database is kept beside the new one as
     <path>.bad-<time> rather than overwritten. Returns the path written."""
     path = path or user_path()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with _locked(path):
+        _save(new_entries, path)
+    return path
+
+
+def _save(new_entries, path):
     old = read(path)
     kept = old.entries
     if old.problem and os.path.exists(path):
@@ -318,7 +344,6 @@ def save(new_entries, path=None):
     replace = {e.key() for e in new_entries}
     entries = [e for e in kept if e.key() not in replace] + list(new_entries)
     d = os.path.dirname(path)
-    os.makedirs(d or ".", exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".json", dir=d or ".")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -330,7 +355,6 @@ def save(new_entries, path=None):
         except OSError:
             pass
         raise
-    return path
 
 
 def merge(src_path, dst_path=None):

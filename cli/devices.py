@@ -1,19 +1,25 @@
-"""`mpskern devices`: every backend, available or not, and why."""
+"""`mpskern devices`: every backend, available or not, and why (mpskern.devices())."""
 from rich.console import Console
 from rich.table import Table
 
-from mpskern import backends
+import mpskern
 from mpskern.cli.app import app
+
+
+def _gib(n):
+    return f"{n / 2 ** 30:.1f} GiB" if n else "-"
 
 
 @app.command()
 def devices():
-    """List every backend: available or not, and why."""
+    """List every backend: available or not, and why; device, GPU family, memory, peaks."""
     t = Table(title="mpskern backends")
-    t.add_column("backend")
-    t.add_column("available")
-    t.add_column("details")
-    for name in backends.NAMES:
-        ok, why = backends.availability(name)
-        t.add_row(name, "yes" if ok else "no", why)
-    Console().print(t)
+    for col in ("backend", "available", "device", "family", "memory", "peak FP32", "peak BW",
+                "details"):
+        t.add_column(col)
+    for d in mpskern.devices():
+        t.add_row(d.backend, "yes" if d.available else "no", d.name if d.available else "-",
+                  f"Apple{d.family}" if d.family else "-", _gib(d.memory),
+                  f"{d.peak_gflops_fp32:.0f} GFLOP/s" if d.peak_gflops_fp32 else "-",
+                  f"{d.peak_gbps:.0f} GB/s" if d.peak_gbps else "-", d.reason)
+    Console(width=160).print(t)

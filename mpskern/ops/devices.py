@@ -1,17 +1,17 @@
 """devices(): one record per backend, available or not (and why not)."""
 import os
-import platform
 from dataclasses import dataclass
 from typing import Optional
 
-from mpskern import backends
+from mpskern import backends, peaks
 
 
 @dataclass(frozen=True)
 class Device:
-    """What a backend runs on. family is the Apple GPU family number (7 = Apple7 ...) or
-    None for the CPU; memory in bytes (the GPU's recommended working set, or system RAM
-    for the CPU); the peaks are None where no figure is known."""
+    """What a backend runs on. family: the Apple GPU family number (7 = Apple7, M1 ...;
+    None for the CPU or an unavailable GPU); memory: bytes (the GPU's recommended working
+    set, or the system RAM for the CPU); peaks: FP32 GFLOP/s and memory GB/s from
+    mpskern.peaks (a measured figure, else a public estimate), None where unknown."""
     name: str
     backend: str
     available: bool
@@ -20,17 +20,6 @@ class Device:
     memory: Optional[int] = None
     peak_gflops_fp32: Optional[float] = None
     peak_gbps: Optional[float] = None
-
-
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _ram():
@@ -47,13 +36,13 @@ def devices():
     for name in backends.NAMES:
         ok, why = backends.availability(name)
         if name == "cpu":
-            out.append(Device(_cpu_name(), name, ok, why, memory=_ram()))
-            continue
-        info = {}
-        if ok and name != "mps":
-            info = backends.get(name).info
-        elif ok:
-            info = backends.get("metal").info
-        out.append(Device(info.get("name", name), name, ok, why, family=info.get("family"),
-                          memory=info.get("recommended_working_set")))
+            dev, family, memory = peaks.cpu_device_name(), None, _ram()
+        elif ok:  # mps runs on the Metal device
+            info = backends.get("metal" if name == "mps" else name).info
+            dev, family, memory = info["name"], info["family"], info["recommended_working_set"]
+        else:
+            dev, family, memory = name, None, None
+        p = peaks.lookup(dev) if ok else None
+        out.append(Device(dev, name, ok, why, family, memory,
+                          p.fp32_gflops if p else None, p.gbps if p else None))
     return out

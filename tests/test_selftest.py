@@ -137,3 +137,14 @@ def test_real_run_on_cpu_passes():
     assert len(rows) == len(CASES) * 2
     bad = st.failed(rows)
     assert not bad, "\n".join(f"{r.op} {r.label} {r.dtype}: {r.note} (err {r.err_ref})" for r in bad)
+
+
+@pytest.mark.skipif(not all(hasattr(mpskern, op) for op in OPS) or
+                    not mpskern.backends.availability("sim")[0],
+                    reason="needs the public ops and the simulator")
+def test_real_run_on_sim_when_asked():
+    r = runner.invoke(app, ["selftest", "-b", "cpu", "-b", "sim", "--op", "softmax",
+                            "--op", "gemm", "-d", "float32"])
+    assert r.exit_code == 0, r.output
+    assert "backend sim: available (tested)" in r.output
+    assert "10 passed, 0 failed, 0 unsupported (cpu, sim; float32)" in r.output

@@ -112,3 +112,20 @@ def test_row_ops_and_depthwise_tune_through_their_own_spaces(sim):
                    padding=1, groups=4, candidates=[{"variant": "depthwise", "threads": 64}])
     assert r.key.op == "conv2d_depthwise" and r.result.best is not None
     assert {e.op for e in db.user_db().entries} == {"softmax", "conv2d_depthwise"}
+
+
+def test_show_on_a_family_chosen_by_environment(tmp_path):
+    """`MPSKERN_SIM_FAMILY=apple9 mpskern tune --show gemm`: a fresh process simulating
+    Apple9 uses Apple9's packaged default and says so."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, MPSKERN_SIM_FAMILY="apple9", COLUMNS="200",
+               MPSKERN_TUNING_DB=str(tmp_path / "none.json"))
+    out = subprocess.run([sys.executable, "-m", "mpskern.cli.main", "tune", "--show", "gemm",
+                          "--backend", "sim", "--shape", "24x16x40"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    apple9 = db.family_defaults(9).for_op("gemm", "float32")[0].config
+    assert "family apple9" in out.stdout and "family: the packaged default" in out.stdout
+    assert " ".join(f"{k}={v}" for k, v in apple9.items()) in out.stdout

@@ -46,10 +46,10 @@ _TRANSFORMER_GEMM = [  # BERT-base / GPT-2-small projections at 512 tokens
 ]
 
 _POOL_RESNET = [
-    ("resnet stem max 3x3/2", dict(C=64, H=112, k=3, stride=2, pad=1)),
+    ("resnet stem 3x3/2 @112 c64", dict(C=64, H=112, k=3, stride=2, pad=1)),
     ("2x2/2 @56 c256", dict(C=256, H=56, k=2)),
     ("2x2/2 @28 c512", dict(C=512, H=28, k=2)),
-    ("resnet head avg 7x7", dict(C=2048, H=7, k=7)),
+    ("resnet head 7x7 @7 c2048", dict(C=2048, H=7, k=7)),
     ("3x3/1 @14 c1024", dict(C=1024, H=14, k=3, stride=1, pad=1)),
 ]
 _POOL_VGG = [(f"vgg 2x2/2 @{h} c{c}", dict(C=c, H=h, k=2))

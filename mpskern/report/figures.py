@@ -73,7 +73,7 @@ def throughput(df, op, dtype, path):
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(f"{unit} (higher is better)")
     ax.set_xlabel("shape (ordered by work)")
-    ax.set_title(f"{op} {dtype}: throughput per shape (line: median, band: p10-p90)")
+    ax.set_title(f"{op} {dtype}: throughput (line: median, band: p10-p90)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     h, lab = ax.get_legend_handles_labels()
     if d.unstable.fillna(False).astype(bool).any():
@@ -123,7 +123,7 @@ def speedup(df, op, dtype, path):
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
     ax.set_ylabel("speedup over cpu (log scale; above 1x is faster)")
-    ax.set_title(f"{op} {dtype}: speedup over mpskern cpu (median / median)")
+    ax.set_title(f"{op} {dtype}: speedup over mpskern cpu (ratio of medians)", fontsize=10)
     ax.grid(True, axis="y", which="both", alpha=0.3)
     ax.legend(fontsize=8)
     if sim:
@@ -144,8 +144,10 @@ def roofline(df, device, path):
     ax = fig.add_subplot()
     ai = d.intensity.astype(float)
     xs = np.logspace(math.log10(max(ai.min() / 4, 1e-3)), math.log10(ai.max() * 4), 200)
-    bw = float(d.peak_gbps.dropna().iloc[0])
-    roofs = d.groupby("dtype").peak_gflops.first().dropna()
+    # a measured peak may have been raised during the run (peaks.raise_measured): the
+    # highest value recorded is the device's peak
+    bw = float(d.peak_gbps.max())
+    roofs = d.groupby("dtype").peak_gflops.max().dropna()
     styles = ["-", ":"]
     for i, (dt, pk) in enumerate(sorted(roofs.items())):
         ax.plot(xs, np.minimum(pk, xs * bw), styles[i % 2], color="k", lw=1.5,
@@ -160,7 +162,8 @@ def roofline(df, device, path):
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte, compulsory traffic)")
     ax.set_ylabel("attained GFLOP/s")
-    src = d.peak_source.dropna().iloc[0] if d.peak_source.notna().any() else "?"
+    src = d.loc[d.peak_gflops.astype(float).idxmax(), "peak_source"] \
+        if d.peak_gflops.notna().any() else d.peak_source.dropna().iloc[0]
     ax.set_title(f"Roofline: {device}", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     h1 = [Line2D([], [], color=_color(b), marker="o", ls="", label=b)

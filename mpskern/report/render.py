@@ -36,6 +36,9 @@ def _machine(df):
     if not ts.empty:
         rows.append(["measured", f"{ts.min():%Y-%m-%d %H:%M} to {ts.max():%Y-%m-%d %H:%M} UTC"])
     rows.append(["runs", str(df.run_id.nunique())])
+    la = df.load_avg.dropna().astype(float) if "load_avg" in df else None
+    if la is not None and not la.empty:
+        rows.append(["load average (1 min)", f"{la.min():.1f} to {la.max():.1f} while measuring"])
     return ("table", ["", ""], rows)
 
 
@@ -58,19 +61,27 @@ def _case_table(d):
     for k in shape_order(d):
         for _, r in d[d.shape_key == k].sort_values(
                 "backend", key=lambda s: s.map(backend_sort_key)).iterrows():
-            be = r.backend + (" (sim)" if r.simulated else "")
+            be = r.backend + (" (simulator)" if r.simulated else "")
             if r.status != "ok":
                 rows.append([r.shape_label, be, "-", "-", "-", "-", "-", _f(r.max_err, "{:.1e}"),
-                             f"{r.status}: {r.error}"])
+                             _config(r.config), f"{r.status}: {r.error}"])
                 continue
             note = f"unstable ({r.unstable_reason})" if r.unstable else ""
             rows.append([r.shape_label, be, _f(r.median_ms, "{:.4g}"),
-                         f"{_f(r.p10_ms)} - {_f(r.p90_ms)}", _f(r.value, "{:,.1f}"),
-                         _f(r.pct_peak, "{:.0f}%"), _f(r.speedup_vs_cpu, "{:.2f}x"),
-                         _f(r.max_err, "{:.1e}"), note])
+                         f"{_f(r.p10_ms, '{:.4g}')} - {_f(r.p90_ms, '{:.4g}')}",
+                         _f(r.value, "{:,.1f}"), _f(r.pct_peak, "{:.0f}%"),
+                         _f(r.speedup_vs_cpu, "{:.2f}x"), _f(r.max_err, "{:.1e}"),
+                         _config(r.config), note])
     unit = d.unit.dropna().iloc[0] if d.unit.notna().any() else "throughput"
     return ("table", ["shape", "backend", "median ms", "p10 - p90 ms", unit, "% peak",
-                      "vs cpu", "max err", "note"], rows)
+                      "vs cpu", "max err", "kernel", "note"], rows)
+
+
+def _config(c):
+    """The kernel a GPU backend reported (and how its tiles were chosen)."""
+    if not isinstance(c, dict) or "kernel" not in c:
+        return ""
+    return f"{c['kernel']} ({c['level']})" if c.get("level") else str(c["kernel"])
 
 
 def build(df, out, cmp=None, title="mpskern benchmark report"):
@@ -87,9 +98,12 @@ def build(df, out, cmp=None, title="mpskern benchmark report"):
                        "are here to show the kernels run and pass the check."))
     blocks += [("h2", "Machine"), _machine(df), ("h3", "Devices and peaks"), _devices(df)]
     blocks.append(("p", "Times are per call: median and p10-p90 of at least 10 samples (each "
-                        "sample a calibrated loop of >= 1 ms) after a warm-up; every case was "
-                        "checked against a float64 reference before timing. Throughput uses "
-                        "mpskern.costs' FLOP and compulsory byte counts."))
+                        "sample a calibrated loop of >= 1 ms) after a warm-up, or of at least 3 "
+                        "for a case too slow for 10 in 4x its budget; every case was checked "
+                        "against a float64 reference before timing. 'unstable' marks a spread "
+                        "(IQR) above 10 % of the median, over 10 % outliers (MAD z-score > 3.5) "
+                        "or fewer than 10 samples. Throughput uses mpskern.costs' FLOP and "
+                        "compulsory byte counts."))
     if cmp is not None:
         blocks += _compare_blocks(cmp, figdir)
     for op in sorted(df.op.unique()):

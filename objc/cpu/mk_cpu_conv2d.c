@@ -1,23 +1,26 @@
 // mk_cpu_conv2d.c: NCHW conv2d, weight (K, C/groups, R, S), per-channel float32 bias.
 //   depthwise (C/groups == 1, groups > 1): direct, one output plane per task
-//   1x1, stride 1, no padding:           GEMM on the input as it is
-//   otherwise:                           im2col of a block of output rows + GEMM
-// float16: the image and the weights are converted to float32 (float32 accumulation).
+//   otherwise: tasks of (group, block of output pixels), each an im2col of its block into
+//   an L2-sized buffer + one single-threaded GEMM (1x1 stride-1 float32 reads the input
+//   in place). A block is a run of output rows of one image, or whole images when an image
+//   is small (late ResNet layers), so the GEMM stays wide.
+// float16: input rows and weights are converted to float32 (float32 accumulation).
 #include "mk_cpu.h"
 #include <string.h>
 
 #define COL_BLOCK_FLOATS (1 << 18)   // im2col block (1 MiB): stays in L2 for the GEMM
+#define MIN_COLS 256
 
-// im2col of output rows [p0, p0+rows) for `cn` input channels. x holds input rows
-// [ih0, ...) of each channel, channel after channel `cstride` floats apart; rows outside
-// [0, H) are padding. col: (cn*R*S, rows*Q), rows (c, r, s), columns output pixels.
+// im2col of output rows [p0, p0+rows) of one image for `cn` input channels. x holds
+// input rows [ih0, ...) of each channel, channel after channel `cstride` floats apart;
+// rows outside [0, H) are padding. col: rows (c, r, s) with leading dim ld; columns are
+// the block's output pixels.
 static void im2col(const mk_conv2d_args *a, const float *x, long cstride, int ih0, int cn,
-                   int p0, int rows, float *col) {
+                   int p0, int rows, float *col, long ld) {
     int RS = a->R * a->S, Q = a->Q, W = a->W;
-    long ncol = (long)rows * Q;
     for (long row = 0; row < (long)cn * RS; row++) {
         int c = (int)(row / RS), r = (int)(row % RS) / a->S, s = (int)(row % a->S);
-        float *dst = col + row * ncol;
+        float *dst = col + row * ld;
         int off_w = s * a->dil_w - a->pad_w;
         // output columns q whose input column q*stride_w + off_w lies in [0, W)
         int q_lo = off_w >= 0 ? 0 : (-off_w + a->stride_w - 1) / a->stride_w;
@@ -43,56 +46,88 @@ typedef struct {
     const float *w;          // float32 weights (converted up front for float16)
     const float *bias;
     void *y;
-    int rows, nblocks;       // output rows per task, tasks per (image, group)
+    int rows, imgs;          // a block: `rows` output rows of one image, or `imgs` images
+    long blocks;             // blocks per group
     long col_floats, slab_floats, out_floats;
     int failed;
 } gemm_conv_ctx;
 
-// one task: image n, group g, output rows [p0, p0+rows): im2col + single-threaded GEMM
+// the block's input for group g, image n, output rows [p0, p0+rows) as GEMM operand B
+// (CRS x ncol block at column offset `at`, leading dim ld); returns B's leading dim when
+// the input itself serves (float32 1x1), else 0 after filling col
+static long block_input(gemm_conv_ctx *t, int g, long n, int p0, int rows, float *col,
+                        long at, long ld, float *slab, const float **direct) {
+    const mk_conv2d_args *a = t->a;
+    int Cg = a->C / a->groups;
+    long HW = (long)a->H * a->W;
+    long xoff = (n * a->C + (long)g * Cg) * HW;          // first channel of the group
+    if (t->dtype == MK_F32) {
+        const float *xg = (const float *)t->x + xoff;
+        if (t->pointwise && direct) { *direct = xg + (long)p0 * a->Q; return HW; }
+        im2col(a, xg, HW, 0, Cg, p0, rows, col + at, ld);
+        return 0;
+    }
+    // float16: convert the input rows this block reads (all channels of the group)
+    int lo = p0 * a->stride_h - a->pad_h;
+    int hi = (p0 + rows - 1) * a->stride_h - a->pad_h + (a->R - 1) * a->dil_h + 1;
+    if (lo < 0) lo = 0;
+    if (hi > a->H) hi = a->H;
+    long srows = hi > lo ? hi - lo : 0;
+    for (int c = 0; c < Cg; c++)
+        mk_h2f((const mk_half *)t->x + xoff + c * HW + (long)lo * a->W,
+               slab + c * srows * a->W, srows * a->W);
+    im2col(a, slab, srows * a->W, lo, Cg, p0, rows, col + at, ld);
+    return 0;
+}
+
 static void conv_task(gemm_conv_ctx *t, long task, float *col, float *slab, float *ys) {
     const mk_conv2d_args *a = t->a;
     int G = a->groups, Cg = a->C / G, Kg = a->K / G;
     int CRS = Cg * a->R * a->S, Q = a->Q;
-    long PQ = (long)a->P * Q, HW = (long)a->H * a->W;
-    long blk = task % t->nblocks, ng = task / t->nblocks;
-    int g = (int)(ng % G);
-    long n = ng / G;
-    int p0 = (int)blk * t->rows, rows = a->P - p0 < t->rows ? a->P - p0 : t->rows;
-    int ncol = rows * Q;
-    long xoff = (n * a->C + (long)g * Cg) * HW;          // first channel of the group
-    const float *B;
-    int ldb;
-    if (t->dtype == MK_F32) {
-        const float *xg = (const float *)t->x + xoff;
-        if (t->pointwise) { B = xg + (long)p0 * Q; ldb = (int)HW; }
-        else { im2col(a, xg, HW, 0, Cg, p0, rows, col); B = col; ldb = ncol; }
-    } else {
-        // convert the input rows this block reads (all channels of the group) to float32
-        int lo = p0 * a->stride_h - a->pad_h;
-        int hi = (p0 + rows - 1) * a->stride_h - a->pad_h + (a->R - 1) * a->dil_h + 1;
-        if (lo < 0) lo = 0;
-        if (hi > a->H) hi = a->H;
-        long srows = hi > lo ? hi - lo : 0;
-        for (int c = 0; c < Cg; c++)
-            mk_h2f((const mk_half *)t->x + xoff + c * HW + (long)lo * a->W,
-                   slab + c * srows * a->W, srows * a->W);
-        if (t->pointwise) { B = slab; ldb = ncol; }
-        else { im2col(a, slab, srows * a->W, lo, Cg, p0, rows, col); B = col; ldb = ncol; }
+    long PQ = (long)a->P * Q;
+    int g = (int)(task / t->blocks);
+    long blk = task % t->blocks;
+    long n0, n1;
+    int p0, rows;
+    if (t->imgs) {                       // whole images [n0, n1)
+        n0 = blk * t->imgs;
+        n1 = n0 + t->imgs < a->N ? n0 + t->imgs : a->N;
+        p0 = 0; rows = a->P;
+    } else {                             // rows of one image
+        long per = (a->P + t->rows - 1) / t->rows;
+        n0 = blk / per; n1 = n0 + 1;
+        p0 = (int)(blk % per) * t->rows;
+        rows = a->P - p0 < t->rows ? a->P - p0 : t->rows;
+    }
+    long img_cols = (long)rows * Q, ncol = img_cols * (n1 - n0);
+    const float *B = col;
+    long ldb = ncol;
+    int one_image = n1 - n0 == 1;
+    for (long n = n0; n < n1; n++) {
+        const float *direct = NULL;
+        long ld = block_input(t, g, n, p0, rows, col, (n - n0) * img_cols, ncol, slab,
+                              one_image ? &direct : NULL);
+        if (direct) { B = direct; ldb = ld; }
     }
     const float *wg = t->w + (long)g * Kg * CRS;
-    float *yo;
-    int ldy;
-    if (t->dtype == MK_F32) { yo = (float *)t->y + (n * a->K + (long)g * Kg) * PQ + (long)p0 * Q; ldy = (int)PQ; }
-    else { yo = ys; ldy = ncol; }
-    mk_sgemm(0, 0, Kg, ncol, CRS, 1.0f, wg, CRS, B, ldb, 0.0f, yo, ldy);
+    // float32, one image: the GEMM writes the output in place; otherwise through ys
+    int in_place = t->dtype == MK_F32 && one_image;
+    float *yo = in_place ? (float *)t->y + (n0 * a->K + (long)g * Kg) * PQ + (long)p0 * Q : ys;
+    long ldy = in_place ? PQ : ncol;
+    mk_sgemm(0, 0, Kg, (int)ncol, CRS, 1.0f, wg, CRS, B, (int)ldb, 0.0f, yo, (int)ldy);
     for (int k = 0; k < Kg; k++) {
         float *row = yo + (long)k * ldy;
         if (t->bias) {
             float v = t->bias[g * Kg + k];
-            for (int i = 0; i < ncol; i++) row[i] += v;
+            for (long i = 0; i < ncol; i++) row[i] += v;
         }
-        if (t->dtype == MK_F16)
-            mk_f2h(row, (mk_half *)t->y + (n * a->K + (long)g * Kg + k) * PQ + (long)p0 * Q, ncol);
+        if (in_place) continue;
+        for (long n = n0; n < n1; n++) {
+            long dst = (n * a->K + (long)g * Kg + k) * PQ + (long)p0 * Q;
+            const float *src = row + (n - n0) * img_cols;
+            if (t->dtype == MK_F16) mk_f2h(src, (mk_half *)t->y + dst, img_cols);
+            else memcpy((float *)t->y + dst, src, (size_t)img_cols * 4);
+        }
     }
 }
 
@@ -219,34 +254,50 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     }
     int pointwise = a->R == 1 && a->S == 1 && a->stride_h == 1 && a->stride_w == 1 &&
                     a->pad_h == 0 && a->pad_w == 0 && a->P == a->H && a->Q == a->W;
-    // output rows per task: an im2col block of about COL_BLOCK_FLOATS, and at least two
-    // tasks per thread when the batch alone does not give that many
-    long rows = COL_BLOCK_FLOATS / (CRS * a->Q);
-    if (rows < 1) rows = 1;
-    long per_image = (long)a->N * a->groups;
-    long want = 2L * mk_cpu_threads();
-    if (per_image < want) {
-        long split = (want + per_image - 1) / per_image;
-        long r2 = (a->P + split - 1) / split;
-        if (r2 < rows) rows = r2 < 1 ? 1 : r2;
+    // block size: about COL_BLOCK_FLOATS of im2col but at least MIN_COLS columns (a narrow
+    // GEMM spends its time packing the weights), and two tasks per thread where that is
+    // possible without narrowing the GEMM further
+    long PQc = PQ, threads = mk_cpu_threads(), want = 2 * threads;
+    long cols = COL_BLOCK_FLOATS / CRS;
+    if (cols < MIN_COLS) cols = MIN_COLS;
+    if (cols < a->Q) cols = a->Q;
+    gemm_conv_ctx t = {a, dtype, pointwise, x, w, bias, y, 0, 0, 0, 0, 0, 0, 0};
+    if (cols >= 2 * PQc && a->N > 1) {                  // whole images per block
+        long imgs = cols / PQc;
+        long max_imgs = ((long)a->N * a->groups + threads - 1) / threads;   // a task per thread
+        if (max_imgs < 1) max_imgs = 1;
+        t.imgs = (int)(imgs < max_imgs ? imgs : max_imgs);
+        t.blocks = (a->N + t.imgs - 1) / t.imgs;
     }
-    if (rows > a->P) rows = a->P;
-    gemm_conv_ctx t = {a, dtype, pointwise, x, w, bias, y, (int)rows,
-                       (int)((a->P + rows - 1) / rows), 0, 0, 0, 0};
-    long ncol = rows * a->Q;
-    if (!pointwise) t.col_floats = CRS * ncol;
+    if (t.imgs <= 1) {                                  // rows of one image per block
+        t.imgs = 0;
+        long rows = cols / a->Q;
+        long per_img = (long)a->N * a->groups;
+        if (per_img < want) {
+            long split = (want + per_img - 1) / per_img;
+            long r2 = (a->P + split - 1) / split;
+            if (r2 < rows) rows = r2;
+        }
+        if (rows < 1) rows = 1;
+        if (rows > a->P) rows = a->P;
+        t.rows = (int)rows;
+        t.blocks = (long)a->N * ((a->P + rows - 1) / rows);
+    }
+    long ncol = t.imgs ? t.imgs * PQc : (long)t.rows * a->Q;
+    int rows_in = t.imgs ? a->P : t.rows;
+    if (!(pointwise && dtype == MK_F32 && !t.imgs)) t.col_floats = CRS * ncol;
+    if (dtype == MK_F16 || t.imgs) t.out_floats = (long)Kg * ncol;
     float *wf = NULL;
     if (dtype == MK_F16) {
-        long srows = (rows - 1) * a->stride_h + (long)(a->R - 1) * a->dil_h + 1;
+        long srows = (rows_in - 1) * (long)a->stride_h + (long)(a->R - 1) * a->dil_h + 1;
         if (srows > a->H) srows = a->H;
         t.slab_floats = (long)Cg * srows * a->W;
-        t.out_floats = (long)Kg * ncol;
         wf = mk_alloc((size_t)a->K * CRS * 4);
         if (!wf) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory");
         mk_h2f(w, wf, (long)a->K * CRS);
         t.w = wf;
     }
-    mk_parallel_for(per_image * t.nblocks, 1, conv_range, &t);
+    mk_parallel_for((long)a->groups * t.blocks, 1, conv_range, &t);
     mk_free(wf);
     return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory for im2col")
                     : MK_OK;

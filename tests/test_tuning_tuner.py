@@ -185,3 +185,16 @@ def test_split_k_is_searched_only_for_long_k_and_few_tiles():
     assert splits and {x["split_k"] for x in splits} == {2, 4, 8, 16}
     square = lookup.Choice({}, "generic", "", op="gemm", dtype="float32", shape=(1, 512, 512, 512))
     assert not [x for x in tuner.candidates_for(square, info) if "split_k" in x]
+
+
+def test_cli_reports_an_unusable_database_as_one_warning_line(fake, monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from mpskern.cli.main import app
+    monkeypatch.setenv("COLUMNS", "250")
+    (tmp_path / "tuning.json").write_text("{broken")
+    r = CliRunner().invoke(app, ["tune", "--show", "gemm", "--backend", "sim", "--shape",
+                                 "8x8x8"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("warning: mpskern: ignoring the tuning database") == 1
+    assert "generic:" in r.output

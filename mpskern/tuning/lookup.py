@@ -49,10 +49,10 @@ class Choice:
             if e.shape is not None and self.level == "bucket":
                 s += f"; tuned shape {'x'.join(map(str, e.shape))}"
             p = e.provenance or {}
+            if self.level == "family" and p.get("source"):
+                s += f"; from {p['source']}"
             if p.get("measured") is False:
                 s += "; not measured by mpskern"
-            if p.get("note"):
-                s += f"; {p['note']}"
             if e.time_ms is not None and e.default_time_ms:
                 s += (f"; {e.time_ms:.4g} ms vs {e.default_time_ms:.4g} ms default "
                       f"({e.default_time_ms / e.time_ms:.2f}x)")

@@ -237,7 +237,7 @@ def choose(op, dtype, shape, device_info, *, generic, valid=None, user_db=None):
 def _warn_stale(op, choice, stale):
     _, path, cfg, why = stale[0]
     n = len(stale)
-    _db.warn_once((path, "stale", op, tuple(sorted(cfg.items()))),
+    _db.warn_once((path, "stale", op),
                   f"mpskern: {n} {op} entr{'y' if n == 1 else 'ies'} of the tuning database "
                   f"{path} cannot be used here (e.g. {cfg}: {why}); tuned by another mpskern "
                   f"version or for other device limits. Using the {choice.level} level "

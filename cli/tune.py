@@ -2,6 +2,7 @@
 correct one in the tuning database; `--show` says which configuration a call uses and why;
 `--list` prints the database; `--merge FILE` adds a database someone shared."""
 import os
+import warnings
 from typing import List, Optional
 
 import typer
@@ -55,11 +56,21 @@ def tune(
 ):
     """Autotune an op's tile configuration for this GPU and store it in the tuning
     database; dispatch then uses it for this device, op, dtype and shape."""
-    from mpskern import BackendUnavailable, MpskernError
     from mpskern.tuning import db as tdb
     from mpskern.tuning import problems
 
     console = Console()
+    with warnings.catch_warnings():       # warnings as one readable line each, in place
+        warnings.simplefilter("always", tdb.TuningDatabaseWarning)
+        warnings.showwarning = lambda message, *a, **k: console.print(
+            f"[yellow]warning:[/] {message}")
+        _run(console, tdb, problems, op, backend, dtype, shape, budget, stride, padding,
+             groups, reps, show, verbose, list_db, merge, db)
+
+
+def _run(console, tdb, problems, op, backend, dtype, shape, budget, stride, padding, groups,
+         reps, show, verbose, list_db, merge, db):
+    from mpskern import BackendUnavailable, MpskernError
     if db:
         os.environ[tdb.ENV_PATH] = os.path.abspath(db)
     if merge:

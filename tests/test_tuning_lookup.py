@@ -126,3 +126,24 @@ def test_explain_names_the_level_and_the_measurement():
     udb = db.Database("u.json", [entry((64, 64, 64), BIG)])
     s = choose((64, 64, 64), udb).explain()
     assert s.startswith("exact:") and "u.json" in s and "2.00x" in s
+
+
+def test_packaged_bucket_entry_beats_the_family_wide_one(monkeypatch, tmp_path):
+    wide = db.Entry(op="gemm", dtype="float32", config=dict(BIG), provenance={"source": "a"})
+    small = db.Entry(op="gemm", dtype="float32", config=dict(SMALL), bucket="64x64x64",
+                     provenance={"source": "b"})
+    (tmp_path / "apple8.json").write_text(db.dump([wide, small]))
+    monkeypatch.setattr(db, "DEFAULTS_DIR", str(tmp_path))
+    c = choose((60, 64, 33), db.Database("u.json"))
+    assert (c.level, c.config) == ("family", SMALL) and "from b" in c.explain()
+    c = choose((600, 64, 33), db.Database("u.json"))
+    assert (c.level, c.config) == ("family", BIG)
+
+
+def test_many_stale_entries_give_one_warning():
+    udb = db.Database("u.json", [entry((64, 64, 64), {"TILE": 16}),
+                                 entry((128, 128, 128), {"TILE": 32})])
+    with pytest.warns(db.TuningDatabaseWarning) as rec:
+        choose((64, 64, 64), udb)
+        choose((128, 128, 128), udb)
+    assert len(rec) == 1

@@ -119,16 +119,23 @@ def test_unknown_op_and_dtype():
         tuner.gpu_backend("cpu")
 
 
-@pytest.mark.parametrize("op", sorted(problems.OPS))
-def test_references_are_right_for_the_cpu_definition(op):
-    """Each problem's float64 reference against an independent computation in numpy
-    (float32 inputs pass their own check; a perturbed output fails it)."""
-    shape = problems.default_shape(op, "sim")
-    p = problems.make(op, shape, "float32")
-    ok, err = p.check(p.reference.astype(np.float32))
-    assert ok and err < 1e-6
+CPU_CASES = [(op, problems.default_shape(op, "sim"), {}) for op in sorted(problems.OPS)] + [
+    ("conv2d", (2, 6, 9, 8, 4, 3, 2), dict(stride=2, padding=1, groups=2)),
+    ("conv2d", (1, 4, 6, 6, 4, 3, 3), dict(padding=1, groups=4)),
+    ("group_norm", (2, 6, 3, 5), dict(groups=3)),
+]
+
+
+@pytest.mark.parametrize("op,shape,opts", CPU_CASES)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_problem_references_agree_with_the_cpu_backend(op, shape, opts, dtype):
+    """Each problem's float64 reference against mpskern's CPU kernels (an independent
+    implementation), and the check rejects a perturbed or mis-shaped output."""
+    p = problems.make(op, shape, dtype, **opts)
+    ok, err = p.check(p.call("cpu"))
+    assert ok, (op, shape, opts, err)
     bad = p.reference.copy()
-    bad.flat[0] += 0.01 * np.max(np.abs(bad))
+    bad.flat[0] += 0.05 * np.max(np.abs(bad))
     assert not p.check(bad)[0]
     assert not p.check(p.reference[..., :-1])[0]
 
@@ -185,3 +192,16 @@ def test_split_k_is_searched_only_for_long_k_and_few_tiles():
     assert splits and {x["split_k"] for x in splits} == {2, 4, 8, 16}
     square = lookup.Choice({}, "generic", "", op="gemm", dtype="float32", shape=(1, 512, 512, 512))
     assert not [x for x in tuner.candidates_for(square, info) if "split_k" in x]
+
+
+def test_cli_reports_an_unusable_database_as_one_warning_line(fake, monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from mpskern.cli.main import app
+    monkeypatch.setenv("COLUMNS", "250")
+    (tmp_path / "tuning.json").write_text("{broken")
+    r = CliRunner().invoke(app, ["tune", "--show", "gemm", "--backend", "sim", "--shape",
+                                 "8x8x8"])
+    assert r.exit_code == 0, r.output
+    assert r.output.count("warning: mpskern: ignoring the tuning database") == 1
+    assert "generic:" in r.output

@@ -49,10 +49,10 @@ class Choice:
             if e.shape is not None and self.level == "bucket":
                 s += f"; tuned shape {'x'.join(map(str, e.shape))}"
             p = e.provenance or {}
+            if self.level == "family" and p.get("source"):
+                s += f"; from {p['source']}"
             if p.get("measured") is False:
                 s += "; not measured by mpskern"
-            if p.get("note"):
-                s += f"; {p['note']}"
             if e.time_ms is not None and e.default_time_ms:
                 s += (f"; {e.time_ms:.4g} ms vs {e.default_time_ms:.4g} ms default "
                       f"({e.default_time_ms / e.time_ms:.2f}x)")
@@ -237,7 +237,7 @@ def choose(op, dtype, shape, device_info, *, generic, valid=None, user_db=None):
 def _warn_stale(op, choice, stale):
     _, path, cfg, why = stale[0]
     n = len(stale)
-    _db.warn_once((path, "stale", op, tuple(sorted(cfg.items()))),
+    _db.warn_once((path, "stale", op),
                   f"mpskern: {n} {op} entr{'y' if n == 1 else 'ies'} of the tuning database "
                   f"{path} cannot be used here (e.g. {cfg}: {why}); tuned by another mpskern "
                   f"version or for other device limits. Using the {choice.level} level "

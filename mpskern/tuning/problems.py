@@ -56,7 +56,7 @@ def _conv2d(shape, dtype, rng, stride=1, padding=0, groups=1):
     win = win[:, :, ::stride, ::stride]                          # (N, C, P, Q, R, S)
     win = win.reshape((N, g, Cg) + win.shape[2:])
     wd = w.astype(np.float64).reshape(g, Kg, Cg, R, S)
-    ref = np.einsum("ngcpqrs,gkcrs->ngkpq", win, wd).reshape(N, K, *win.shape[3:5])
+    ref = np.einsum("ngcpqrs,gkcrs->ngkpq", win, wd, optimize=True).reshape(N, K, *win.shape[3:5])
 
     def call(backend):
         import mpskern

@@ -2,8 +2,6 @@
 (mk_conv2d_args)."""
 import operator
 
-import numpy as np
-
 from mpskern import _args
 from mpskern.shapes import conv_padding, positive_pair
 

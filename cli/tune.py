@@ -113,7 +113,7 @@ def _run(console, tdb, problems, op, backend, dtype, shape, budget, stride, padd
     except BackendUnavailable as e:
         hint = " (on a machine without Metal, --backend sim runs the tuner on the simulator)"
         _fail(console, f"{e}{hint if backend == 'metal' else ''}")
-    except (ValueError, TypeError, NotImplementedError, MpskernError) as e:
+    except (ValueError, TypeError, NotImplementedError, MpskernError, OSError) as e:
         _fail(console, str(e))
 
 

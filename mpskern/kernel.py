@@ -102,25 +102,11 @@ class Kernel:
         pipe = be.pipeline(self.name, source=self.source, macros=self.macros, check=check)
         dispatch = dict(pipeline=pipe, grid=grid, threadgroup=tg, grid_units="threads",
                         bindings=bindings)
-        if be.name == "sim":
-            with be._lock:
-                be.device.set_sim_options(check_mode=bool(check), **_sim_defaults(be))
-                try:
-                    be.run([dispatch])
-                finally:
-                    if check:
-                        be.device.set_sim_options(check_mode=False, **_sim_defaults(be))
-        else:
-            be.run([dispatch])
+        be.run([dispatch])     # a library built with check=True always runs checked
         for buf, arr, orig in writeback:
             buf.sync()
             if arr is not orig:
                 np.copyto(orig, arr)
-
-
-def _sim_defaults(be):
-    """The simulator options to keep while toggling check_mode (order, seed, workers)."""
-    return getattr(be, "sim_options", {})
 
 
 def metal_kernel(source, name, *, macros=None):

@@ -151,3 +151,28 @@ def test_batch_norm_running_stats_are_written_back(fake):
     np.testing.assert_allclose(rv, 0.9 + 0.1 * xd.var(axis=(0, 2), ddof=1), rtol=1e-5)
     assert fake.native.calls[-1] == ("batch_norm", [False, True, True, None, None, True])
     assert fake.last_config["primitive"] == "MPSGraph normalization"
+
+
+@pytest.mark.skipif(not all(hasattr(mpskern, f) for f in ("matmul", "softmax", "batch_norm")),
+                    reason="needs the public ops")
+def test_public_ops_reach_the_mps_backend(monkeypatch):
+    """The public API -> backend "mps" -> native call chain, with the native layer faked:
+    the API's args dicts and buffer order must be what the fake (the ABI's order) expects."""
+    be = backends._instance("mps")
+    monkeypatch.setattr(be, "native", FakeNative())
+    monkeypatch.setattr(be, "_device", None)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((6, 5)).astype(np.float32)
+    b = rng.standard_normal((5, 7)).astype(np.float32)
+    np.testing.assert_allclose(mpskern.matmul(a, b, backend="mps"), a @ b, rtol=1e-5)
+    x = rng.standard_normal((4, 9)).astype(np.float32)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(mpskern.softmax(x, backend="mps"), e / e.sum(axis=1, keepdims=True),
+                               rtol=1e-5)
+    xb = rng.standard_normal((3, 2, 4, 5)).astype(np.float32)
+    rm, rv = np.zeros(2, np.float32), np.ones(2, np.float32)
+    mpskern.batch_norm(xb, rm, rv, training=True, momentum=0.1, backend="mps")
+    xd = xb.astype(np.float64)
+    np.testing.assert_allclose(rm, 0.1 * xd.mean(axis=(0, 2, 3)), rtol=1e-5)
+    np.testing.assert_allclose(rv, 0.9 + 0.1 * xd.var(axis=(0, 2, 3), ddof=1), rtol=1e-5)
+    assert be.last_timing == (1.25, 2.5)

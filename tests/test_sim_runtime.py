@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import mpskern
-from mpskern import sim
+from mpskern import backends, sim
 
 pytestmark = pytest.mark.skipif(not sim.available()[0], reason="no host C++ compiler")
 
@@ -76,14 +76,15 @@ def test_orders_bit_identical():
     k = mpskern.metal_kernel(ROWSUM, "rowsum")
     x = np.random.default_rng(2).standard_normal((7, 1000)).astype(np.float32)
     outs = []
+    be = backends.get("sim")
     try:
         for order, seed in (("forward", 0), ("reverse", 0), ("random", 1), ("random", 2)):
-            sim.configure(order=order, seed=seed)
+            be.set_sim_options(order=order, seed=seed)
             out = np.zeros(7, np.float32)
             k(x, out, np.uint32(1000), grid=(7 * 256,), threadgroup=(256,), backend="sim")
             outs.append(out)
     finally:
-        sim.configure(order="forward", seed=0)
+        be.set_sim_options()
     for o in outs[1:]:
         assert o.tobytes() == outs[0].tobytes()
 

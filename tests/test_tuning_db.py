@@ -168,3 +168,12 @@ def test_concurrent_writers_keep_every_entry(user_db):
         p.join()
     assert all(p.exitcode == 0 for p in procs)
     assert len(db.read(str(user_db))) == 6
+
+
+def test_a_directory_is_not_a_database(tmp_path):
+    d = tmp_path / "dir"
+    d.mkdir()
+    assert db.read(str(d)).problem.startswith("unreadable")
+    with pytest.raises(ValueError, match="is a directory"):
+        db.save([tuned_entry()], str(d))
+    assert d.is_dir()

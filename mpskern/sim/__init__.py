@@ -14,18 +14,3 @@ def build_library(source, macros=None, check=False, origin=None):
     .metal file for messages when the source has no #line directive. Cached on disk."""
     return build(source, macros or {}, check=check, origin=origin)
 
-
-def configure(**options):
-    """Set the simulator device's options (mpskern._native.Device.set_sim_options keywords:
-    order="forward"|"reverse"|"random", seed, workers, family, max_threadgroup_memory,
-    max_threads_per_threadgroup; check_mode is per call, see metal_kernel). Options not
-    given keep their current values; returns the options now in force."""
-    from mpskern import backends
-    be = backends.get("sim")
-    opts = dict(getattr(be, "sim_options", {}))
-    opts.update(options)
-    opts.pop("check_mode", None)
-    with be._lock:
-        be.device.set_sim_options(**opts)
-        be.sim_options = opts
-    return dict(opts)

@@ -303,6 +303,16 @@ def dump(entries):
     return json.dumps(doc, indent=1, sort_keys=False) + "\n"
 
 
+def target(path=None):
+    """The file save() writes (`path` or the user database); ValueError for a directory,
+    checked before a search spends its budget."""
+    path = path or user_path()
+    if os.path.isdir(path):
+        raise ValueError(f"the tuning database path {path} is a directory; set "
+                         f"{ENV_PATH} (or --db) to a file path such as {path}/tuning.json")
+    return path
+
+
 @contextlib.contextmanager
 def _locked(path):
     """An exclusive lock on <path>.lock while a writer reads, merges and replaces the file,
@@ -325,7 +335,7 @@ def save(new_entries, path=None):
     """Add entries to the user database (replacing entries with the same key) and write it
     atomically. A file that cannot be read as a database is kept beside the new one as
     <path>.bad-<time> rather than overwritten. Returns the path written."""
-    path = path or user_path()
+    path = target(path)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with _locked(path):
         _save(new_entries, path)

@@ -126,6 +126,8 @@ def tune(op, shape=None, dtype="float32", backend="metal", budget_s=30.0, *, rep
     """Tune `op` (a problems.OPS name) at `shape` (its shape form; default per backend).
     `candidates` replaces the space's list (tests keep it tiny)."""
     be = gpu_backend(backend)
+    if save:
+        db_path = _db.target(db_path)
     shape = tuple(shape) if shape else problems.default_shape(op, backend)
     prob = problems.make(op, shape, dtype, seed=seed, **options)
     device = be.info

@@ -230,12 +230,12 @@ static mk_status sim_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_t
         mk_status st = prepare(dev, list[i], j);
         if (st != MK_OK) return st;
         if (j.ngroups == 0) continue;
-        if (j.opt.check) {
-            if (!j.lib->mod->checked)
-                return mk_set_error(MK_ERR_INVALID, "kernel '%s': checking mode needs a library built "
-                                    "with check=True", j.k->name);
-            j.checker = checker_create(j);
-        }
+        // A library built for checking always runs checked; check mode without one is an error.
+        if (j.opt.check && !j.lib->mod->checked)
+            return mk_set_error(MK_ERR_INVALID, "kernel '%s': checking mode needs a library built "
+                                "with check=True", j.k->name);
+        j.opt.check = j.lib->mod->checked;
+        if (j.opt.check) j.checker = checker_create(j);
         auto c0 = std::chrono::steady_clock::now();
         st = run_dispatch(dev, j);
         compute_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();

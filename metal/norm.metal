@@ -7,8 +7,10 @@
 //   norm_group_{rows,looped}_<dt>    x (N, C, HW): the C/groups channels of a group are
 //                                    contiguous, so (n, g) is a row of (C/groups)*HW
 //                                    elements; weight, bias float32[C].
-//   norm_batch_stats_<dt>            training: per-channel batch mean and biased variance of
-//                                    x (N, C, HW) into stats[0:C], stats[C:2C]; updates the
+//   norm_batch_stats_<dt>            training, x (N, C, HW): moments (count, mean, M2) of
+//                                    each of `split` chunks per channel;
+//   norm_batch_finish_f32            one thread per channel combines them: batch mean and
+//                                    biased variance into stats[0:C], stats[C:2C], and the
 //                                    running statistics (unbiased variance) when present.
 //   norm_batch_apply_<dt>            y = (x - mean[c]) * rsqrt(var[c] + eps) * w[c] + b[c],
 //                                    one thread per element: inference binds the running
@@ -16,9 +18,9 @@
 //
 // Configuration (macros): MK_TPR threads per row (multiple of 32), MK_RPG rows per
 // threadgroup, MK_VPT values per thread for the rows variants (n <= MK_TPR*MK_VPT; the
-// others ignore it);
-// MK_TPR*MK_RPG <= 1024. Dispatch: rows/looped/stats: ceil(rows / MK_RPG) threadgroups of
-// MK_TPR*MK_RPG threads (stats: a row is a channel); apply: N*C*HW threads.
+// others ignore it); MK_TPR*MK_RPG <= 1024. Dispatch: rows/looped/stats: ceil(rows /
+// MK_RPG) threadgroups of MK_TPR*MK_RPG threads (stats: a row is a chunk of a channel);
+// finish: C threads; apply: N*C*HW threads.
 // Absent weight/bias (has_weight/has_bias == 0) may be bound to any buffer: never read.
 #include <metal_stdlib>
 #include "mk_args.h"
@@ -191,32 +193,65 @@ inline void group_norm_looped_impl(const device T* x, const device float* w,
 
 // ---------------------------------------------------------------- batch_norm
 
+// Moments of one chunk of a channel (split chunks per channel, so that few channels with
+// many elements still fill the GPU): partial[3*r .. 3*r+2] = (count, mean, M2) of row r =
+// channel * split + chunk. Chunks are never empty (the encoder picks split so).
 template <typename T>
-inline void batch_norm_stats_impl(const device T* x, device float* running_mean,
-                                  device float* running_var, device float* stats,
-                                  constant mk_batch_norm_args& a,
+inline void batch_norm_stats_impl(const device T* x, device float* partial,
+                                  constant mk_batch_norm_args& a, int split,
                                   threadgroup float* red0, threadgroup float* red1,
                                   uint group, uint tid, uint lane, uint sg)
 {
     const int t = int(tid % MK_TPR);
-    const int ch = int(group) * MK_RPG + int(tid / MK_TPR);
+    const int row = int(group) * MK_RPG + int(tid / MK_TPR);
+    const bool live = row < a.C * split;
+    const int ch = live ? row / split : 0;
     const int count = a.N * a.HW;
-    const int n = ch < a.C ? count : 0;
+    const int chunk = (count + split - 1) / split;
+    const int k0 = live ? (row - ch * split) * chunk : 0;
+    const int k1 = live ? min(k0 + chunk, count) : 0;
     float c = 0.0f;
     float mu = 0.0f;
     float m2 = 0.0f;
-    for (int k = t; k < n; k += MK_TPR) {
+    for (int k = k0 + t; k < k1; k += MK_TPR) {
         const int img = k / a.HW;
         mk_welford(c, mu, m2, float(x[(img * a.C + ch) * a.HW + (k - img * a.HW)]));
     }
-    const float2 mv = mk_row_moments(c, mu, m2, float(count), true,
-                                     red0, red1, tid, lane, sg, MK_TPR);
-    if (t == 0 && ch < a.C) {
-        stats[ch] = mv.x;
-        stats[a.C + ch] = mv.y;
+    const float n = float(max(k1 - k0, 1));
+    const float2 mv = mk_row_moments(c, mu, m2, n, true, red0, red1, tid, lane, sg, MK_TPR);
+    if (t == 0 && live) {
+        partial[3 * row] = float(k1 - k0);
+        partial[3 * row + 1] = mv.x;
+        partial[3 * row + 2] = mv.y * n;
+    }
+}
+
+// One thread per channel: combine its chunks' moments exactly (Chan et al.), store mean and
+// biased variance in stats[0:C], stats[C:2C], update the running statistics (unbiased).
+inline void batch_norm_finish_impl(const device float* partial, device float* running_mean,
+                                   device float* running_var, device float* stats,
+                                   constant mk_batch_norm_args& a, int split, uint gid)
+{
+    const int ch = int(gid);
+    if (ch < a.C) {
+        float n = 0.0f;
+        float mean = 0.0f;
+        float m2 = 0.0f;
+        for (int s = 0; s < split; ++s) {
+            const int at = 3 * (ch * split + s);
+            const float nb = partial[at];
+            const float d = partial[at + 1] - mean;
+            const float tot = n + nb;
+            mean += d * (nb / tot);
+            m2 += partial[at + 2] + d * d * (n * nb / tot);
+            n = tot;
+        }
+        const float var = m2 / n;
+        stats[ch] = mean;
+        stats[a.C + ch] = var;
         if (a.has_running != 0) {
-            const float unbiased = count > 1 ? mv.y * float(count) / float(count - 1) : mv.y;
-            running_mean[ch] = (1.0f - a.momentum) * running_mean[ch] + a.momentum * mv.x;
+            const float unbiased = n > 1.0f ? m2 / (n - 1.0f) : var;
+            running_mean[ch] = (1.0f - a.momentum) * running_mean[ch] + a.momentum * mean;
             running_var[ch] = (1.0f - a.momentum) * running_var[ch] + a.momentum * unbiased;
         }
     }
@@ -360,10 +395,9 @@ kernel void norm_group_looped_f16(const device half* x [[buffer(0)]],
 }
 
 kernel void norm_batch_stats_f32(const device float* x [[buffer(0)]],
-                                 device float* running_mean [[buffer(1)]],
-                                 device float* running_var [[buffer(2)]],
-                                 device float* stats [[buffer(3)]],
-                                 constant mk_batch_norm_args& a [[buffer(4)]],
+                                 device float* partial [[buffer(1)]],
+                                 constant mk_batch_norm_args& a [[buffer(2)]],
+                                 constant int& split [[buffer(3)]],
                                  uint group [[threadgroup_position_in_grid]],
                                  uint tid [[thread_position_in_threadgroup]],
                                  uint lane [[thread_index_in_simdgroup]],
@@ -371,15 +405,13 @@ kernel void norm_batch_stats_f32(const device float* x [[buffer(0)]],
 {
     threadgroup float red0[NM_THREADS / 32];
     threadgroup float red1[NM_THREADS / 32];
-    batch_norm_stats_impl<float>(x, running_mean, running_var, stats, a, red0, red1,
-                                 group, tid, lane, sg);
+    batch_norm_stats_impl<float>(x, partial, a, split, red0, red1, group, tid, lane, sg);
 }
 
 kernel void norm_batch_stats_f16(const device half* x [[buffer(0)]],
-                                 device float* running_mean [[buffer(1)]],
-                                 device float* running_var [[buffer(2)]],
-                                 device float* stats [[buffer(3)]],
-                                 constant mk_batch_norm_args& a [[buffer(4)]],
+                                 device float* partial [[buffer(1)]],
+                                 constant mk_batch_norm_args& a [[buffer(2)]],
+                                 constant int& split [[buffer(3)]],
                                  uint group [[threadgroup_position_in_grid]],
                                  uint tid [[thread_position_in_threadgroup]],
                                  uint lane [[thread_index_in_simdgroup]],
@@ -387,8 +419,19 @@ kernel void norm_batch_stats_f16(const device half* x [[buffer(0)]],
 {
     threadgroup float red0[NM_THREADS / 32];
     threadgroup float red1[NM_THREADS / 32];
-    batch_norm_stats_impl<half>(x, running_mean, running_var, stats, a, red0, red1,
-                                group, tid, lane, sg);
+    batch_norm_stats_impl<half>(x, partial, a, split, red0, red1, group, tid, lane, sg);
+}
+
+// statistics are float32 whatever x is: one kernel serves both dtypes
+kernel void norm_batch_finish_f32(const device float* partial [[buffer(0)]],
+                                  device float* running_mean [[buffer(1)]],
+                                  device float* running_var [[buffer(2)]],
+                                  device float* stats [[buffer(3)]],
+                                  constant mk_batch_norm_args& a [[buffer(4)]],
+                                  constant int& split [[buffer(5)]],
+                                  uint gid [[thread_position_in_grid]])
+{
+    batch_norm_finish_impl(partial, running_mean, running_var, stats, a, split, gid);
 }
 
 kernel void norm_batch_apply_f32(const device float* x [[buffer(0)]],

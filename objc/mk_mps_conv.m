@@ -7,17 +7,9 @@
 // make that P exactly; when P needs less than no padding (floor mode drops rows), the extra
 // rows are sliced off.
 #import "mk_mps.h"
+#include "mk_mps_math.h"
 
 #define OP "mk_mps_conv2d"
-
-static int64_t end_pad(int in, int pad, int out, int stride, int dil, int k) {
-    int64_t need = (int64_t)(out - 1) * stride + (int64_t)dil * (k - 1) + 1 - in - pad;
-    return need > 0 ? need : 0;
-}
-
-static int64_t graph_out(int in, int pad, int64_t end, int stride, int dil, int k) {
-    return ((int64_t)in + pad + end - ((int64_t)dil * (k - 1) + 1)) / stride + 1;
-}
 
 mk_status mk_mps_conv2d(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buffer *x,
                         mk_buffer *w, mk_buffer *bias, mk_buffer *y, mk_timing *t) {
@@ -31,10 +23,10 @@ mk_status mk_mps_conv2d(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buf
                                 "dilation %dx%d, padding %dx%d)", a->C, a->K, a->groups, a->stride_h, a->stride_w,
                                 a->dil_h, a->dil_w, a->pad_h, a->pad_w);
         if ((int64_t)a->N * a->K * a->P * a->Q == 0) return mk_mps_nothing(t);
-        int64_t pb = end_pad(a->H, a->pad_h, a->P, a->stride_h, a->dil_h, a->R);
-        int64_t pr = end_pad(a->W, a->pad_w, a->Q, a->stride_w, a->dil_w, a->S);
-        int64_t gp = graph_out(a->H, a->pad_h, pb, a->stride_h, a->dil_h, a->R);
-        int64_t gq = graph_out(a->W, a->pad_w, pr, a->stride_w, a->dil_w, a->S);
+        int64_t pb = mk_mps_end_pad(a->H, a->pad_h, a->P, a->stride_h, a->dil_h, a->R);
+        int64_t pr = mk_mps_end_pad(a->W, a->pad_w, a->Q, a->stride_w, a->dil_w, a->S);
+        int64_t gp = mk_mps_floor_windows((int64_t)a->H + a->pad_h + pb, a->stride_h, a->dil_h, a->R);
+        int64_t gq = mk_mps_floor_windows((int64_t)a->W + a->pad_w + pr, a->stride_w, a->dil_w, a->S);
         if (gp < a->P || gq < a->Q)
             return mk_set_error(MK_ERR_INVALID, OP ": output %dx%d cannot come from input %dx%d with these "
                                 "kernel, stride, dilation and padding", a->P, a->Q, a->H, a->W);

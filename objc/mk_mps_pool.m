@@ -10,46 +10,11 @@
 // position, which the host computes once per shape (count_include_pad clips the window to
 // H + pad_h_end, count_include_pad=False to the input, divisor_override replaces both).
 #import "mk_mps.h"
+#include "mk_mps_math.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 #define OP "mk_mps_pool2d"
-
-// Taps of a window starting at `start` (k taps, `dil` apart) that fall in [lo, hi).
-static int taps_in(int64_t start, int k, int dil, int64_t lo, int64_t hi) {
-    int n = 0;
-    for (int i = 0; i < k; i++) {
-        int64_t v = start + (int64_t)i * dil;
-        n += v >= lo && v < hi;
-    }
-    return n;
-}
-
-// torch's avg_pool2d divisor for every output position, as float32 [P*Q].
-static NSData *avg_divisors(const mk_pool2d_args *a) {
-    NSMutableData *m = [NSMutableData dataWithLength:(NSUInteger)a->P * a->Q * sizeof(float)];
-    float *v = m.mutableBytes;
-    for (int p = 0; p < a->P; p++)
-        for (int q = 0; q < a->Q; q++) {
-            int64_t hs = (int64_t)p * a->stride_h - a->pad_h, ws = (int64_t)q * a->stride_w - a->pad_w;
-            int n;
-            if (a->divisor > 0)
-                n = a->divisor;
-            else if (a->count_include_pad)
-                n = taps_in(hs, a->kh, a->dil_h, -a->pad_h, (int64_t)a->H + a->pad_h_end) *
-                    taps_in(ws, a->kw, a->dil_w, -a->pad_w, (int64_t)a->W + a->pad_w_end);
-            else
-                n = taps_in(hs, a->kh, a->dil_h, 0, a->H) * taps_in(ws, a->kw, a->dil_w, 0, a->W);
-            v[(size_t)p * a->Q + q] = n > 0 ? (float)n : 1.0f;   // an empty window sums to 0 anyway
-        }
-    return m;
-}
-
-static int64_t end_pad(int in, int pad, int out, int stride, int dil, int k) {
-    int64_t need = (int64_t)(out - 1) * stride + (int64_t)dil * (k - 1) + 1 - in - pad;
-    return need > 0 ? need : 0;
-}
 
 mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buffer *x,
                         mk_buffer *y, mk_timing *t) {
@@ -66,11 +31,10 @@ mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buf
                                 "padding %dx%d", a->kh, a->kw, a->stride_h, a->stride_w, a->dil_h, a->dil_w,
                                 a->pad_h, a->pad_w);
         if ((int64_t)a->N * a->C * a->P * a->Q == 0) return mk_mps_nothing(t);
-        int64_t pb = end_pad(a->H, a->pad_h, a->P, a->stride_h, a->dil_h, a->kh);
-        int64_t pr = end_pad(a->W, a->pad_w, a->Q, a->stride_w, a->dil_w, a->kw);
-        int64_t hp = (int64_t)a->H + a->pad_h + pb, wp = (int64_t)a->W + a->pad_w + pr;
-        int64_t gp = (hp - ((int64_t)a->dil_h * (a->kh - 1) + 1)) / a->stride_h + 1;
-        int64_t gq = (wp - ((int64_t)a->dil_w * (a->kw - 1) + 1)) / a->stride_w + 1;
+        int64_t pb = mk_mps_end_pad(a->H, a->pad_h, a->P, a->stride_h, a->dil_h, a->kh);
+        int64_t pr = mk_mps_end_pad(a->W, a->pad_w, a->Q, a->stride_w, a->dil_w, a->kw);
+        int64_t gp = mk_mps_floor_windows((int64_t)a->H + a->pad_h + pb, a->stride_h, a->dil_h, a->kh);
+        int64_t gq = mk_mps_floor_windows((int64_t)a->W + a->pad_w + pr, a->stride_w, a->dil_w, a->kw);
         if (gp < a->P || gq < a->Q)
             return mk_set_error(MK_ERR_INVALID, OP ": output %dx%d cannot come from input %dx%d with these "
                                 "kernel, stride, dilation and padding", a->P, a->Q, a->H, a->W);
@@ -107,7 +71,9 @@ mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buf
             if (gq > a->Q) v = [G sliceTensor:v dimension:3 start:0 length:a->Q name:nil];
             if (avg) {
                 MPSGraphTensor *window = [G constantWithScalar:(double)a->kh * a->kw dataType:MPSDataTypeFloat32];
-                MPSGraphTensor *div = [G constantWithData:avg_divisors(a) shape:MK_SHAPE(1, 1, a->P, a->Q)
+                NSMutableData *divisors = [NSMutableData dataWithLength:(NSUInteger)a->P * a->Q * sizeof(float)];
+                mk_mps_avg_divisors(a, divisors.mutableBytes);
+                MPSGraphTensor *div = [G constantWithData:divisors shape:MK_SHAPE(1, 1, a->P, a->Q)
                                                  dataType:MPSDataTypeFloat32];
                 v = [G multiplicationWithPrimaryTensor:v secondaryTensor:window name:@"sum"];
                 v = [G divisionWithPrimaryTensor:v secondaryTensor:div name:@"mean"];

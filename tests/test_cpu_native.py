@@ -1,6 +1,10 @@
 """Direct tests of the C CPU kernels (objc/cpu/) through mpskern._native.cpu_*, against
 float64 numpy references written here from torch's documented semantics (the public-API
 tests live in tests/test_ops_*.py). Arguments are the structs of metal/mk_args.h as dicts."""
+import multiprocessing as mp
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -398,3 +402,37 @@ def test_concurrent_calls_from_python_threads():
     for t in ts:
         t.join()
     assert not errors, errors[0]
+
+
+def test_num_threads_from_environment():
+    code = "from mpskern import _native; print(_native.cpu_get_num_threads())"
+    env = dict(os.environ, MPSKERN_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "1"
+
+
+def _softmax_in_child(q):
+    x = rnd((256, 3000), np.float32, 50)
+    y = np.empty_like(x)
+    _native.cpu_set_num_threads(2)
+    _native.cpu_softmax(dict(outer=256, n=3000, inner=1, log=0), F32, x, y)
+    q.put(float(np.abs(y.astype(np.float64) - softmax_ref(x, 1, 0)).max()))
+
+
+def test_pool_works_after_fork(threads):
+    """A forked child has none of the parent's workers: the pool must start afresh there."""
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    x = rnd((256, 3000), np.float32, 51)      # start the parent's workers first
+    _native.cpu_softmax(dict(outer=256, n=3000, inner=1, log=0), F32, x, np.empty_like(x))
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_softmax_in_child, args=(q,))
+    p.start()
+    p.join(60)
+    if p.is_alive():
+        p.kill()
+        pytest.fail("the forked child hung in the thread pool")
+    assert p.exitcode == 0
+    assert q.get(timeout=5) < 1e-6

@@ -36,8 +36,9 @@ GROUP_CASES = {
     ("looped", 1024): [(1, 4, 900, 1)],
     ("looped", 64): [(2, 6, 500, 2), (1, 3, 7, 3)],
 }
+# the shipped one, and one cutting channels into 8 chunks (uneven, or of one element each)
 BATCH_CONFIGS = spaces.shipped("batch_norm") + [
-    {"variant": "stats", "TPR": 32, "RPG": 4, "threads": 64}]
+    {"variant": "stats", "TPR": 32, "RPG": 4, "threads": 64, "split": 8}]
 BATCH_CASES = [(2, 3, 50), (5, 9, 1), (1, 2, 300)]
 
 
@@ -229,3 +230,13 @@ def test_empty_inputs_dispatch_nothing(sim):
     N.rownorm(sim, {"rows": 4, "n": 0, "kind": LAYER, "has_weight": 0, "has_bias": 0,
                     "eps": 1e-5}, _native.F16, r, None, None, r.copy())
     assert sim.last_config == {"empty": True}
+
+
+def test_batch_norm_default_split_for_few_channels(sim):
+    """Few channels with many elements each: the statistics are cut into chunks (more
+    threadgroups) and combined exactly."""
+    rng = np.random.default_rng(8)
+    cfg = spaces.shipped("batch_norm")[0]
+    assert spaces.stats_split(cfg, 2, 2, 4200) > 1
+    _batch_norm(sim, (2, 2, 4200), np.float32, None, True, True, True, rng)
+    assert sim.last_config["split"] == spaces.stats_split(cfg, 2, 2, 4200)

@@ -4,15 +4,17 @@
 rownorm and group_norm are row reductions (spaces "rownorm", "group_norm": variants rows,
 the row in registers, and looped, any length); group_norm's row is one (sample, group),
 contiguous in NCHW. batch_norm (space "batch_norm"): inference is one elementwise dispatch
-over the running statistics; training is a dispatch list run in one command buffer:
-per-channel batch statistics with the running-stat update (TPR threads per channel), then
-the same elementwise dispatch over those statistics (`threads` per threadgroup).
+over the running statistics; training is a dispatch list run in one command buffer: the
+moments of `split` chunks per channel (TPR threads per chunk; spaces.stats_split), their
+exact combination per channel with the running-stat update, then the same elementwise
+dispatch over those statistics (`threads` per threadgroup).
 """
 import numpy as np
 
 from mpskern import _native
 from mpskern.gpu_ops import rows as R
 from mpskern.gpu_ops import suffix
+from mpskern.tuning import spaces
 
 
 def _optional(backend, v, fallback):
@@ -72,6 +74,9 @@ def batch_norm(backend, args, dtype, x, running_mean, running_var, weight, bias,
         rm, rv = backend.wrap(running_mean), backend.wrap(running_var)
         run = [R.elementwise_dispatch(apply, threads, total, [xb, rm, rv, wb, bb, yb, packed])]
     else:
+        split = spaces.stats_split(cfg, args["N"], args["C"], args["HW"])
+        rows = args["C"] * split
+        partial = backend.wrap(np.empty(3 * rows, np.float32), writable=True)
         stats = backend.wrap(np.empty(2 * args["C"], np.float32), writable=True)
         if args["has_running"]:
             rm = backend.wrap(running_mean, writable=True)
@@ -79,8 +84,12 @@ def batch_norm(backend, args, dtype, x, running_mean, running_var, weight, bias,
             outputs += [rm, rv]
         else:
             rm = rv = stats       # never touched: has_running == 0
+        nsplit = np.int32(split).tobytes()
         st = R.pipeline(backend, op, f"norm_batch_stats_{sfx}", cfg, cfg["TPR"] * cfg["RPG"])
+        fin = R.pipeline(backend, op, "norm_batch_finish_f32", cfg, 32)
         mean, var = (stats, 0), (stats, 4 * args["C"])
-        run = [R.row_dispatch(st, cfg, args["C"], [xb, rm, rv, stats, packed]),
+        run = [R.row_dispatch(st, cfg, rows, [xb, partial, packed, nsplit]),
+               R.elementwise_dispatch(fin, 32, args["C"], [partial, rm, rv, stats, packed, nsplit]),
                R.elementwise_dispatch(apply, threads, total, [xb, mean, var, wb, bb, yb, packed])]
+        cfg = dict(cfg, split=split)
     return R.run(backend, run, outputs, dict(cfg, level=level))

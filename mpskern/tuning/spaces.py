@@ -269,6 +269,7 @@ def select(op, dtype, shape, device_info):
 _ROW_PARAMS = dict(TPR=(32, 64, 128, 256, 512, 1024), RPG=(1, 2, 4, 8, 16, 32),
                    VPT=(1, 2, 4, 8, 16))
 _THREADS = dict(threads=(32, 64, 128, 256, 512, 1024))
+_SPLITS = (1, 2, 4, 8, 16, 32, 64)
 # looped holds nothing in registers; its VPT stays at this value so it shares one compiled
 # library with the rows configuration of the same TPR and RPG (and is not searched twice)
 LOOPED_VPT = 8
@@ -286,10 +287,11 @@ SPACES.update({
     "group_norm": Space("norm_group", "norm.metal", ("rows", "looped"), _ROW_PARAMS,
                         doc="a (sample, group) is one contiguous row; as softmax"),
     "batch_norm": Space("norm_batch", "norm.metal", ("stats",),
-                        dict(TPR=_ROW_PARAMS["TPR"], RPG=_ROW_PARAMS["RPG"]), runtime=_THREADS,
-                        doc="training statistics: a channel per TPR threads, RPG channels "
-                            "per threadgroup; `threads` per threadgroup of the elementwise "
-                            "normalisation"),
+                        dict(TPR=_ROW_PARAMS["TPR"], RPG=_ROW_PARAMS["RPG"]),
+                        runtime=dict(_THREADS, split=_SPLITS),
+                        doc="training statistics: a chunk of a channel per TPR threads "
+                            "(`split` chunks per channel, RPG chunks per threadgroup); "
+                            "`threads` per threadgroup of the elementwise normalisation"),
     "pool2d": Space("pool", "pool.metal", ("direct",), {}, runtime=_THREADS,
                     doc="one thread per output element (pool_max / pool_avg by the mode); "
                         "threads per threadgroup"),
@@ -313,6 +315,8 @@ def _row_rules(c):
                    "registers)")
     if "threads" in c and c["threads"] not in _THREADS["threads"]:
         out.append(f"threads={c['threads']} is not one of {list(_THREADS['threads'])}")
+    if "split" in c and c["split"] not in _SPLITS:
+        out.append(f"split={c['split']} is not one of {list(_SPLITS)}")
     return out
 
 
@@ -366,6 +370,23 @@ def _row_generic(op, shape, device_info=None):
         if not problems(op, c, device_info):
             return c
     return dict(ROW_LADDER[-1])     # nothing fits: select() reports why
+
+
+def stats_split(config, N, C, HW):
+    """How many chunks batch_norm's training statistics cut each channel into: the
+    configuration's `split` when it has one, else a rule (mpskern's own, not measured): at
+    least ~64 threadgroups in all, each chunk at least 8 elements per thread; never an empty
+    chunk."""
+    count = N * HW
+    if "split" in config:
+        s = int(config["split"])
+    else:
+        s = 1
+        while (s < _SPLITS[-1] and C * s < 64
+               and count // (2 * s) >= 8 * config["TPR"]):
+            s *= 2
+    s = max(1, min(s, count))
+    return -(-count // -(-count // s))      # chunks of ceil(count/s): none empty
 
 
 def shipped(op):

@@ -1,0 +1,20 @@
+// mk_mps_math.h: the shape arithmetic of the MPS ops, in plain C so that it also compiles
+// (and is tested, tests/test_mps_math.py) off macOS. Used by objc/mk_mps_conv.m and
+// objc/mk_mps_pool.m.
+#ifndef MK_MPS_MATH_H
+#define MK_MPS_MATH_H
+#include <stdint.h>
+#include "mk_args.h"
+
+// Padding after the input (bottom/right) that makes a floor-mode window count of exactly
+// `out` windows (k taps, `dil` apart, `stride` apart, `pad` before the input); 0 if the
+// windows fit without any (then the floor count may exceed `out`: slice).
+int64_t mk_mps_end_pad(int in, int pad, int out, int stride, int dil, int k);
+// Floor-mode window count over `padded` elements.
+int64_t mk_mps_floor_windows(int64_t padded, int stride, int dil, int k);
+// torch's avg_pool2d divisor of every output position, row-major P x Q: divisor_override,
+// else the taps inside [-pad, in + pad_end) (count_include_pad) or inside the input.
+// Never 0 (an empty window's sum is 0 anyway).
+void mk_mps_avg_divisors(const mk_pool2d_args *a, float *out);
+
+#endif

@@ -1,0 +1,190 @@
+"""The MPS backend's own arithmetic, checked here although MPS cannot run here.
+
+mk_mps_pool.m and mk_mps_conv.m do not hand padding or ceil_mode to MPSGraph: they pad
+explicitly by what objc/mk_mps_math.c computes, run a floor-mode unpadded pooling /
+convolution, slice, and (avg pooling) divide a window sum by the C-computed divisor map.
+This file compiles mk_mps_math.c with the host compiler, replays exactly that program in
+numpy behind the real public API (backend "mps" with the native layer replaced), and
+compares with the cpu backend over many option combinations. What it cannot check is
+MPSGraph itself (tests/test_mac.py does, on a Mac)."""
+import ctypes
+import itertools
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mpskern
+from mpskern import backends
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.skipif(
+    not shutil.which("cc") or not all(hasattr(mpskern, f) for f in ("conv2d", "max_pool2d", "avg_pool2d")),
+    reason="needs a C compiler and the public ops")
+
+
+def _struct(name):
+    """A ctypes Structure with the fields of `name` in metal/mk_args.h (all 4-byte)."""
+    text = (ROOT / "metal" / "mk_args.h").read_text()
+    body = re.search(r"typedef struct " + name + r" \{(.*?)\} " + name + ";", text, re.S).group(1)
+    fields = []
+    for typ, names in re.findall(r"(mk_i32|mk_f32)\s+([^;]+);", re.sub(r"//[^\n]*", "", body)):
+        for n in names.split(","):
+            fields.append((n.strip(), ctypes.c_int32 if typ == "mk_i32" else ctypes.c_float))
+    return type(name, (ctypes.Structure,), {"_fields_": fields})
+
+
+PoolArgs = _struct("mk_pool2d_args")
+
+
+@pytest.fixture(scope="module")
+def cmath(tmp_path_factory):
+    so = tmp_path_factory.mktemp("mpsmath") / "mk_mps_math.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I", str(ROOT / "objc"),
+                    "-I", str(ROOT / "metal"), str(ROOT / "objc" / "mk_mps_math.c"), "-o", str(so)],
+                   check=True)
+    lib = ctypes.CDLL(str(so))
+    lib.mk_mps_end_pad.restype = ctypes.c_int64
+    lib.mk_mps_end_pad.argtypes = [ctypes.c_int] * 6
+    lib.mk_mps_floor_windows.restype = ctypes.c_int64
+    lib.mk_mps_floor_windows.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    lib.mk_mps_avg_divisors.argtypes = [ctypes.POINTER(PoolArgs), ctypes.c_void_p]
+    return lib
+
+
+def _windows(xp, kh, kw, sh, sw, dh, dw, gp, gq):
+    """(kh*kw, N, C, gp, gq): the taps of every floor-mode window of the padded input."""
+    return np.stack([xp[:, :, i * dh:i * dh + sh * (gp - 1) + 1:sh, j * dw:j * dw + sw * (gq - 1) + 1:sw]
+                     for i in range(kh) for j in range(kw)])
+
+
+class EmulatedShim:
+    """The native layer of backend "mps" replaced by the shim's programs in numpy."""
+    def __init__(self, lib):
+        self.lib = lib
+
+    def device_count(self, kind):
+        return 1, ""
+
+    def Device(self, kind):
+        class Buf:
+            def __init__(self, a, w):
+                self.array, self.zero_copy = a, True
+
+        class Dev:
+            def info(self):
+                return {"name": "emulated"}
+
+            def wrap(self, a, w=False):
+                return Buf(a, w)
+        return Dev()
+
+    def _pads(self, a, k_h, k_w):
+        L = self.lib
+        pb = L.mk_mps_end_pad(a["H"], a["pad_h"], a["P"], a["stride_h"], a["dil_h"], k_h)
+        pr = L.mk_mps_end_pad(a["W"], a["pad_w"], a["Q"], a["stride_w"], a["dil_w"], k_w)
+        gp = L.mk_mps_floor_windows(a["H"] + a["pad_h"] + pb, a["stride_h"], a["dil_h"], k_h)
+        gq = L.mk_mps_floor_windows(a["W"] + a["pad_w"] + pr, a["stride_w"], a["dil_w"], k_w)
+        assert gp >= a["P"] and gq >= a["Q"], "the shim would refuse this (MK_ERR_INVALID)"
+        return pb, pr, gp, gq
+
+    def mps_pool2d(self, d, a, dtype, x, y):
+        pb, pr, gp, gq = self._pads(a, a["kh"], a["kw"])
+        avg = a["mode"] == 1
+        xs = x.array.astype(np.float32)
+        xp = np.pad(xs, ((0, 0), (0, 0), (a["pad_h"], pb), (a["pad_w"], pr)),
+                    constant_values=0.0 if avg else -np.inf)
+        win = _windows(xp, a["kh"], a["kw"], a["stride_h"], a["stride_w"], a["dil_h"], a["dil_w"], gp, gq)
+        if avg:
+            div = np.empty(a["P"] * a["Q"], np.float32)
+            self.lib.mk_mps_avg_divisors(ctypes.byref(PoolArgs(**a)), div.ctypes.data)
+            r = win.mean(axis=0)[:, :, :a["P"], :a["Q"]] * (a["kh"] * a["kw"]) / div.reshape(a["P"], a["Q"])
+        else:
+            r = win.max(axis=0)[:, :, :a["P"], :a["Q"]]
+        y.array[...] = r.reshape(y.array.shape)
+        return (0.0, 0.0)
+
+    def mps_conv2d(self, d, a, dtype, x, w, bias, y):
+        pb, pr, gp, gq = self._pads(a, a["R"], a["S"])
+        g = a["groups"]
+        xp = np.pad(x.array.astype(np.float64), ((0, 0), (0, 0), (a["pad_h"], pb), (a["pad_w"], pr)))
+        N, C, K = a["N"], a["C"], a["K"]
+        wv = w.array.astype(np.float64).reshape(g, K // g, C // g, a["R"], a["S"])
+        win = _windows(xp, a["R"], a["S"], a["stride_h"], a["stride_w"], a["dil_h"], a["dil_w"], gp, gq)
+        win = win.reshape(a["R"], a["S"], N, g, C // g, gp, gq)
+        r = np.einsum("rsngchw,gkcrs->ngkhw", win, wv).reshape(N, K, gp, gq)[:, :, :a["P"], :a["Q"]]
+        if bias is not None:
+            r = r + bias.array.reshape(1, K, 1, 1)
+        y.array[...] = r.reshape(y.array.shape)
+        return (0.0, 0.0)
+
+
+@pytest.fixture
+def mps(cmath, monkeypatch):
+    be = backends._instance("mps")
+    monkeypatch.setattr(be, "native", EmulatedShim(cmath))
+    monkeypatch.setattr(be, "_device", None)
+    return be
+
+
+def _both(f, *args, **kw):
+    try:
+        want = f(*args, backend="cpu", **kw)
+    except ValueError:
+        return None, None                    # not a valid call: nothing to compare
+    return want, f(*args, backend="mps", **kw)
+
+
+AVG = list(itertools.product((5, 8), (2, 3), (1, 2, 3), (0, 1), (False, True), (False, True), (None, 3)))
+
+
+@pytest.mark.parametrize("H,k,s,p,ceil,cip,div", AVG)
+def test_avg_pool_program_matches_cpu(mps, H, k, s, p, ceil, cip, div):
+    x = np.random.default_rng(H * 100 + k * 10 + s).standard_normal((2, 3, H, H + 1)).astype(np.float32)
+    want, got = _both(mpskern.avg_pool2d, x, k, stride=s, padding=p, ceil_mode=ceil,
+                      count_include_pad=cip, divisor_override=div)
+    if want is not None:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+MAX = list(itertools.product((5, 8), (2, 3), (1, 2), (0, 1), (1, 2), (False, True)))
+
+
+@pytest.mark.parametrize("H,k,s,p,dil,ceil", MAX)
+def test_max_pool_program_matches_cpu(mps, H, k, s, p, dil, ceil):
+    x = np.random.default_rng(H + k + s).standard_normal((1, 2, H, H + 2)).astype(np.float32)
+    want, got = _both(mpskern.max_pool2d, x, k, stride=s, padding=p, dilation=dil, ceil_mode=ceil)
+    if want is not None:
+        np.testing.assert_array_equal(got, want)
+
+
+CONV = [((1, 3, 7, 8), (2, 3, 2, 4), dict(padding="same")),
+        ((1, 3, 7, 8), (4, 3, 3, 3), dict(padding="same", dilation=2)),
+        ((2, 4, 9, 6), (6, 2, 3, 3), dict(stride=2, padding=1, groups=2)),
+        ((1, 2, 10, 11), (3, 2, 3, 2), dict(stride=3, padding=2, dilation=(2, 1))),
+        ((1, 5, 6, 6), (5, 1, 3, 3), dict(padding=1, groups=5)),
+        ((1, 2, 8, 8), (2, 2, 4, 4), dict(padding="valid", stride=2))]
+
+
+@pytest.mark.parametrize("xs,ws,kw", CONV)
+def test_conv_program_matches_cpu(mps, xs, ws, kw):
+    rng = np.random.default_rng(7)
+    x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+    b = rng.standard_normal(ws[0]).astype(np.float32)
+    want, got = _both(mpskern.conv2d, x, w, b, **kw)
+    assert want is not None
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_divisors_never_zero_and_override(cmath):
+    a = PoolArgs(N=1, C=1, H=3, W=3, P=2, Q=2, kh=2, kw=2, stride_h=2, stride_w=2, pad_h=0, pad_w=0,
+                 dil_h=1, dil_w=1, mode=1, count_include_pad=0, divisor=0, pad_h_end=0, pad_w_end=0)
+    out = np.zeros(4, np.float32)
+    cmath.mk_mps_avg_divisors(ctypes.byref(a), out.ctypes.data)
+    assert out.tolist() == [4, 2, 2, 1]               # ceil-mode windows clipped to the input
+    a.divisor = 7
+    cmath.mk_mps_avg_divisors(ctypes.byref(a), out.ctypes.data)
+    assert out.tolist() == [7] * 4

@@ -70,7 +70,7 @@ def dtype_name(dtype):
         return str(dtype)
 
 
-def _reason(valid, config):
+def invalid_reason(valid, config):
     """Why `config` is invalid (a string) or None. `valid` may return a bool, None/str
     (reason), or (ok, reason)."""
     if valid is None:
@@ -185,7 +185,7 @@ def choose(op, dtype, shape, device_info, *, generic, valid=None, user_db=None):
     (the dict of _native.Device.info()), as a Choice.
 
     generic  the rule-based default, used when no database level has a valid entry
-    valid    config -> None/True when usable here, else a reason (see _reason)
+    valid    config -> None/True when usable here, else a reason (see invalid_reason)
     user_db  a db.Database to consult instead of the user's file (tests)
     """
     dtype = dtype_name(dtype)
@@ -207,14 +207,14 @@ def choose(op, dtype, shape, device_info, *, generic, valid=None, user_db=None):
 
     pinned = _forced(op)
     if pinned is not None:
-        why = _reason(valid, pinned)
+        why = invalid_reason(valid, pinned)
         if why:
             raise ValueError(f"pinned {op} configuration {pinned} is invalid here: {why}")
         return done(Choice(pinned, "forced", "pinned by the caller"))
 
     udb = user_db if user_db is not None else _db.user_db()
     for level, e in _user_candidates(udb.for_op(op, dtype), device_info, shape, bucket):
-        why = _reason(valid, e.config)
+        why = invalid_reason(valid, e.config)
         if why is None:
             return done(Choice(dict(e.config), level, udb.path, e))
         rejected.append((level, udb.path, e.config, why))
@@ -222,12 +222,12 @@ def choose(op, dtype, shape, device_info, *, generic, valid=None, user_db=None):
 
     fam = _db.family_defaults(device_info.get("family"))
     for e in _family_candidates(fam.for_op(op, dtype), bucket):
-        why = _reason(valid, e.config)
+        why = invalid_reason(valid, e.config)
         if why is None:
             return done(Choice(dict(e.config), "family", fam.path, e))
         rejected.append(("family", fam.path, e.config, why))
 
-    why = _reason(valid, generic)
+    why = invalid_reason(valid, generic)
     if why:
         # the caller's own default must fit its own space: that is a bug, not a user problem
         raise ValueError(f"generic {op} default {generic} is invalid here: {why}")

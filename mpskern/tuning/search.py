@@ -16,6 +16,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from mpskern.tuning.lookup import invalid_reason
+
 OK, INVALID, WRONG, ERROR, PRUNED, UNRUN = "ok", "invalid", "wrong", "error", "pruned", "unrun"
 
 
@@ -63,17 +65,11 @@ def _same(a, b):
     return a is not None and b is not None and dict(a) == dict(b)
 
 
-def _reason(valid, cfg):
-    from mpskern.tuning.lookup import _reason as r
-    return r(valid, cfg)
-
-
 MAX_WARMUP = 8      # warm-up runs at most, however unsettled the times
 
 
 def search(candidates, run, check, *, default=None, valid=None, budget_s=10.0, warmup=2,
-           reps=5, min_reps=2, prune_ratio=1.25, clock=time.perf_counter, progress=None,
-           label="search"):
+           reps=5, min_reps=2, prune_ratio=1.25, clock=time.perf_counter, progress=None):
     """Time `candidates` (config dicts) and return a SearchResult.
 
     run(config) -> (output, ms)   one real dispatch with that configuration, its time
@@ -112,7 +108,7 @@ def search(candidates, run, check, *, default=None, valid=None, budget_s=10.0, w
 
 
 def _try(t, run, check, valid, warmup, reps, min_reps, prune_ratio, best, out_of_budget):
-    why = _reason(valid, t.config)
+    why = invalid_reason(valid, t.config)
     if why:
         t.status, t.reason = INVALID, why
         return

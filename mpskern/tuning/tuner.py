@@ -68,7 +68,7 @@ def candidates_for(key, device, seed=0):
         raise ValueError(f"no configuration spaces in this build ({e})") from None
     cands = [dict(c) for c in spaces.candidates(key.op, device)]
     if key.valid is not None:
-        cands = [c for c in cands if lookup._reason(key.valid, c) is None]
+        cands = [c for c in cands if lookup.invalid_reason(key.valid, c) is None]
     cands = [c for c in cands if not _oversized(c, key.shape)] or cands
     known = [e.config for fam in (7, 8, 9, 10)
              for e in _db.family_defaults(fam).for_op(key.op, key.dtype)]
@@ -135,8 +135,7 @@ def tune(op, shape=None, dtype="float32", backend="metal", budget_s=30.0, *, rep
     default = untuned(key, device)
     cands = [dict(c) for c in candidates] if candidates is not None else candidates_for(key, device)
     res = _search.search(cands, timed_run(prob, be, key.op), prob.check, default=default.config,
-                         valid=key.valid, budget_s=budget_s, reps=reps, progress=progress,
-                         label=f"{op} {'x'.join(map(str, shape))}")
+                         valid=key.valid, budget_s=budget_s, reps=reps, progress=progress)
     out = TuneResult(prob, key, res, device, backend)
     if res.best is not None:
         out.entry = entry_for(key, device, res, budget_s)

@@ -58,11 +58,13 @@ inline sm_row sm_locate(constant mk_softmax_args& a, int row)
 // NaN, and a NaN input poisons its row, both as in torch (under IEEE semantics).
 #define SM_LOWEST (-FLT_MAX)
 
-// Fold x into an online (max m, sum s of exp(. - m)) pair.
+// Fold x into an online (max m, sum s of exp(. - m)) pair. A new maximum adds its own
+// term as exp(x - x), not 1: for x = +inf that is NaN, so the row becomes NaN, as torch
+// (and the register-resident variant) give.
 inline void sm_online(thread float& m, thread float& s, float x)
 {
     if (x > m) {
-        s = s * exp(m - x) + 1.0f;
+        s = s * exp(m - x) + exp(x - x);
         m = x;
     } else {
         s += exp(x - m);

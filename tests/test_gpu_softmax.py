@@ -98,12 +98,14 @@ def test_softmax_checking_mode_is_clean(sim, cfg):
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_softmax_infinities(sim, cfg):
     """-inf entries contribute 0 (the online max/sum must not form exp(-inf - -inf)); a row
-    of only -inf is NaN, as in torch; large magnitudes do not overflow."""
+    of only -inf, or with a +inf, is NaN, as in torch; large magnitudes do not overflow."""
     shape = next(s for s in CASES[_key(cfg)] if s[1] >= 3)
     outer, n, inner = shape
     x = np.random.default_rng(3).uniform(-80, 80, shape).astype(np.float32)
     x[:, 1::2, :] = -np.inf
     x[0, :, 0] = -np.inf                      # one row of only -inf
+    if outer * inner > 1:
+        x[-1, 2, -1] = np.inf                 # a row with +inf: NaN throughout, as torch
     for log in (0, 1):
         y = np.zeros_like(x)
         args = {"outer": outer, "n": n, "inner": inner, "log": log}

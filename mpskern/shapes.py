@@ -59,9 +59,10 @@ def conv_padding(padding, hw, kernel, stride, dilation, op="conv2d"):
     for n, k, s, d, p, axis in ((H, R, sh, dh, pads[0], "height"), (W, S, sw, dw, pads[1], "width")):
         eff = d * (k - 1) + 1
         if eff > n + 2 * p:
-            raise ValueError(f"{op}: the kernel's {axis} ({k}, {eff} with dilation {d}) is larger "
-                             f"than the padded input's {axis} ({n} + 2*{p} = {n + 2 * p}); use a "
-                             "smaller kernel or dilation, more padding, or a larger input")
+            size = f"{k}" if d == 1 else f"{k}, spanning {eff} with dilation {d}"
+            raise ValueError(f"{op}: the kernel's {axis} ({size}) is larger than the padded "
+                             f"input's {axis} ({n} + 2*{p} = {n + 2 * p}); use a smaller kernel "
+                             "or dilation, more padding, or a larger input")
         out.append((n + 2 * p - eff) // s + 1)
     return pads, tuple(out)
 

@@ -23,6 +23,18 @@ mk_status mk_mps_conv2d(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buf
                                 "dilation %dx%d, padding %dx%d)", a->C, a->K, a->groups, a->stride_h, a->stride_w,
                                 a->dil_h, a->dil_w, a->pad_h, a->pad_w);
         if ((int64_t)a->N * a->K * a->P * a->Q == 0) return mk_mps_nothing(t);
+        if (a->C == 0) {   // an empty sum: the output is the bias (or 0); MPSGraph has no empty convolution
+            if ((st = mk_metal_check_buffer(d, y, (size_t)a->N * a->K * a->P * a->Q * mk_mps_esize(dtype), OP, "y")) != MK_OK ||
+                (a->has_bias && (st = mk_metal_check_buffer(d, bias, (size_t)a->K * 4, OP, "bias")) != MK_OK))
+                return st;
+            size_t plane = (size_t)a->P * a->Q;
+            for (size_t i = 0; i < (size_t)a->N * a->K * plane; i++) {
+                float v = a->has_bias ? ((const float *)bias->host)[(i / plane) % (size_t)a->K] : 0.0f;
+                if (dtype == MK_F16) ((_Float16 *)y->host)[i] = (_Float16)v;
+                else ((float *)y->host)[i] = v;
+            }
+            return mk_mps_nothing(t);
+        }
         int64_t pb = mk_mps_end_pad(a->H, a->pad_h, a->P, a->stride_h, a->dil_h, a->R);
         int64_t pr = mk_mps_end_pad(a->W, a->pad_w, a->Q, a->stride_w, a->dil_w, a->S);
         int64_t gp = mk_mps_floor_windows((int64_t)a->H + a->pad_h + pb, a->stride_h, a->dil_h, a->R);

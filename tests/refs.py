@@ -176,7 +176,8 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     def red(x, h0, w0, kh, kw, dh, dw, ph, pw, H, W):
         rows = [h0 + a * dh for a in range(kh) if 0 <= h0 + a * dh < H]
         cols = [w0 + b * dw for b in range(kw) if 0 <= w0 + b * dw < W]
-        return x[:, :, rows][:, :, :, cols].max(axis=(2, 3))
+        # a window wholly in the padding (possible with dilation) is -inf, as torch
+        return x[:, :, rows][:, :, :, cols].max(axis=(2, 3), initial=-np.inf)
     return _pool(x, kernel_size, stride, padding, dilation, ceil_mode, red)
 
 

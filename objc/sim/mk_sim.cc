@@ -262,7 +262,10 @@ static mk_status sim_set_options(mk_device *d, const mk_sim_options *o) {
     p.order = o->order;
     p.seed = o->seed;
     p.workers = o->workers;
-    if (o->family) set_family_limits(p, o->family);
+    // Every call sets all options: 0 means the default (the environment's family, the
+    // family's limits), so set_sim_options() with no arguments restores the defaults.
+    int fam = o->family ? o->family : family_from_env();
+    set_family_limits(p, fam > 0 ? fam : 8);
     if (o->max_threadgroup_memory) p.max_tg_memory = o->max_threadgroup_memory;
     if (o->max_threads_per_threadgroup) p.max_threads = o->max_threads_per_threadgroup;
     return MK_OK;

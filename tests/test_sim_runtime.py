@@ -123,3 +123,11 @@ def test_device_info_family(monkeypatch):
     assert info["max_threadgroup_memory"] == 32768 and info["max_threads_per_threadgroup"] == 1024
     monkeypatch.setenv("MPSKERN_SIM_FAMILY", "apple3")
     assert _native.device_count("sim")[0] == 0
+
+
+def test_unavailable_without_a_compiler(monkeypatch):
+    from mpskern import _native
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("CXX", raising=False)
+    n, why = _native.device_count("sim")
+    assert n == 0 and "C++17 compiler" in why

@@ -138,12 +138,23 @@ def rewrite_types(s):
     return _CONSTANT.sub("const", s)
 
 
-def _parse_param(raw, where, kname):
+_TYPE_WORDS = {"const", "volatile", "device", "constant", "threadgroup", "thread", "unsigned",
+               "signed", "int", "uint", "float", "half", "bool", "char", "short", "long", "void"}
+
+
+def _parse_param(raw, where, kname, template=None):
+    """A Param from one parameter's text. In an explicit instantiation the name and the
+    attribute may be missing: `template` (the definition's Param) supplies them."""
     attrs = [a.strip() for a in _ATTR.findall(raw)]
     decl = _ATTR.sub(" ", raw).strip()
     m = re.match(r"(?s)(.*?)([A-Za-z_]\w*)\s*$", decl)
-    if not m or not m.group(1).strip():
-        raise TranslateError(f"{where}: kernel '{kname}': cannot read parameter '{decl}'")
+    unnamed = (not m or not m.group(1).strip() or m.group(2) in _TYPE_WORDS
+               or m.group(1).rstrip().endswith("::"))
+    if unnamed or (template is not None and not attrs):
+        if template is None:
+            raise TranslateError(f"{where}: kernel '{kname}': cannot read parameter '{decl}'")
+        ptype = " ".join(decl.split()) if unnamed else " ".join(m.group(1).split())
+        return Param(rewrite_types(ptype), template.name, template.attr, template.index)
     ptype, pname = " ".join(m.group(1).split()), m.group(2)
     role = None
     for a in attrs:
@@ -166,6 +177,7 @@ def _parse_param(raw, where, kname):
 
 def find_kernels(text, lines):
     kernels = []
+    templates = {}     # name -> parameter roles of its template definition
     for m in _KERNEL.finditer(text):
         name = m.group(1)
         pos = m.end()
@@ -201,16 +213,26 @@ def find_kernels(text, lines):
         is_instantiation = re.search(r"\btemplate\s*$", b) is not None
         fname, line = lines.at(m.start())
         where = f"{fname}:{line}"
+        raw = [p for p in _split_params(params_src) if p.strip() and p.strip() != "void"]
         if is_template_def:
+            try:
+                templates[name] = [_parse_param(p, where, name) for p in raw]
+            except TranslateError:
+                templates[name] = None      # reported if an instantiation needs it
             continue
+        tmpl = None
         if is_instantiation:
             if not host:
                 raise TranslateError(f"{where}: explicit instantiation of kernel '{name}' needs "
                                      f"[[host_name(\"...\")]]")
+            tmpl = templates.get(name)
+            if tmpl is not None and len(tmpl) != len(raw):
+                raise TranslateError(f"{where}: kernel '{host}': {len(raw)} parameters, the "
+                                     f"template '{name}' has {len(tmpl)}")
         elif not is_def:
             continue     # a plain declaration
-        params = [_parse_param(p, where, host or name) for p in _split_params(params_src)
-                  if p.strip() and p.strip() != "void"]
+        params = [_parse_param(p, where, host or name, tmpl[i] if tmpl else None)
+                  for i, p in enumerate(raw)]
         kernels.append(Kernel(host or name, name + targs, params, fname, line))
     seen = set()
     for k in kernels:

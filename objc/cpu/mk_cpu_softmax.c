@@ -6,15 +6,29 @@
 #include "mk_cpu_vecmath.h"
 #include <math.h>
 
-// one contiguous row: y may alias x
+#define ROW_BLOCK 2048   // elements per block of the online max/sum pass (8 KiB, in L1)
+
+// one contiguous row, two passes over memory: (1) max and sum together, block by block
+// (a block is read from memory once for its max, then again from L1 for its exp-sum; the
+// sum is rescaled when the maximum grows), (2) the output. y may alias x.
 MK_MULTIVERSION static void softmax_row(const float *x, float *y, long n, int log_mode) {
-    float m = mk_vmax(x, n);   // NaN row -> NaN everywhere
+    float m = -INFINITY, s = 0.0f;
+    for (long i = 0; i < n; i += ROW_BLOCK) {
+        long len = n - i < ROW_BLOCK ? n - i : ROW_BLOCK;
+        float bm = mk_vmax(x + i, len);
+        if (bm == -INFINITY) continue;             // adds exp(-inf) = 0
+        if (bm > m || bm != bm) {                  // NaN: m turns NaN and so does everything
+            s *= mk_expf(m - bm);
+            m = bm;
+        }
+        s += mk_vexp_sum(x + i, NULL, len, m);
+    }
+    // an all -inf row leaves m = -inf, s = 0: x - m is NaN below, as torch gives
     if (log_mode) {
-        float c = m + logf(mk_vexp_sum(x, NULL, n, m));
+        float c = m + logf(s);
         for (long i = 0; i < n; i++) y[i] = x[i] - c;
     } else {
-        float inv = 1.0f / mk_vexp_sum(x, y, n, m);
-        for (long i = 0; i < n; i++) y[i] *= inv;
+        mk_vexp_scale(x, y, n, m, 1.0f / s);
     }
 }
 

@@ -5,12 +5,16 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float mk_bits_to_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+// always inlined: they must be compiled into each multiversioned caller with its ISA
+// (an out-of-line copy would use the baseline one and pass vectors through memory)
+#define MK_INLINE static inline __attribute__((always_inline))
+
+MK_INLINE float mk_bits_to_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
 // exp(x) with a few ulp error on [-87.3, 88.37]; 0 below (values under ~1.2e-38 flush to 0),
 // +inf above (exact exp overflows only past 88.72: callers here pass x <= 0), NaN -> NaN.
 // x = n*ln2 + r with |r| <= ln2/2; exp(r) by a degree-6 polynomial; 2^n from the exponent bits.
-static inline float mk_expf(float x) {
+MK_INLINE float mk_expf(float x) {
     float xc = x < -87.3f ? -87.3f : (x > 88.37f ? 88.37f : x);
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   // round to nearest
     float r = xc - n * 0.693145751953125f;
@@ -28,11 +32,17 @@ static inline float mk_expf(float x) {
 }
 
 
+/* 8-float vectors (GCC/clang vector extensions) for the NaN-aware max, which the compilers
+   do not vectorise from a scalar loop: one AVX2 register, two SSE/NEON ones. (16-float
+   vectors run badly on AVX2-only machines, split into scalar code.) */
+typedef float mk_v8f __attribute__((vector_size(32)));
+typedef int32_t mk_v8i __attribute__((vector_size(32)));
+
 // Reductions keep MK_LANES independent partial sums: float addition is not associative,
 // so the compiler vectorises a reduction only when the source spells the lanes out.
 #define MK_LANES 16
 
-static inline float mk_vsum(const float *x, long n) {
+MK_INLINE float mk_vsum(const float *x, long n) {
     float acc[MK_LANES] = {0};
     long i = 0;
     for (; i + MK_LANES <= n; i += MK_LANES)
@@ -44,7 +54,7 @@ static inline float mk_vsum(const float *x, long n) {
 }
 
 // sum of (x - c)^2
-static inline float mk_vsumsq_dev(const float *x, long n, float c) {
+MK_INLINE float mk_vsumsq_dev(const float *x, long n, float c) {
     float acc[MK_LANES] = {0};
     long i = 0;
     for (; i + MK_LANES <= n; i += MK_LANES)
@@ -56,23 +66,32 @@ static inline float mk_vsumsq_dev(const float *x, long n, float c) {
 }
 
 // maximum; NaN if any element is NaN
-static inline float mk_vmax(const float *x, long n) {
-    float acc[MK_LANES];
-    for (int j = 0; j < MK_LANES; j++) acc[j] = -__builtin_inff();
+MK_INLINE float mk_vmax(const float *x, long n) {
+    mk_v8f acc0 = (mk_v8f){0} - __builtin_inff(), acc1 = acc0;
+    mk_v8i bad = {0};
     long i = 0;
-    for (; i + MK_LANES <= n; i += MK_LANES)
-        for (int j = 0; j < MK_LANES; j++) {
-            float v = x[i + j];
-            acc[j] = (v > acc[j] || v != v) ? v : acc[j];
-        }
+    for (; i + 16 <= n; i += 16) {
+        mk_v8f v0, v1;
+        memcpy(&v0, x + i, sizeof v0);
+        memcpy(&v1, x + i + 8, sizeof v1);
+        mk_v8i g0 = v0 > acc0, g1 = v1 > acc1;
+        acc0 = (mk_v8f)((g0 & (mk_v8i)v0) | (~g0 & (mk_v8i)acc0));
+        acc1 = (mk_v8f)((g1 & (mk_v8i)v1) | (~g1 & (mk_v8i)acc1));
+        bad |= (v0 != v0) | (v1 != v1);
+    }
     float m = -__builtin_inff();
-    for (; i < n; i++) m = (x[i] > m || x[i] != x[i]) ? x[i] : m;
-    for (int j = 0; j < MK_LANES; j++) m = (acc[j] > m || acc[j] != acc[j]) ? acc[j] : m;
-    return m;
+    int b = 0;
+    for (; i < n; i++) { m = x[i] > m ? x[i] : m; b |= x[i] != x[i]; }
+    for (int j = 0; j < 8; j++) {
+        m = acc0[j] > m ? acc0[j] : m;
+        m = acc1[j] > m ? acc1[j] : m;
+        b |= bad[j];
+    }
+    return b ? __builtin_nanf("") : m;
 }
 
 // sum of exp(x - m); when y is not NULL also stores the terms there
-static inline float mk_vexp_sum(const float *x, float *y, long n, float m) {
+MK_INLINE float mk_vexp_sum(const float *x, float *y, long n, float m) {
     float acc[MK_LANES] = {0};
     long i = 0;
     if (y) {
@@ -90,6 +109,11 @@ static inline float mk_vexp_sum(const float *x, float *y, long n, float m) {
     for (; i < n; i++) { float e = mk_expf(x[i] - m); if (y) y[i] = e; s += e; }
     for (int j = 0; j < MK_LANES; j++) s += acc[j];
     return s;
+}
+
+// y = exp(x - m) * scale
+MK_INLINE void mk_vexp_scale(const float *x, float *y, long n, float m, float scale) {
+    for (long i = 0; i < n; i++) y[i] = mk_expf(x[i] - m) * scale;
 }
 
 #endif

@@ -262,7 +262,10 @@ static mk_status sim_set_options(mk_device *d, const mk_sim_options *o) {
     p.order = o->order;
     p.seed = o->seed;
     p.workers = o->workers;
-    if (o->family) set_family_limits(p, o->family);
+    // Every call sets all options: 0 means the default (the environment's family, the
+    // family's limits), so set_sim_options() with no arguments restores the defaults.
+    int fam = o->family ? o->family : family_from_env();
+    set_family_limits(p, fam > 0 ? fam : 8);
     if (o->max_threadgroup_memory) p.max_tg_memory = o->max_threadgroup_memory;
     if (o->max_threads_per_threadgroup) p.max_threads = o->max_threads_per_threadgroup;
     return MK_OK;
@@ -275,7 +278,35 @@ static const mk_device_ops OPS = {
     sim_run,           sim_set_options,
 };
 
+// The simulator compiles kernels with the host C++ compiler (mpskern/sim/compiler.py
+// looks for the same names): without one it cannot run anything.
+static bool have_compiler() {
+    const char *cxx = getenv("CXX");
+    const char *names[] = {cxx && *cxx ? cxx : "clang++", "clang++", "g++", "c++"};
+    const char *path = getenv("PATH");
+    for (const char *n : names) {
+        if (strchr(n, '/')) {
+            if (access(n, X_OK) == 0) return true;
+            continue;
+        }
+        std::string p = path ? path : "/usr/bin:/bin";
+        size_t start = 0;
+        while (start <= p.size()) {
+            size_t end = p.find(':', start);
+            if (end == std::string::npos) end = p.size();
+            std::string f = p.substr(start, end - start) + "/" + n;
+            if (access(f.c_str(), X_OK) == 0) return true;
+            start = end + 1;
+        }
+    }
+    return false;
+}
+
 static int sim_count(char *why, size_t why_len) {
+    if (!have_compiler()) {
+        if (why) snprintf(why, why_len, "the simulator needs a C++17 compiler (clang++ or g++ on PATH, or CXX)");
+        return 0;
+    }
     if (family_from_env() < 0) {
         if (why) snprintf(why, why_len, "MPSKERN_SIM_FAMILY=%s is not apple7..apple10", getenv("MPSKERN_SIM_FAMILY"));
         return 0;

@@ -76,7 +76,11 @@ template <class T, int N> struct vec_base;
     }                                                                                          \
     template <class U> explicit vec(const vec<U, N_> &o) { for (int i = 0; i < N_; i++) v[i] = T(o.v[i]); } \
     vec(const packed_vec<T, N_> &o) { for (int i = 0; i < N_; i++) v[i] = o.v[i]; }            \
-    template <int S2, int... I> vec(const swz<T, S2, I...> &o) : vec(typename vtraits<swz<T, S2, I...>>::type(o)) {} \
+    template <int S2, int... I> vec(const swz<T, S2, I...> &o) {                               \
+        static_assert(sizeof...(I) == N_, "swizzle size differs from the vector's");          \
+        const int idx[] = {I...};                                                              \
+        for (int i = 0; i < N_; i++) v[i] = o.v[idx[i]];                                       \
+    }                                                                                          \
     T &operator[](int i) { return v[i]; }                                                      \
     const T &operator[](int i) const { return v[i]; }                                          \
   private:                                                                                     \

@@ -1,0 +1,195 @@
+"""MSL semantics in the simulator's compatibility layer and front-end: simdgroup_matrix,
+SIMD collectives with active lanes, vectors and swizzles, atomics, [[threadgroup(i)]],
+templates with host_name, macros, half literals."""
+import numpy as np
+import pytest
+
+import mpskern
+from mpskern import sim
+
+pytestmark = pytest.mark.skipif(not sim.available()[0], reason="no host C++ compiler")
+
+HEAD = "#include <metal_stdlib>\n#include <metal_simdgroup_matrix>\nusing namespace metal;\n"
+
+
+def run(src, name, *args, grid, tg, check=True, macros=None):
+    mpskern.metal_kernel(src, name, macros=macros)(*args, grid=grid, threadgroup=tg,
+                                                   backend="sim", check=check)
+
+
+MMA = HEAD + """
+template <typename T>
+kernel void mma(device const T* A [[buffer(0)]], device const T* B [[buffer(1)]],
+                device const float* C [[buffer(2)]], device float* D [[buffer(3)]],
+                device float* Dt [[buffer(4)]], device float* owner [[buffer(5)]],
+                uint lane [[thread_index_in_simdgroup]]) {
+    simdgroup_matrix<T, 8, 8> a, b, bt;
+    simdgroup_matrix<float, 8, 8> c, d;
+    simdgroup_load(a, A, 8);
+    simdgroup_load(b, B, 8);
+    simdgroup_load(bt, B, 8, ulong2(0, 0), true);
+    simdgroup_load(c, C, 8);
+    simdgroup_multiply_accumulate(d, a, b, c);
+    simdgroup_store(d, D, 8);
+    simdgroup_multiply(d, a, bt);
+    simdgroup_store(d, Dt, 8);
+    simdgroup_float8x8 o;
+    o.thread_elements()[0] = float(lane);
+    o.thread_elements()[1] = float(lane) + 0.5f;
+    simdgroup_store(o, owner, 8);
+}
+template [[host_name("mma_f32")]] kernel void mma<float>(device const float*, device const float*,
+    device const float*, device float*, device float*, device float*, uint);
+template [[host_name("mma_f16")]] kernel void mma<half>(device const half*, device const half*,
+    device const float*, device float*, device float*, device float*, uint);
+"""
+
+
+@pytest.mark.parametrize("dtype,name", [(np.float32, "mma_f32"), (np.float16, "mma_f16")])
+def test_simdgroup_matrix(dtype, name):
+    rng = np.random.default_rng(0)
+    A = rng.uniform(-1, 1, (8, 8)).astype(dtype)
+    B = rng.uniform(-1, 1, (8, 8)).astype(dtype)
+    C = rng.uniform(-1, 1, (8, 8)).astype(np.float32)
+    D, Dt, owner = (np.zeros((8, 8), np.float32) for _ in range(3))
+    run(MMA, name, A, B, C, D, Dt, owner, grid=(32,), tg=(32,))
+    a, b = A.astype(np.float64), B.astype(np.float64)
+    np.testing.assert_allclose(D, a @ b + C, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(Dt, a @ b.T, rtol=1e-5, atol=1e-5)
+    # thread_elements(): lane l holds row fm, columns fn, fn+1 (MLX's get_coord layout)
+    for lane in range(32):
+        qid = lane // 4
+        fm = (qid & 4) + (lane // 2) % 4
+        fn = (qid & 2) * 2 + (lane % 2) * 2
+        assert owner[fm, fn] == lane and owner[fm, fn + 1] == lane + 0.5
+
+
+SIMD = HEAD + """
+kernel void simd(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                 constant uint& n [[buffer(2)]],
+                 uint g [[thread_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
+    if (g >= n) return;                      // exited lanes are inactive in collectives
+    float v = x[g];
+    out[g * 8 + 0] = simd_sum(v);
+    out[g * 8 + 1] = simd_max(v);
+    out[g * 8 + 2] = simd_prefix_exclusive_sum(v);
+    out[g * 8 + 3] = simd_prefix_inclusive_sum(v);
+    out[g * 8 + 4] = simd_shuffle_xor(v, 1u);
+    out[g * 8 + 5] = simd_broadcast(v, 3u);
+    out[g * 8 + 6] = float(uint64_t(simd_ballot(v > 0.0f)));
+    out[g * 8 + 7] = lane % 2 ? simd_sum(1.0f) : -simd_sum(2.0f);   // divergent sites
+}
+"""
+
+
+def test_simd_collectives_active_lanes():
+    n = 45                                   # second SIMD-group: 13 active lanes of 19 threads
+    x = np.random.default_rng(1).integers(-8, 8, 64).astype(np.float32)
+    out = np.zeros(64 * 8, np.float32).reshape(64, 8)
+    run(SIMD, "simd", x, out, np.uint32(n), grid=(64,), tg=(64,))
+    for base in (0, 32):
+        lanes = list(range(base, min(base + 32, n)))
+        v = x[lanes].astype(np.float64)
+        for j, g in enumerate(lanes):
+            assert out[g, 0] == v.sum() and out[g, 1] == v.max()
+            assert out[g, 2] == v[:j].sum() and out[g, 3] == v[:j + 1].sum()
+            assert out[g, 4] == (v[j ^ 1] if (j ^ 1) < len(v) else v[j])
+            assert out[g, 5] == v[3]
+            assert out[g, 6] == sum(1 << k for k in range(len(v)) if v[k] > 0)
+            odd = sum(1 for k in range(len(v)) if k % 2)
+            assert out[g, 7] == (odd if j % 2 else -2.0 * (len(v) - odd))
+    assert not out[n:].any()
+
+
+VEC = HEAD + """
+struct S { float3 a; packed_float3 b; half2 h; };
+kernel void vecs(device float4* out [[buffer(0)]], device const packed_float3* p [[buffer(1)]],
+                 device uint* sizes [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+    float4 v = float4(1.0f, 2.0f, 3.0f, 4.0f);
+    v.xy = v.yx;                      // swizzle assignment
+    float3 q = float3(p[i]);
+    half2 h = half2(1.5h, -0.25h);
+    out[i * 3 + 0] = v;
+    out[i * 3 + 1] = float4(q.zyx, float(h.x + h.y));
+    out[i * 3 + 2] = float4(clamp(v.zw, 3.5f, 3.75f), select(0.0f, 1.0f, v.x > v.y), dot(v, v));
+    if (i == 0) { sizes[0] = sizeof(float3); sizes[1] = sizeof(packed_float3); sizes[2] = sizeof(S);
+                  sizes[3] = alignof(float3); sizes[4] = sizeof(half3); }
+}
+"""
+
+
+def test_vectors_swizzles_layout_half_literals():
+    p = np.arange(12, dtype=np.float32)      # 4 packed_float3: 12-byte stride
+    out = np.zeros((4, 3, 4), np.float32)
+    sizes = np.zeros(5, np.uint32)
+    run(VEC, "vecs", out, p, sizes, grid=(4,), tg=(4,))
+    assert list(sizes) == [16, 12, 32, 16, 8]     # S: 16 + 12 + 4, aligned to 16
+    for i in range(4):
+        np.testing.assert_array_equal(out[i, 0], [2, 1, 3, 4])
+        np.testing.assert_array_equal(out[i, 1], [p[3 * i + 2], p[3 * i + 1], p[3 * i], 1.25])
+        np.testing.assert_array_equal(out[i, 2], [3.5, 3.75, 1.0, 30.0])
+
+
+ATOM = HEAD + """
+kernel void hist(device const uint* x [[buffer(0)]], device atomic_uint* bins [[buffer(1)]],
+                 device atomic_float* total [[buffer(2)]], threadgroup uint* local [[threadgroup(0)]],
+                 uint g [[thread_position_in_grid]], uint i [[thread_index_in_threadgroup]]) {
+    if (i < 8) local[i] = 0;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    atomic_fetch_add_explicit((threadgroup atomic_uint*)&local[x[g] % 8], 1u, memory_order_relaxed);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (i < 8) atomic_fetch_add_explicit(&bins[i], local[i], memory_order_relaxed);
+    atomic_fetch_add_explicit(total, 0.5f, memory_order_relaxed);
+}
+"""
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_atomics_and_threadgroup_params(check):
+    from mpskern import backends
+    x = np.random.default_rng(2).integers(0, 1000, 4096).astype(np.uint32)
+    bins = np.zeros(8, np.uint32)
+    total = np.zeros(1, np.float32)
+    be = backends.get("sim")
+    pipe = be.pipeline("hist", source=ATOM, check=check)
+    be.run([dict(pipeline=pipe, grid=(16,), threadgroup=(256,), threadgroup_memory=[32],
+                 bindings=[be.wrap(x), be.wrap(bins, True), be.wrap(total, True)])])
+    np.testing.assert_array_equal(bins, np.bincount(x % 8, minlength=8))
+    assert total[0] == 2048.0
+
+
+MACRO = HEAD + """
+#define NAME2(a, b) a##b
+#define KNAME(t) NAME2(scale_, t)
+kernel void KNAME(TAG)(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+    threadgroup float t[TILE];
+    t[i % TILE] = float(i) * SCALE;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    y[i] = t[i % TILE] + float(TILE);
+}
+"""
+
+
+def test_macros_name_and_size_kernels():
+    y = np.zeros(64, np.float32)
+    run(MACRO, "scale_x", y, grid=(64,), tg=(64,), macros={"TAG": "x", "TILE": 64, "SCALE": "2.0f"})
+    np.testing.assert_array_equal(y, np.arange(64) * 2.0 + 64)
+
+
+def test_threadgroup_memory_limit_is_enforced():
+    src = HEAD + """
+kernel void big(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+    threadgroup float t[9000];          // 36000 bytes > 32 KiB
+    t[i] = 1.0f;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    y[i] = t[0];
+}
+"""
+    with pytest.raises(ValueError, match=r"kernel 'big' needs at least 36000 bytes.*<metal_kernel big>:6.*32768"):
+        run(src, "big", np.zeros(4, np.float32), grid=(4,), tg=(4,), check=False)
+
+
+def test_missing_attribute_is_a_compile_error_at_the_line():
+    src = HEAD + "kernel void f(device float* y [[buffer(0)]], uint i) { y[i] = 1.0f; }\n"
+    with pytest.raises(mpskern.KernelCompileError, match=r"<metal_kernel f>:4: kernel 'f': parameter 'i'"):
+        run(src, "f", np.zeros(4, np.float32), grid=(4,), tg=(4,), check=False)

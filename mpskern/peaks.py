@@ -162,7 +162,8 @@ def cpu_peak(measure=True):
         return old
     p = measure_cpu()
     if old is not None:
-        p = Peak(max(p.fp32_gflops, old.fp32_gflops), None, max(p.gbps, old.gbps), p.source,
+        src = old.source if old.fp32_gflops >= p.fp32_gflops else p.source
+        p = Peak(max(p.fp32_gflops, old.fp32_gflops), None, max(p.gbps, old.gbps), src,
                  measured=True)
     try:
         save_measured(dev, p)

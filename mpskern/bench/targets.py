@@ -208,8 +208,8 @@ _MLX = {
 
 
 class _NumpyResult:
-    """A callable that runs `run` (timed as is) and converts to numpy only for the check:
-    calling it returns the raw result; `.numpy(y)` converts."""
+    """A callable that runs `run` (timed as is: the peer's own tensor type) and converts
+    to numpy only for the check (as_numpy)."""
 
     def __init__(self, run, to_numpy):
         self.run = run

@@ -117,7 +117,7 @@ def build(df, out, cmp=None, title="mpskern benchmark report"):
                     blocks.append(("img", f"figures/{name}", f"{op} {dt} {kind}"))
             blocks.append(_case_table(d))
     blocks.append(("h2", "Roofline"))
-    devs = df[df.peak_gbps.notna() & ~df.simulated.fillna(False).astype(bool)].device.dropna().unique()
+    devs = df[df.peak_gflops.notna() & ~df.simulated.fillna(False).astype(bool)].device.dropna().unique()
     if len(devs) == 0:
         blocks.append(("p", "No device with a known peak in these results (the simulator has "
                             "none), so no roofline."))
@@ -126,8 +126,10 @@ def build(df, out, cmp=None, title="mpskern benchmark report"):
         if figures.roofline(df, dev, os.path.join(figdir, name)):
             blocks.append(("img", f"figures/{name}", f"roofline {dev}"))
     blocks.append(("p", "Roofs: min(peak FLOP/s, intensity x peak bandwidth). Intensity counts "
-                        "compulsory traffic only, so memory-bound points sit at or below the "
-                        "bandwidth roof. Simulator rows are left out."))
+                        "compulsory traffic only; a memory-bound point above the bandwidth roof "
+                        "ran from cache. Left out: simulator rows, and dtypes without a known "
+                        "FLOP/s peak (float16 on a CPU). A measured CPU peak is the best of "
+                        "numpy's sgemm and of the cases measured on the machine."))
     index = os.path.join(out, "index.html")
     with open(index, "w", encoding="utf-8") as f:
         f.write(to_html(blocks, title))

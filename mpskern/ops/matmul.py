@@ -22,6 +22,8 @@ def matmul(a, b, *, backend="auto", out=None):
     b2 = b.reshape(-1, 1) if b.ndim == 1 else b
     M, K = a2.shape[-2:]
     K2, N = b2.shape[-2:]
+    if a.ndim == 2 and b.ndim == 2 and K == K2 and M * N * K and out is None:
+        return _plain(M, N, K, code, a, b, backend)
     if K != K2:
         raise ValueError(f"{op}: the inner dimensions differ: a has shape {a.shape} (K={K}) and "
                          f"b has shape {b.shape} (K={K2}); a.shape[-1] must equal "
@@ -52,6 +54,18 @@ def matmul(a, b, *, backend="auto", out=None):
             "trans_a": 0, "trans_b": 0, "has_c": 0, "alpha": 1.0, "beta": 0.0, "split_k": 0}
     be.gemm(args, code, A, B, None, y)
     return _result(y, out)
+
+
+def _plain(M, N, K, code, a, b, backend):
+    """The common call, a 2-D @ 2-D product into a new array, without the batch logic."""
+    if M * N >= _args.INT32_LIMIT:
+        _args.too_big("the result", (M, N), "matmul")
+    be = _args.backend(backend)
+    y = np.empty((M, N), a.dtype)
+    be.gemm({"batch": 1, "M": M, "N": N, "K": K, "lda": K, "ldb": N, "ldc": N, "stride_a": 0,
+             "stride_b": 0, "stride_c": M * N, "stride_out": M * N, "trans_a": 0, "trans_b": 0,
+             "has_c": 0, "alpha": 1.0, "beta": 0.0, "split_k": 0}, code, a, b, None, y)
+    return y
 
 
 def _batched(x, n, nb, batch, name, op):

@@ -120,7 +120,7 @@ static mk_status check_dispatch(mk_device *d, const mk_dispatch *x, uint32_t i, 
                             "allows at most %u (maxTotalThreadsPerThreadgroup)",
                             i, (unsigned long long)threads, p->max_threads);
     uint64_t mem = [(__bridge id<MTLComputePipelineState>)p->impl staticThreadgroupMemoryLength];
-    for (int k = 0; k < 4; k++) mem += (x->threadgroup_memory[k] + 15u) & ~15u;
+    for (int k = 0; k < 4; k++) mem += ((uint64_t)x->threadgroup_memory[k] + 15u) & ~(uint64_t)15u;
     if (mem > tg_mem_max)
         return mk_set_error(MK_ERR_INVALID,
                             "mk_run: dispatch %u needs %llu bytes of threadgroup memory; the device has %lu",

@@ -6,6 +6,7 @@
 // Uniform batches are one batched encode; broadcast operands (batch stride 0) or strides
 // MPS cannot express are encoded matrix by matrix, all in one command buffer.
 #import "mk_mps.h"
+#include "mk_mps_math.h"
 
 #include <string.h>
 
@@ -38,17 +39,18 @@ static void gemm_k0(const mk_gemm_args *a, int dtype, mk_buffer *C, mk_buffer *o
             }
 }
 
-static MPSMatrix *matrix(mk_buffer *buf, size_t elem_offset, int rows, int cols, int ld,
-                         int matrices, int stride, int dtype) {
+// Matrix `index` of an operand stack (all `count` of them from there when count > 1).
+static MPSMatrix *matrix(mk_buffer *buf, const mk_mps_matrix *m, int index, int count, int dtype) {
     size_t es = mk_mps_esize(dtype);
     MKMetalBuffer *mb = mk_metal_buffer(buf);
+    NSUInteger row_bytes = (NSUInteger)m->ld * es;
     MPSMatrixDescriptor *desc =
-        [MPSMatrixDescriptor matrixDescriptorWithRows:(NSUInteger)rows columns:(NSUInteger)cols
-                                             matrices:(NSUInteger)matrices
-                                             rowBytes:(NSUInteger)ld * es
-                                          matrixBytes:(NSUInteger)(matrices > 1 ? (size_t)stride * es : (size_t)rows * ld * es)
+        [MPSMatrixDescriptor matrixDescriptorWithRows:(NSUInteger)m->rows columns:(NSUInteger)m->cols
+                                             matrices:(NSUInteger)count rowBytes:row_bytes
+                                          matrixBytes:(count > 1 ? (NSUInteger)m->stride * es : (NSUInteger)m->rows * row_bytes)
                                              dataType:mk_mps_dtype(dtype)];
-    return [[MPSMatrix alloc] initWithBuffer:mb.buffer offset:mb.offset + elem_offset * es descriptor:desc];
+    return [[MPSMatrix alloc] initWithBuffer:mb.buffer offset:mb.offset + (size_t)index * m->stride * es
+                                  descriptor:desc];
 }
 
 mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer *A,
@@ -106,30 +108,24 @@ mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer 
                 }
             }
         id<MTLCommandBuffer> cmd = [md.queue commandBuffer];
+        mk_mps_gemm_plan plan;
+        mk_mps_gemm_plan_make(a, &plan);
         MPSMatrixMultiplication *mm =
             [[MPSMatrixMultiplication alloc] initWithDevice:md.device transposeLeft:a->trans_a != 0
                                              transposeRight:a->trans_b != 0 resultRows:(NSUInteger)a->M
                                               resultColumns:(NSUInteger)a->N interiorColumns:(NSUInteger)a->K
-                                                      alpha:a->alpha beta:(a->has_c ? a->beta : 1.0)];
-        // beta 1.0 without C: out was zeroed above, so adding it is exact
-        // one batched encode needs, per operand, matrixBytes >= rows * rowBytes and a multiple of it
-        BOOL batched = a->batch == 1 ||
-            ((size_t)a->stride_a >= (size_t)ra * a->lda && a->stride_a % a->lda == 0 &&
-             (size_t)a->stride_b >= (size_t)rb * a->ldb && a->stride_b % a->ldb == 0 &&
-             (size_t)a->stride_out >= (size_t)a->M * a->ldc && a->stride_out % a->ldc == 0);
-        if (batched) {
+                                                      alpha:a->alpha beta:plan.beta];
+        if (plan.batched) {
             mm.batchStart = 0;
             mm.batchSize = (NSUInteger)a->batch;
-            [mm encodeToCommandBuffer:cmd
-                           leftMatrix:matrix(A, 0, ra, ca, a->lda, a->batch, a->stride_a, dtype)
-                          rightMatrix:matrix(B, 0, rb, cb_, a->ldb, a->batch, a->stride_b, dtype)
-                         resultMatrix:matrix(out, 0, a->M, a->N, a->ldc, a->batch, a->stride_out, dtype)];
+            [mm encodeToCommandBuffer:cmd leftMatrix:matrix(A, &plan.a, 0, a->batch, dtype)
+                          rightMatrix:matrix(B, &plan.b, 0, a->batch, dtype)
+                         resultMatrix:matrix(out, &plan.out, 0, a->batch, dtype)];
         } else {
             for (int b = 0; b < a->batch; b++)
-                [mm encodeToCommandBuffer:cmd
-                               leftMatrix:matrix(A, (size_t)b * a->stride_a, ra, ca, a->lda, 1, 0, dtype)
-                              rightMatrix:matrix(B, (size_t)b * a->stride_b, rb, cb_, a->ldb, 1, 0, dtype)
-                             resultMatrix:matrix(out, (size_t)b * a->stride_out, a->M, a->N, a->ldc, 1, 0, dtype)];
+                [mm encodeToCommandBuffer:cmd leftMatrix:matrix(A, &plan.a, b, 1, dtype)
+                              rightMatrix:matrix(B, &plan.b, b, 1, dtype)
+                             resultMatrix:matrix(out, &plan.out, b, 1, dtype)];
         }
         mk_timing dummy;
         [cmd commit];

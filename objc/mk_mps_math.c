@@ -36,3 +36,20 @@ void mk_mps_avg_divisors(const mk_pool2d_args *a, float *out) {
             out[(int64_t)p * a->Q + q] = n > 0 ? (float)n : 1.0f;
         }
 }
+
+static mk_mps_matrix stored(int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
+    mk_mps_matrix m = {rows, cols, ld, stride};
+    return m;
+}
+
+static int batchable(const mk_mps_matrix *m) {
+    return m->stride >= m->rows * m->ld && m->ld > 0 && m->stride % m->ld == 0;
+}
+
+void mk_mps_gemm_plan_make(const mk_gemm_args *a, mk_mps_gemm_plan *p) {
+    p->a = a->trans_a ? stored(a->K, a->M, a->lda, a->stride_a) : stored(a->M, a->K, a->lda, a->stride_a);
+    p->b = a->trans_b ? stored(a->N, a->K, a->ldb, a->stride_b) : stored(a->K, a->N, a->ldb, a->stride_b);
+    p->out = stored(a->M, a->N, a->ldc, a->stride_out);
+    p->batched = a->batch == 1 || (batchable(&p->a) && batchable(&p->b) && batchable(&p->out));
+    p->beta = a->has_c ? (double)a->beta : 1.0;
+}

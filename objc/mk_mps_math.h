@@ -17,4 +17,17 @@ int64_t mk_mps_floor_windows(int64_t padded, int stride, int dil, int k);
 // Never 0 (an empty window's sum is 0 anyway).
 void mk_mps_avg_divisors(const mk_pool2d_args *a, float *out);
 
+// How mk_mps_gemm hands an mk_gemm_args to MPSMatrixMultiplication. Each operand is a
+// stack of row-major matrices as MPSMatrix stores them (A is K x M when transposed), in
+// elements; matrix i starts at i * stride.
+typedef struct mk_mps_matrix { int64_t rows, cols, ld, stride; } mk_mps_matrix;
+typedef struct mk_mps_gemm_plan {
+    mk_mps_matrix a, b, out;
+    int batched;     // 1: one batched encode (MPS needs matrixBytes >= rows*rowBytes, a multiple
+                     //    of it, per operand); 0: one encode per matrix at its offset
+    double beta;     // MPS's beta: the caller's with C (out first set to C), else 1.0 over a
+                     // zeroed out (MPS documents no "beta 0 ignores the result" rule)
+} mk_mps_gemm_plan;
+void mk_mps_gemm_plan_make(const mk_gemm_args *a, mk_mps_gemm_plan *p);
+
 #endif

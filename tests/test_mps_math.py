@@ -38,6 +38,16 @@ def _struct(name):
 
 
 PoolArgs = _struct("mk_pool2d_args")
+GemmArgs = _struct("mk_gemm_args")
+
+
+class Matrix(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int64) for n in ("rows", "cols", "ld", "stride")]
+
+
+class GemmPlan(ctypes.Structure):
+    _fields_ = [("a", Matrix), ("b", Matrix), ("out", Matrix), ("batched", ctypes.c_int),
+                ("beta", ctypes.c_double)]
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +62,7 @@ def cmath(tmp_path_factory):
     lib.mk_mps_floor_windows.restype = ctypes.c_int64
     lib.mk_mps_floor_windows.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.mk_mps_avg_divisors.argtypes = [ctypes.POINTER(PoolArgs), ctypes.c_void_p]
+    lib.mk_mps_gemm_plan_make.argtypes = [ctypes.POINTER(GemmArgs), ctypes.POINTER(GemmPlan)]
     return lib
 
 
@@ -65,6 +76,7 @@ class EmulatedShim:
     """The native layer of backend "mps" replaced by the shim's programs in numpy."""
     def __init__(self, lib):
         self.lib = lib
+        self.plans = []
 
     def device_count(self, kind):
         return 1, ""
@@ -105,6 +117,36 @@ class EmulatedShim:
         else:
             r = win.max(axis=0)[:, :, :a["P"], :a["Q"]]
         y.array[...] = r.reshape(y.array.shape)
+        return (0.0, 0.0)
+
+    def mps_gemm(self, d, a, dtype, A, B, C, out):
+        """mk_mps_gemm: out <- C row by row (or 0), then per matrix MPS's
+        out = alpha * op(A) @ op(B) + beta * out over the plan's MPSMatrix views."""
+        plan = GemmPlan()
+        self.lib.mk_mps_gemm_plan_make(ctypes.byref(GemmArgs(**a)), ctypes.byref(plan))
+        self.plans.append((a, plan))
+        fo = out.array.reshape(-1)
+        f64 = lambda buf: buf.array.reshape(-1).astype(np.float64)  # noqa: E731
+
+        def view(flat, m, i):
+            return np.lib.stride_tricks.as_strided(flat[i * m.stride:], shape=(m.rows, m.cols),
+                                                   strides=(m.ld * flat.itemsize, flat.itemsize))
+        in_place = a["has_c"] and C.array is out.array and a["stride_c"] == a["stride_out"]
+        acc = fo.astype(np.float64)
+        for b in range(a["batch"]):
+            o = view(acc, plan.out, b)
+            if not in_place:
+                o[...] = view(f64(C), plan.out, b) if a["has_c"] else 0.0
+        if a["K"] == 0:
+            acc *= plan.beta if a["has_c"] else 0.0
+        else:
+            fa, fb = f64(A), f64(B)
+            for b in range(a["batch"]):
+                am, bm, o = view(fa, plan.a, b), view(fb, plan.b, b), view(acc, plan.out, b)
+                am = am.T if a["trans_a"] else am
+                bm = bm.T if a["trans_b"] else bm
+                o[...] = a["alpha"] * am @ bm + plan.beta * o
+        fo[...] = acc
         return (0.0, 0.0)
 
     def mps_conv2d(self, d, a, dtype, x, w, bias, y):
@@ -188,3 +230,44 @@ def test_divisors_never_zero_and_override(cmath):
     a.divisor = 7
     cmath.mk_mps_avg_divisors(ctypes.byref(a), out.ctypes.data)
     assert out.tolist() == [7] * 4
+
+
+MATMUL = [((6, 5), (5, 7)), ((5,), (5, 3)), ((4, 5), (5,)), ((3, 4, 5), (5, 2)),
+          ((2, 1, 4, 5), (3, 5, 6)), ((3, 4, 5), (3, 5, 6)), ((4, 0), (0, 3))]
+
+
+@pytest.mark.parametrize("sa,sb", MATMUL)
+def test_matmul_plan_matches_cpu(mps, sa, sb):
+    rng = np.random.default_rng(len(sa) * 10 + len(sb))
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    want, got = _both(mpskern.matmul, a, b)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+GEMM = list(itertools.product((False, True), (False, True), (0.5, 1.0), (0.0, 2.0), (False, True)))
+
+
+@pytest.mark.parametrize("ta,tb,alpha,beta,with_c", GEMM)
+def test_gemm_plan_matches_cpu(mps, ta, tb, alpha, beta, with_c):
+    M, N, K = 5, 7, 3
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((K, M) if ta else (M, K)).astype(np.float32)
+    b = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float32)
+    c = rng.standard_normal((M, N)).astype(np.float32) if with_c else None
+    want, got = _both(mpskern.gemm, a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb)
+    if want is None:
+        assert beta != 0 and not with_c          # beta without C: refused by the API
+        return
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    args, plan = mps.native.plans[-1]
+    assert plan.beta == pytest.approx(args["beta"] if args["has_c"] else 1.0)
+    assert (plan.a.rows, plan.a.cols) == ((K, M) if ta else (M, K))
+
+
+def test_batched_plan_only_where_mps_can_express_it(cmath):
+    base = dict(batch=4, M=3, N=2, K=5, lda=5, ldb=2, ldc=2, stride_a=15, stride_b=10, stride_c=6,
+                stride_out=6, trans_a=0, trans_b=0, has_c=0, alpha=1.0, beta=0.0, split_k=1)
+    plan = GemmPlan()
+    for change, batched in (({}, 1), ({"stride_b": 0}, 0), ({"stride_a": 16}, 0), ({"batch": 1, "stride_a": 0}, 1)):
+        cmath.mk_mps_gemm_plan_make(ctypes.byref(GemmArgs(**{**base, **change})), ctypes.byref(plan))
+        assert plan.batched == batched, change

@@ -2,6 +2,7 @@
 after checking each case against a float64 reference. Rows are appended to
 OUT/bench.jsonl; a table goes to stdout (or JSON with --json); progress to stderr."""
 import json
+import os
 import sys
 from enum import Enum
 from typing import List, Optional
@@ -115,6 +116,13 @@ def bench(
                   "its times say nothing about GPU speed.")
 
     path = None if no_save else runner.default_out_file(out)
+    if path:
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            with open(path, "a", encoding="utf-8"):
+                pass
+        except OSError as e:
+            fail(f"--out {out!r}: cannot append to {path}: {e}")
     run_id = runner.new_run_id()
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -276,6 +276,13 @@ def test_cli_bench_bad_arguments(cli, args, msg):
     assert r.exit_code == 2 and msg in " ".join(r.stderr.split()), r.stderr
 
 
+def test_cli_bench_out_not_writable(cli, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    r = cli("bench", "conv2d", "--preset", "tiny", "--out", str(f / "sub"))
+    assert r.exit_code == 2 and "cannot append" in r.stderr
+
+
 def test_unavailable_backend_says_why():
     from mpskern import backends
     from mpskern.cli.main import app

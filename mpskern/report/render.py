@@ -57,24 +57,31 @@ def _devices(df):
 
 
 def _case_table(d):
+    """One row per shape x backend. Backends with a device clock (gpu, sim) time the
+    kernel alone; their wall time per call (with Python and dispatch) gets its own column."""
+    dev_clock = bool((d.timer.fillna("wall") != "wall").any())
     rows = []
     for k in shape_order(d):
         for _, r in d[d.shape_key == k].sort_values(
                 "backend", key=lambda s: s.map(backend_sort_key)).iterrows():
-            be = r.backend + (" (simulator)" if r.simulated else "")
+            be = f"{r.backend} ({'simulator' if r.simulated else r.timer})" \
+                if r.timer != "wall" else r.backend
+            wall = [_f(r.wall_median_ms, "{:.4g}")] if dev_clock else []
             if r.status != "ok":
-                rows.append([r.shape_label, be, "-", "-", "-", "-", "-", _f(r.max_err, "{:.1e}"),
-                             _config(r.config), f"{r.status}: {r.error}"])
+                rows.append([r.shape_label, be, "-", "-"] + ["-"] * len(wall)
+                            + ["-", "-", "-", _f(r.max_err, "{:.1e}"), _config(r.config),
+                               f"{r.status}: {r.error}"])
                 continue
             note = f"unstable ({r.unstable_reason})" if r.unstable else ""
             rows.append([r.shape_label, be, _f(r.median_ms, "{:.4g}"),
-                         f"{_f(r.p10_ms, '{:.4g}')} - {_f(r.p90_ms, '{:.4g}')}",
-                         _f(r.value, "{:,.1f}"), _f(r.pct_peak, "{:.0f}%"),
-                         _f(r.speedup_vs_cpu, "{:.2f}x"), _f(r.max_err, "{:.1e}"),
-                         _config(r.config), note])
+                         f"{_f(r.p10_ms, '{:.4g}')} - {_f(r.p90_ms, '{:.4g}')}"] + wall
+                        + [_f(r.value, "{:,.1f}"), _f(r.pct_peak, "{:.0f}%"),
+                           _f(r.speedup_vs_cpu, "{:.2f}x"), _f(r.max_err, "{:.1e}"),
+                           _config(r.config), note])
     unit = d.unit.dropna().iloc[0] if d.unit.notna().any() else "throughput"
-    return ("table", ["shape", "backend", "median ms", "p10 - p90 ms", unit, "% peak",
-                      "vs cpu", "max err", "kernel", "note"], rows)
+    return ("table", ["shape", "backend (timer)", "median ms", "p10 - p90 ms"]
+            + (["wall median ms"] if dev_clock else [])
+            + [unit, "% peak", "vs cpu", "max err", "kernel", "note"], rows)
 
 
 def _config(c):

@@ -25,7 +25,6 @@ PRE_DEFINES = ["-D__METAL_VERSION__=310", "-D__MPSKERN_SIM__=1", "-D__HAVE_SIMDG
 CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-fno-math-errno", "-fvisibility=hidden",
              "-w"]
 CHECK_FLAGS = ["-g", "-fsanitize=thread"]
-_lock = threading.Lock()
 _built = {}
 
 
@@ -83,8 +82,8 @@ def _stub_dir():
     kernel's own macros without pulling the compatibility headers into its output."""
     d = os.path.join(cache_dir(), "sim", "stubs-" + _headers_hash()[:12])
     if not os.path.isdir(d):
-        os.makedirs(d + ".tmp%d" % os.getpid(), exist_ok=True)
-        tmp = d + ".tmp%d" % os.getpid()
+        tmp = "%s.tmp%d-%d" % (d, os.getpid(), threading.get_ident())
+        os.makedirs(tmp, exist_ok=True)
         for name in os.listdir(SIM_INCLUDE_DIR):
             if name.startswith("metal_"):
                 open(os.path.join(tmp, name), "w").close()

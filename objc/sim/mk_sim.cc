@@ -193,7 +193,8 @@ static mk_status prepare(Device *dev, const mk_dispatch &ds, Job &j) {
             j.sizes[i] = b->buffer->nbytes - b->offset;
         } else {
             // setBytes: a private, aligned copy (the kernel sees it as constant memory)
-            j.bytes_copies.emplace_back(new unsigned char[(b->nbytes + 15) / 16 * 16 + 16]);
+            // +128: the checking mode's red zone after a value stays inside this allocation
+            j.bytes_copies.emplace_back(new unsigned char[(b->nbytes + 15) / 16 * 16 + 16 + 128]);
             unsigned char *c = j.bytes_copies.back().get();
             c = (unsigned char *)(((uintptr_t)c + 15) & ~(uintptr_t)15);
             memcpy(c, b->bytes, b->nbytes);

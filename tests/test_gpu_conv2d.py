@@ -99,10 +99,10 @@ GENERAL = dict(stride=(2, 1), padding=(1, 2), dilation=(1, 2), groups=2)
                          ids=[f"{v}-{tiles_id(t)}-{np.dtype(d).name}" for v, t, d in CASES])
 def test_implicit_gemm_shipped_config_two_orders(sim, variant, tiles, dtype):
     """Groups, stride, padding, dilation and bias at once; edge tiles in every GEMM
-    dimension (Kg=3, N*P*Q=70, Cg*R*S=12)."""
+    dimension (Kg=3, N*P*Q=70, Cg*R*S=36: several K slices)."""
     cfg = dict(variant=variant, **dict(zip(TILE_KEYS, tiles)))
     rng = np.random.default_rng(sum(tiles))
-    x, w = data(rng, (2, 4, 9, 7), dtype), data(rng, (6, 2, 3, 2), dtype)
+    x, w = data(rng, (2, 8, 9, 7), dtype), data(rng, (6, 4, 3, 3), dtype)
     bias = data(rng, (6,), np.float32)
     assert conv_op.route(make_args(x, w, bias, **GENERAL)) == "conv2d"
     got = two_orders(sim, x, w, bias, config=cfg, **GENERAL)

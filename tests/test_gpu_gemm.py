@@ -352,3 +352,29 @@ def test_random_shapes_with_the_default_choice(sim, dtype):
         ref, bound = reference(A, B, C, alpha, beta, ta, tb)
         check(run(sim, A, B, C, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb), ref, bound,
               f"M,N,K={M},{N},{K} batch={batch} ta={ta} tb={tb}")
+
+
+def test_pipeline_thread_limit_steps_down_unless_pinned():
+    """Metal may give a register-heavy pipeline fewer threads than the device maximum:
+    an unpinned configuration then steps down to a generic one that fits; a pinned one
+    is refused with the reason."""
+    from types import SimpleNamespace
+
+    from mpskern.gpu_ops import compile_config
+
+    class Fake:
+        info = APPLE8
+        compiled = []
+
+        def pipeline(self, kernel, file=None, macros=None):
+            self.compiled.append((kernel, macros))
+            return SimpleNamespace(name=kernel, max_threads=64)
+
+    be = Fake()
+    cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2)     # 128 threads
+    got, level, pipe = compile_config(be, "gemm", "gemm.metal", cfg, "family", np.float32,
+                                      (1, 64, 64, 64))
+    assert level == "generic" and spaces.threads("gemm", got) <= 64
+    assert pipe.name == "gemm_simd_f32" and len(be.compiled) == 2
+    with pytest.raises(ValueError, match="pipeline's 64"):
+        compile_config(be, "gemm", "gemm.metal", cfg, "forced", np.float32, (1, 64, 64, 64))

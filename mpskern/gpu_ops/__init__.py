@@ -26,3 +26,19 @@ def suffix(dtype):
 
 def cdiv(a, b):
     return -(-a // b)
+
+
+def compile_config(backend, op, file, cfg, level, dtype, shape):
+    """(cfg, level, pipeline): `cfg`'s kernel compiled. Metal may give a register-heavy
+    pipeline fewer threads per threadgroup than the device's maximum; a configuration that
+    needs more and was not pinned by the caller then steps down to the generic default
+    that fits the pipeline. Raises ValueError naming the problem when nothing fits."""
+    from mpskern.tuning import spaces
+    sp = spaces.space(op)
+    pipe = backend.pipeline(sp.kernel(cfg, dtype), file=file, macros=spaces.macros(op, cfg))
+    if spaces.threads(op, cfg) > pipe.max_threads and level != "forced":
+        fit = dict(backend.info, max_threads_per_threadgroup=pipe.max_threads)
+        cfg, level = spaces.generic(op, dtype, shape, fit), "generic"
+        pipe = backend.pipeline(sp.kernel(cfg, dtype), file=file, macros=spaces.macros(op, cfg))
+    spaces.require(op, cfg, backend.info, pipeline_max_threads=pipe.max_threads)
+    return cfg, level, pipe

@@ -8,7 +8,7 @@ Three paths, by the problem (route() says which, and so which tuning space appli
                     group with im2col gathered into threadgroup memory, never stored
 """
 from mpskern import _native
-from mpskern.gpu_ops import cdiv
+from mpskern.gpu_ops import cdiv, compile_config
 from mpskern.gpu_ops import gemm as _gemm
 from mpskern.tuning import spaces
 
@@ -62,26 +62,22 @@ def conv2d(backend, args, dtype, x, w, bias, y, config=None):
     else:
         choice = spaces.select(op, dtype, key(args, op), info)
         cfg, level = dict(choice.config), choice.level
-    kernel = spaces.SPACES[op].kernel(cfg, dtype)
-    record = dict(cfg, kernel=kernel, level=level)
     a = args
     total = a["N"] * a["K"] * a["P"] * a["Q"]
     if total == 0:
-        backend._record(None, record)
+        backend._record(None, dict(cfg, kernel=spaces.SPACES[op].kernel(cfg, dtype), level=level))
         return
+    cfg, level, pipe = compile_config(backend, op, FILE, cfg, level, dtype, key(args, op))
+    threads = spaces.threads(op, cfg)
     if op == "conv2d_depthwise":
-        pipe = backend.pipeline(kernel, file=FILE)
-        threads = spaces.threads(op, cfg)
         grid = (cdiv(total, threads), 1, 1)
     else:
-        pipe = backend.pipeline(kernel, file=FILE, macros=spaces.macros(op, cfg))
-        threads = spaces.threads(op, cfg)
         grid = (cdiv(a["N"] * a["P"] * a["Q"], cfg["BN"]), cdiv(a["K"] // a["groups"], cfg["BM"]),
                 a["groups"])
         if grid[1] > MAX_GRID_YZ or grid[2] > MAX_GRID_YZ:
             raise ValueError(f"conv2d: grid {grid} exceeds {MAX_GRID_YZ} threadgroups along "
                              "y or z; split the channels into smaller calls")
-    spaces.require(op, cfg, info, pipeline_max_threads=pipe.max_threads)
+    record = dict(cfg, kernel=pipe.name, level=level)
     by = backend.wrap(y, writable=True)
     # C == 0 leaves x and w empty (never read; Metal has no zero-length buffers); a
     # missing bias is never read either

@@ -8,7 +8,7 @@ sums to device scratch, and gemm_splitk_reduce_* finishes (alpha, beta, C) in th
 command buffer.
 """
 from mpskern import _native
-from mpskern.gpu_ops import cdiv, suffix
+from mpskern.gpu_ops import cdiv, compile_config, suffix
 from mpskern.tuning import spaces
 
 FILE = "gemm.metal"
@@ -36,22 +36,19 @@ def gemm(backend, args, dtype, A, B, C, out, config=None):
         raise ValueError("gemm: args has_c=1 but no C array was given")
     cfg, level = configure(backend, args, dtype, config)
     batch, M, N, K = args["batch"], args["M"], args["N"], args["K"]
+    if batch == 0 or M == 0 or N == 0:
+        backend._record(None, dict(cfg, kernel=spaces.SPACES[OP].kernel(cfg, dtype), level=level))
+        return
+    cfg, level, pipe = compile_config(backend, OP, FILE, cfg, level, dtype, (batch, M, N, K))
     split = spaces.split_k(cfg, batch, M, N, K)
     if split * batch * M * N >= INT32_LIMIT:
         split = 1
-    kernel = spaces.SPACES[OP].kernel(cfg, dtype)
-    record = dict(cfg, split_k=split, kernel=kernel, level=level)
-    if batch == 0 or M == 0 or N == 0:
-        backend._record(None, record)
-        return
+    record = dict(cfg, split_k=split, kernel=pipe.name, level=level)
     if cdiv(M, cfg["BM"]) > MAX_GRID_YZ or batch * split > MAX_GRID_YZ:
         raise ValueError(f"gemm: {batch} batch entries x {split} K splits and "
                          f"{cdiv(M, cfg['BM'])} row tiles: a grid dimension exceeds "
                          f"{MAX_GRID_YZ} threadgroups; split the batch into smaller calls")
-    macros = spaces.macros(OP, cfg)
-    pipe = backend.pipeline(kernel, file=FILE, macros=macros)
     threads = spaces.threads(OP, cfg)
-    spaces.require(OP, cfg, backend.info, pipeline_max_threads=pipe.max_threads)
 
     packed = _native.pack_args(OP, dict(args, split_k=split))
     bO = backend.wrap(out, writable=True)
@@ -64,7 +61,8 @@ def gemm(backend, args, dtype, A, B, C, out, config=None):
     run = [dict(pipeline=pipe, grid=(cdiv(N, cfg["BN"]), cdiv(M, cfg["BM"]), batch * split),
                 threadgroup=(threads, 1, 1), bindings=[bA, bB, bC, bO, packed, partial])]
     if split > 1:
-        red = backend.pipeline(f"gemm_splitk_reduce_{suffix(dtype)}", file=FILE, macros=macros)
+        red = backend.pipeline(f"gemm_splitk_reduce_{suffix(dtype)}", file=FILE,
+                               macros=spaces.macros(OP, cfg))
         run.append(dict(pipeline=red, grid=(cdiv(batch * M * N, REDUCE_THREADS), 1, 1),
                         threadgroup=(REDUCE_THREADS, 1, 1),
                         bindings=[partial, bC, bO, packed]))

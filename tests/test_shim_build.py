@@ -26,7 +26,9 @@ def load_setup(monkeypatch, platform_name):
     monkeypatch.setattr(sys, "platform", platform_name)
     monkeypatch.setattr(setuptools, "setup", lambda **kw: got.update(kw))
     monkeypatch.setattr(Cython.Build, "cythonize", lambda exts, **kw: exts)
-    monkeypatch.delenv("MACOSX_DEPLOYMENT_TARGET", raising=False)
+    # an older target (as Python's own may be) must be raised to the shim's; setenv also
+    # makes monkeypatch remove what setup.py sets when the test ends
+    monkeypatch.setenv("MACOSX_DEPLOYMENT_TARGET", "10.9")
     monkeypatch.chdir(ROOT)
     g = runpy.run_path(str(ROOT / "setup.py"), run_name="setup_under_test")
     return g, got

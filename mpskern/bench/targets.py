@@ -4,7 +4,6 @@ that runs the op once and returns a numpy result (outputs preallocated where the
 allows, so the timed loop measures the op, not numpy's allocator).
 """
 import importlib
-import platform
 
 import numpy as np
 
@@ -129,7 +128,7 @@ class TorchTarget(Target):
     def device(self):
         if self.dev == "cpu":
             return peaks.cpu_device_name()
-        return platform.processor() or "Apple GPU"
+        return _metal_device_name()
 
     def peak(self):
         return peaks.cpu_peak() if self.dev == "cpu" else peaks.lookup(self.device())
@@ -173,7 +172,7 @@ class MlxTarget(Target):
         return getattr(mx, "__version__", None)
 
     def device(self):
-        return platform.processor() or "Apple GPU"
+        return _metal_device_name()
 
     def peak(self):
         return peaks.lookup(self.device())
@@ -205,6 +204,13 @@ _MLX = {
                                                    t["b"].astype(t["x"].dtype), 1e-5),
     "rms_norm": lambda mx, t: mx.fast.rms_norm(t["x"], t["w"].astype(t["x"].dtype), 1e-5),
 }
+
+
+def _metal_device_name():
+    """The Metal device's name (as the metal backend reports it), so GPU peers share its
+    peak and roofline."""
+    from mpskern.bench.provenance import gpu_name
+    return gpu_name() or "Apple GPU"
 
 
 class _NumpyResult:

@@ -57,9 +57,14 @@ def _table(op, rows):
                   f"{r['p10_ms']:.3g}-{r['p90_ms']:.3g}", _fmt(val, "{:.1f}"),
                   _fmt(r["pct_peak"], "{:.0f}%"), _fmt(r["speedup_vs_cpu"], "{:.2f}x"),
                   _fmt(r["max_err"], "{:.1e}"), note)
+    notes = []
     if sim:
-        t.caption = ("* sim: mpskern's Metal kernels emulated on the CPU; its times say "
+        notes.append("* sim: mpskern's Metal kernels emulated on the CPU; its times say "
                      "nothing about GPU speed")
+    if any(r["timer"] == "gpu" for r in rows):
+        notes.append("metal/mps: GPU time from command-buffer timestamps (wall time in the "
+                     "results file)")
+    t.caption = "\n".join(notes) or None
     return t
 
 

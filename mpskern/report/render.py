@@ -102,7 +102,8 @@ def build(df, out, cmp=None, title="mpskern benchmark report"):
     if df.simulated.fillna(False).astype(bool).any():
         blocks.append(("warn", "Rows marked sim ran mpskern's Metal kernels in the CPU simulator. "
                        "Their times measure CPU emulation and say nothing about GPU speed; they "
-                       "are here to show the kernels run and pass the check."))
+                       "are here to show the kernels run and pass the check, and are left out of the "
+                       "speedup figures and the roofline."))
     blocks += [("h2", "Machine"), _machine(df), ("h3", "Devices and peaks"), _devices(df)]
     blocks.append(("p", "Times are per call: median and p10-p90 of at least 10 samples (each "
                         "sample a calibrated loop of >= 1 ms) after a warm-up, or of at least 3 "

@@ -131,3 +131,24 @@ def test_unavailable_without_a_compiler(monkeypatch):
     monkeypatch.delenv("CXX", raising=False)
     n, why = _native.device_count("sim")
     assert n == 0 and "C++17 compiler" in why
+
+
+def test_wild_access_and_stack_overflow_raise_instead_of_crashing():
+    src = "#include <metal_stdlib>\nusing namespace metal;\n" + r'''
+kernel void wild(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+    y[i + (1u << 30)] = 1.0f;
+}
+kernel void deep(device float* y [[buffer(0)]], constant uint& n [[buffer(1)]],
+                 uint i [[thread_position_in_grid]]) {
+    float big[200000];                     // 800 KB > the 128 KiB fiber stack
+    for (uint k = 0; k < n; k++) big[(k * 7919u) % 200000u] = float(k);
+    y[i] = big[i % 200000u];
+}
+'''
+    y = np.zeros(64, np.float32)
+    with pytest.raises(mpskern.MpskernError, match="kernel 'wild' made an invalid memory access"):
+        mpskern.metal_kernel(src, "wild")(y, grid=(64,), threadgroup=(64,), backend="sim")
+    with pytest.raises(mpskern.MpskernError, match="kernel 'deep' overflowed a GPU thread's stack"):
+        mpskern.metal_kernel(src, "deep")(y, np.uint32(200000), grid=(64,), threadgroup=(64,), backend="sim")
+    # the simulator still works afterwards
+    test_saxpy_partial_threadgroups()

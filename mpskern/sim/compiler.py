@@ -22,8 +22,10 @@ from mpskern.sim import frontend
 
 # MSL the simulator claims to be (kernels may test __METAL_VERSION__), and a marker.
 PRE_DEFINES = ["-D__METAL_VERSION__=310", "-D__MPSKERN_SIM__=1", "-D__HAVE_SIMDGROUP_MATRIX__=1"]
+# -fstack-clash-protection: a frame larger than a page probes every page, so overflowing a
+# GPU thread's fiber stack hits its guard page (reported) instead of a neighbour's stack.
 CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-fno-math-errno", "-fvisibility=hidden",
-             "-w"]
+             "-fstack-clash-protection", "-w"]
 CHECK_FLAGS = ["-g", "-fsanitize=thread"]
 _built = {}
 

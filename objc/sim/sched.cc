@@ -8,7 +8,9 @@
 //   2. otherwise, when every live lane waits at a barrier, the barrier opens (checking
 //      mode reports lanes that exited early or wait at different barriers).
 // Kernels without barriers or collectives run their lanes as a plain loop in one fiber.
+#include <signal.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -181,6 +183,70 @@ static const mk_sim_rt RT = {MK_SIM_ABI_VERSION, rt_barrier,   rt_simd_barrier, 
                              rt_tg_alloc,        rt_lane,      rt_check_access, rt_fail};
 
 const mk_sim_rt *runtime_table() { return &RT; }
+
+/* ------------------------------------------------------------------ faults in kernels */
+// A kernel that dereferences a wild pointer or overflows its fiber stack must not kill the
+// Python process: while lanes run, SIGSEGV/SIGBUS on a worker thread abandons the lane (the
+// fault is synchronous, in kernel code, so switching to the scheduler fiber from the
+// handler is safe in practice) and fails the dispatch with MK_ERR_RUNTIME. Faults anywhere
+// else go to the previous handler (Python's faulthandler, or the default action).
+static struct sigaction old_segv, old_bus;
+static std::once_flag handlers_once;
+static thread_local bool tl_altstack;
+
+static void on_fault(int sig, siginfo_t *si, void *ctx) {
+    Worker *w = tl_worker;
+    if (w && w->job && w->in_lane) {
+        Job *j = w->job;
+        Lane &l = w->lanes[w->plain ? 0 : w->cur];
+        char msg[512];
+        const char *base = (const char *)si->si_addr;
+        bool overflow = false;
+        for (int i = 0; i < w->nlanes && !overflow; i++) {
+            const char *st = w->lanes[i].fiber.stack;
+            size_t page = (size_t)sysconf(_SC_PAGESIZE);
+            overflow = st && base >= st - page && base < st;
+        }
+        if (overflow)
+            snprintf(msg, sizeof msg, "kernel '%s' overflowed a GPU thread's stack of %zu KiB "
+                     "(large per-thread arrays?); set MPSKERN_SIM_STACK_KB to raise it",
+                     j->k->name, l.fiber.stack_size / 1024);
+        else
+            snprintf(msg, sizeof msg, "kernel '%s' made an invalid memory access at %p (%s) in thread "
+                     "(%u,%u,%u) of threadgroup (%u,%u,%u); run it with check=True to find the line",
+                     j->k->name, si->si_addr, sig == SIGBUS ? "SIGBUS" : "SIGSEGV",
+                     w->lanes[w->cur].b.thread_position_in_threadgroup[0],
+                     w->lanes[w->cur].b.thread_position_in_threadgroup[1],
+                     w->lanes[w->cur].b.thread_position_in_threadgroup[2],
+                     w->lanes[w->cur].b.threadgroup_position_in_grid[0],
+                     w->lanes[w->cur].b.threadgroup_position_in_grid[1],
+                     w->lanes[w->cur].b.threadgroup_position_in_grid[2]);
+        j->set_error(MK_ERR_RUNTIME, msg);
+        fiber_switch(&l.fiber, &w->sched);   // never resumed
+    }
+    // not ours: restore the previous handler; returning re-executes the faulting access
+    sigaction(sig, sig == SIGBUS ? &old_bus : &old_segv, nullptr);
+    (void)ctx;
+}
+
+static void install_fault_handlers() {
+    std::call_once(handlers_once, [] {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_fault;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSEGV, &sa, &old_segv);
+        sigaction(SIGBUS, &sa, &old_bus);
+    });
+    if (!tl_altstack) {   // the handler needs a stack when the fault is a stack overflow
+        stack_t ss;
+        ss.ss_size = 64 * 1024;
+        ss.ss_sp = malloc(ss.ss_size);
+        ss.ss_flags = 0;
+        if (ss.ss_sp && sigaltstack(&ss, nullptr) == 0) tl_altstack = true;
+    }
+}
 
 /* ------------------------------------------------------------------ lanes */
 static void lane_entry(void *arg) {
@@ -379,7 +445,9 @@ static void run_group(Worker *w, uint64_t g) {
     if (j->checker) checker_begin_group(j->checker, w);
     if (w->plain) {
         fiber_init(&w->lanes[0].fiber, lane_entry, w, &w->sched);
+        w->in_lane = true;
         fiber_switch(&w->sched, &w->lanes[0].fiber);
+        w->in_lane = false;
         if (j->checker && !j->failed.load()) checker_end_group(j->checker, w);
         return;
     }
@@ -394,7 +462,9 @@ static void run_group(Worker *w, uint64_t g) {
             int i = order[k];
             if (w->lanes[i].state != L_RUN) continue;
             w->cur = i;
+            w->in_lane = true;
             fiber_switch(&w->sched, &w->lanes[i].fiber);
+            w->in_lane = false;
             if (j->failed.load(std::memory_order_relaxed)) return;
         }
         if (resolve_simd(w, nsg)) continue;
@@ -420,9 +490,11 @@ mk_status run_dispatch(Device *dev, Job &j) {
             j.set_error(MK_ERR_NOMEM, "simulator: cannot allocate fiber stacks / threadgroup memory");
             return;
         }
+        install_fault_handlers();
         tl_worker = w;
         w->job = &j;
         w->plain = plain;
+
         for (;;) {
             if (j.failed.load(std::memory_order_relaxed)) break;
             uint64_t g = j.next.fetch_add(1);

@@ -153,8 +153,8 @@ typedef struct {
     int failed;
 } dw_ctx;
 
-MK_MULTIVERSION static void dw_plane(const mk_conv2d_args *a, const float *xp, const float *wk, float bias,
-                     float *yp) {
+MK_MULTIVERSION static void dw_plane(const mk_conv2d_args *a, const float *xp, const float *wk,
+                                     float bias, float *yp) {
     int Q = a->Q, W = a->W, sw = a->stride_w;
     for (int p = 0; p < a->P; p++) {
         float *yr = yp + (long)p * Q;
@@ -176,32 +176,76 @@ MK_MULTIVERSION static void dw_plane(const mk_conv2d_args *a, const float *xp, c
     }
 }
 
+// 3x3 taps on a zero-padded plane (row length Wp): one pass per output row, 9 FMAs per
+// output, no bounds checks (the common depthwise case)
+MK_MULTIVERSION static void dw3x3_plane(const mk_conv2d_args *a, const float *xp, long Wp,
+                                        const float *w, float bias, float *yp) {
+    int Q = a->Q, sw = a->stride_w, d = a->dil_w;
+    for (int p = 0; p < a->P; p++) {
+        const float *r0 = xp + (long)p * a->stride_h * Wp;
+        const float *r1 = r0 + (long)a->dil_h * Wp, *r2 = r1 + (long)a->dil_h * Wp;
+        float *yr = yp + (long)p * Q;
+        if (sw == 1 && d == 1) {
+            for (int q = 0; q < Q; q++)
+                yr[q] = bias + w[0] * r0[q] + w[1] * r0[q + 1] + w[2] * r0[q + 2]
+                             + w[3] * r1[q] + w[4] * r1[q + 1] + w[5] * r1[q + 2]
+                             + w[6] * r2[q] + w[7] * r2[q + 1] + w[8] * r2[q + 2];
+        } else {
+            for (int q = 0; q < Q; q++) {
+                long o = (long)q * sw;
+                yr[q] = bias + w[0] * r0[o] + w[1] * r0[o + d] + w[2] * r0[o + 2 * d]
+                             + w[3] * r1[o] + w[4] * r1[o + d] + w[5] * r1[o + 2 * d]
+                             + w[6] * r2[o] + w[7] * r2[o + d] + w[8] * r2[o + 2 * d];
+            }
+        }
+    }
+}
+
 static void dw_range(void *vc, long b, long e) {
     dw_ctx *t = vc;
     const mk_conv2d_args *a = t->a;
     int mult = a->K / a->groups, RS = a->R * a->S;
     long HW = (long)a->H * a->W, PQ = (long)a->P * a->Q;
+    int k3 = a->R == 3 && a->S == 3;
+    // 3x3: the plane goes into a zero-padded buffer (borders written once, stay zero)
+    long bot = (long)(a->P - 1) * a->stride_h + 2L * a->dil_h + 1 - a->pad_h - a->H;
+    long rgt = (long)(a->Q - 1) * a->stride_w + 2L * a->dil_w + 1 - a->pad_w - a->W;
+    long Hp = a->pad_h + a->H + (bot > 0 ? bot : 0), Wp = a->pad_w + a->W + (rgt > 0 ? rgt : 0);
     float *xs = NULL, *ys = NULL, wf[64];
     float *wk = RS <= 64 ? wf : NULL;
+    if (k3) xs = mk_alloc((size_t)Hp * Wp * 4);
+    else if (t->dtype == MK_F16) xs = mk_alloc((size_t)HW * 4);
     if (t->dtype == MK_F16) {
-        xs = mk_alloc((size_t)HW * 4);
         ys = mk_alloc((size_t)PQ * 4);
         if (!wk) wk = mk_alloc((size_t)RS * 4);
-        if (!xs || !ys || !wk) { t->failed = 1; goto done; }
     }
+    if (((k3 || t->dtype == MK_F16) && !xs) || (t->dtype == MK_F16 && (!ys || !wk))) {
+        t->failed = 1;
+        goto done;
+    }
+    if (k3) memset(xs, 0, (size_t)Hp * Wp * 4);
     for (long i = b; i < e; i++) {
         long n = i / a->K;
         int k = (int)(i % a->K), c = k / mult;
         float bias = t->bias ? t->bias[k] : 0.0f;
-        if (t->dtype == MK_F32) {
-            dw_plane(a, (const float *)t->x + (n * a->C + c) * HW,
-                     (const float *)t->w + (long)k * RS, bias, (float *)t->y + i * PQ);
+        long xoff = (n * a->C + c) * HW;
+        const float *wsrc = (const float *)t->w + (long)k * RS;
+        if (t->dtype == MK_F16) { mk_h2f((const mk_half *)t->w + (long)k * RS, wk, RS); wsrc = wk; }
+        float *yo = t->dtype == MK_F32 ? (float *)t->y + i * PQ : ys;
+        if (k3) {
+            for (int h = 0; h < a->H; h++) {
+                float *dst = xs + (h + a->pad_h) * Wp + a->pad_w;
+                if (t->dtype == MK_F32) memcpy(dst, (const float *)t->x + xoff + (long)h * a->W, (size_t)a->W * 4);
+                else mk_h2f((const mk_half *)t->x + xoff + (long)h * a->W, dst, a->W);
+            }
+            dw3x3_plane(a, xs, Wp, wsrc, bias, yo);
+        } else if (t->dtype == MK_F32) {
+            dw_plane(a, (const float *)t->x + xoff, wsrc, bias, yo);
         } else {
-            mk_h2f((const mk_half *)t->x + (n * a->C + c) * HW, xs, HW);
-            mk_h2f((const mk_half *)t->w + (long)k * RS, wk, RS);
-            dw_plane(a, xs, wk, bias, ys);
-            mk_f2h(ys, (mk_half *)t->y + i * PQ, PQ);
+            mk_h2f((const mk_half *)t->x + xoff, xs, HW);
+            dw_plane(a, xs, wsrc, bias, yo);
         }
+        if (t->dtype == MK_F16) mk_f2h(ys, (mk_half *)t->y + i * PQ, PQ);
     }
 done:
     mk_free(xs); mk_free(ys);

@@ -48,6 +48,8 @@ def report(
         for r in reg.itertuples():
             err.print(f"[red]regression[/red] {r.case}: {r.verdict}"
                       + (f", {r.ratio:.3f}x the old time" if r.ratio == r.ratio and r.ratio else ""))
-        err.print(f"{len(reg)} regression(s) beyond noise in {len(cmp)} compared cases")
+        both = int(cmp.verdict.isin(["regression", "improvement", "same", "broken", "fixed",
+                                     "failing"]).sum())
+        err.print(f"{len(reg)} regression(s) beyond noise in {both} cases present in both")
         if reg.shape[0] and fail_on_regression:
             raise typer.Exit(1)

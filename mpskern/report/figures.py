@@ -7,7 +7,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from mpskern.report.data import backend_sort_key, shape_order
 
@@ -16,6 +16,7 @@ COLORS = {"cpu": "#1f77b4", "metal": "#ff7f0e", "mps": "#2ca02c", "sim": "#7f7f7
 MARKERS = {"conv2d": "o", "matmul": "s", "gemm": "D", "max_pool2d": "v", "avg_pool2d": "^",
            "softmax": "<", "log_softmax": ">", "layer_norm": "P", "rms_norm": "X",
            "batch_norm": "h", "group_norm": "*"}
+_TIMES = FuncFormatter(lambda v, _: f"{v:.3g}x")
 SIM_NOTE = "sim = CPU emulation of the Metal kernels: its speed says nothing about a GPU"
 
 
@@ -118,7 +119,8 @@ def speedup(df, op, dtype, path):
         ax.set_ylim(lo / 1.6, hi * 1.6)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.yaxis.set_major_formatter(_TIMES)
+    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_ylabel("speedup over cpu (log scale; above 1x is faster)")
     ax.set_title(f"{op} {dtype}: speedup over mpskern cpu (ratio of medians)", fontsize=10)
     ax.grid(True, axis="y", which="both", alpha=0.3)
@@ -189,7 +191,8 @@ def comparison(cmp, path):
     ax.set_yticks(y)
     ax.set_yticklabels(d.case.to_list(), fontsize=7)
     ax.set_xscale("log")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.xaxis.set_major_formatter(_TIMES)
+    ax.xaxis.set_minor_formatter(_TIMES)
     ax.set_xlabel("new median time / old median time (log scale; above 1x is slower)")
     ax.set_title("Comparison: red = regression beyond noise, green = improvement, grey = within noise",
                  fontsize=9)

@@ -120,7 +120,9 @@ def speedup(df, op, dtype, path):
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     ax.yaxis.set_major_formatter(_TIMES)
-    ax.yaxis.set_minor_formatter(NullFormatter())
+    # within about a decade the only major tick is 1x: label the minor ones too
+    narrow = bool(fin) and max(fin + [1.0]) / min(fin + [1.0]) < 30
+    ax.yaxis.set_minor_formatter(_TIMES if narrow else NullFormatter())
     ax.set_ylabel("speedup over cpu (log scale; above 1x is faster)")
     ax.set_title(f"{op} {dtype}: speedup over mpskern cpu (ratio of medians)", fontsize=10)
     ax.grid(True, axis="y", which="both", alpha=0.3)

@@ -294,6 +294,31 @@ def test_unavailable_backend_says_why():
     assert backends.availability(missing[0])[1].split()[0] in r.stderr
 
 
+def test_mpskern_target_device_info_for_gpu_backends():
+    class Dev:
+        def info(self):
+            return {"name": "Apple M2", "family": 8}
+
+    class MpsLike:                         # mps: info through .device.info()
+        device = Dev()
+        last_timing = (0.5, 0.9)
+        last_config = {"primitive": "MPSMatrixMultiplication", "zero_copy": True}
+
+    class MetalLike:                       # metal / sim: an .info property
+        info = {"name": "Apple M2", "family": 8}
+        last_timing = None
+        last_config = None
+
+    for be in (MpsLike(), MetalLike()):
+        t = targets.MpskernTarget("mps")
+        t._be = be
+        assert t.device() == "Apple M2" and t.gpu_family() == "apple8"
+        assert t.peak() == peaks.lookup("Apple M2") and t.timer == "gpu"
+    t = targets.MpskernTarget("mps")
+    t._be = MpsLike()
+    assert t.device_ms() == 0.5 and t.zero_copy() is True
+
+
 def test_default_backends_exclude_sim():
     names = targets.default_names()
     assert "cpu" in names and "sim" not in names

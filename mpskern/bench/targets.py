@@ -68,7 +68,15 @@ class MpskernTarget(Target):
         return backends.availability(self.name)
 
     def _info(self):
-        return self.backend.info if self.name != "cpu" else {}
+        """The Metal device's info dict (metal/sim backends expose `.info`; mps its
+        `.device.info()`)."""
+        if self.name == "cpu":
+            return {}
+        be = self.backend
+        info = getattr(be, "info", None)
+        if info is None:
+            info = be.device.info()
+        return info if isinstance(info, dict) else {}
 
     def device(self):
         if self.name == "cpu":

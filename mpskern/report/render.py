@@ -85,10 +85,14 @@ def _case_table(d):
 
 
 def _config(c):
-    """The kernel a GPU backend reported (and how its tiles were chosen)."""
-    if not isinstance(c, dict) or "kernel" not in c:
+    """The kernel (ours, and how its tiles were chosen) or MPS primitive a GPU backend
+    reported."""
+    if not isinstance(c, dict):
         return ""
-    return f"{c['kernel']} ({c['level']})" if c.get("level") else str(c["kernel"])
+    name = c.get("kernel") or c.get("primitive")
+    if not name:
+        return ""
+    return f"{name} ({c['level']})" if c.get("level") else str(name)
 
 
 def build(df, out, cmp=None, title="mpskern benchmark report"):

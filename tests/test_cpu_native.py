@@ -288,6 +288,26 @@ def test_softmax_extremes():
     assert np.isnan(y[2]).all()
 
 
+@pytest.mark.parametrize("log", [0, 1])
+def test_softmax_long_rows_masked_blocks(log):
+    # rows longer than a block: whole blocks of -inf (masking), the maximum growing late,
+    # a NaN in the last block, an all -inf row
+    n = 9000
+    x = rnd((4, n), np.float32, 60, 3.0)
+    x[0, :5000] = -np.inf
+    x[1, :] = np.linspace(-50.0, 50.0, n, dtype=np.float32)
+    x[2, -3] = np.nan
+    x[3, :] = -np.inf
+    y = np.empty_like(x)
+    _native.cpu_softmax(dict(outer=4, n=n, inner=1, log=log), F32, x, y)
+    for i in (0, 1):
+        ref = softmax_ref(x[i:i + 1], 1, log)[0]
+        fin = np.isfinite(ref)
+        np.testing.assert_allclose(y[i][fin], ref[fin], rtol=1e-4, atol=1e-6)
+        assert (y[i][~fin] == ref[~fin]).all()       # exp(-inf) = 0 (log: -inf)
+    assert np.isnan(y[2]).all() and np.isnan(y[3]).all()
+
+
 # ------------------------------------------------------------------------------ norms
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("rows,n", [(1, 1), (7, 33), (64, 1000), (3, 50257)])

@@ -5,30 +5,46 @@
 #include "mk_cpu.h"
 #include "mk_cpu_vecmath.h"
 #include <math.h>
+#include <string.h>
 
 #define ROW_BLOCK 2048   // elements per block of the online max/sum pass (8 KiB, in L1)
+#define MAX_BLOCKS 256
 
-// one contiguous row, two passes over memory: (1) max and sum together, block by block
-// (a block is read from memory once for its max, then again from L1 for its exp-sum; the
-// sum is rescaled when the maximum grows), (2) the output. y may alias x.
+// One contiguous row; y may alias x. Block by block (a block is read from memory once for
+// its max, then again from L1): the running max m and sum s are updated (s rescaled when m
+// grows) and, for softmax, exp(x - m_then) is stored. A second pass multiplies each block
+// by exp(m_then - m) / s: one exp per element and two passes over memory.
 MK_MULTIVERSION static void softmax_row(const float *x, float *y, long n, int log_mode) {
+    long blk = (n + MAX_BLOCKS - 1) / MAX_BLOCKS;
+    blk = blk < ROW_BLOCK ? ROW_BLOCK : (blk + 15) & ~15L;
+    float mb[MAX_BLOCKS];          // the running max each block's stored terms are relative to
     float m = -INFINITY, s = 0.0f;
-    for (long i = 0; i < n; i += ROW_BLOCK) {
-        long len = n - i < ROW_BLOCK ? n - i : ROW_BLOCK;
+    for (long i = 0, b = 0; i < n; i += blk, b++) {
+        long len = n - i < blk ? n - i : blk;
         float bm = mk_vmax(x + i, len);
-        if (bm == -INFINITY) continue;             // adds exp(-inf) = 0
+        mb[b] = m;
+        if (bm == -INFINITY) {                     // contributes exp(-inf) = 0
+            if (!log_mode) memset(y + i, 0, (size_t)len * 4);
+            continue;
+        }
         if (bm > m || bm != bm) {                  // NaN: m turns NaN and so does everything
             s *= mk_expf(m - bm);
             m = bm;
         }
-        s += mk_vexp_sum(x + i, NULL, len, m);
+        mb[b] = m;
+        s += mk_vexp_sum(x + i, log_mode ? NULL : y + i, len, m);
     }
-    // an all -inf row leaves m = -inf, s = 0: x - m is NaN below, as torch gives
+    // an all -inf row leaves m = -inf, s = 0: the output is NaN, as torch gives
     if (log_mode) {
         float c = m + logf(s);
         for (long i = 0; i < n; i++) y[i] = x[i] - c;
-    } else {
-        mk_vexp_scale(x, y, n, m, 1.0f / s);
+        return;
+    }
+    for (long i = 0, b = 0; i < n; i += blk, b++) {
+        long len = n - i < blk ? n - i : blk;
+        float f = mk_expf(mb[b] - m) / s;
+        if (m == -INFINITY || m != m) f = __builtin_nanf("");
+        for (long j = 0; j < len; j++) y[i + j] *= f;
     }
 }
 

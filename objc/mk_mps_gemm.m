@@ -73,6 +73,7 @@ mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer 
         if (a->has_c &&
             (st = mk_metal_check_buffer(d, C, span(a->batch, a->stride_c, a->M, a->N, a->ldc) * es, OP, "C")) != MK_OK)
             return st;
+        if (!out || (a->has_c && !C)) return MK_ERR_INVALID;   // (reported by the checks above)
         if (a->batch == 0 || a->M == 0 || a->N == 0) return mk_mps_nothing(t);
         if (a->K == 0) {
             gemm_k0(a, dtype, C, out);
@@ -81,7 +82,7 @@ mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer 
         if ((st = mk_metal_check_buffer(d, A, span(a->batch, a->stride_a, ra, ca, a->lda) * es, OP, "A")) != MK_OK ||
             (st = mk_metal_check_buffer(d, B, span(a->batch, a->stride_b, rb, cb_, a->ldb) * es, OP, "B")) != MK_OK)
             return st;
-
+        if (!A || !B) return MK_ERR_INVALID;   // (reported by the checks above)
         if (mk_metal_overlap(out, A) || mk_metal_overlap(out, B))
             return mk_set_error(MK_ERR_INVALID, OP ": out overlaps A or B; MPS writes the result while "
                                 "reading them (pass a separate output array)");

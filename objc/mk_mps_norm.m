@@ -160,13 +160,14 @@ mk_status mk_mps_batch_norm(mk_device *d, const mk_batch_norm_args *a, int dtype
                 mean = [G meanOfTensor:v axes:@[@0, @2] name:@"mean"];                       // (1, C, 1)
                 var = [G varianceOfTensor:v meanTensor:mean axes:@[@0, @2] name:@"var"];     // biased
             } else {
+                if (!trm || !trv) { mk_set_error(MK_ERR_INVALID, "%s: inference needs running stats", op); return nil; }
                 mean = [G reshapeTensor:trm withShape:cshape name:nil];
                 var = [G reshapeTensor:trv withShape:cshape name:nil];
             }
             v = [G normalizationWithTensor:v meanTensor:mean varianceTensor:var gammaTensor:tw betaTensor:tb
                                    epsilon:a->eps name:@"batch_norm"];
             NSMutableArray *outs = [NSMutableArray arrayWithObject:from32(G, v, dt)];
-            if (update) {
+            if (update && trm && trv) {
                 MPSGraphTensor *m = [G constantWithScalar:a->momentum dataType:MPSDataTypeFloat32];
                 MPSGraphTensor *keep = [G constantWithScalar:1.0 - (double)a->momentum dataType:MPSDataTypeFloat32];
                 MPSGraphTensor *unbias = [G constantWithScalar:(double)count / (double)(count - 1)

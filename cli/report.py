@@ -8,7 +8,14 @@ from rich.console import Console
 from mpskern.cli.app import app
 
 
-@app.command()
+HELP = ("Write an HTML and Markdown report with figures from bench results.\n\n"
+        "OUT/index.html and OUT/report.md, PNGs under OUT/figures: throughput per shape per "
+        "backend with p10-p90 bands, speedup over cpu, a roofline with the device's peaks, "
+        "the machine, and tables; with --compare OLD NEW, the cases that got slower beyond "
+        "noise.")
+
+
+@app.command(help=HELP)
 def report(
     paths: Optional[List[str]] = typer.Argument(
         None, help="bench.jsonl files or folders holding them [default: NEW of --compare]."),
@@ -20,9 +27,6 @@ def report(
     fail_on_regression: bool = typer.Option(False, "--fail-on-regression",
                                             help="Exit 1 if the comparison finds regressions."),
 ):
-    """Write an HTML (index.html) and Markdown (report.md) report with PNG figures:
-    throughput per shape per backend with p10-p90 bands, speedup over cpu, a roofline with
-    the device's peaks, the machine and tables."""
     from mpskern.report import compare as cmpmod
     from mpskern.report import data, render
 

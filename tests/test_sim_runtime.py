@@ -152,3 +152,13 @@ kernel void deep(device float* y [[buffer(0)]], constant uint& n [[buffer(1)]],
         mpskern.metal_kernel(src, "deep")(y, np.uint32(200000), grid=(64,), threadgroup=(64,), backend="sim")
     # the simulator still works afterwards
     test_saxpy_partial_threadgroups()
+
+
+def test_runs_in_a_forked_child_after_the_parent_used_the_pool():
+    import multiprocessing as mp
+    test_rowsum_barrier_simd(256)          # starts the worker threads in this process
+    ctx = mp.get_context("fork")
+    p = ctx.Process(target=test_rowsum_barrier_simd, args=(256,))
+    p.start()
+    p.join(120)
+    assert p.exitcode == 0

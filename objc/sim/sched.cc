@@ -67,6 +67,17 @@ void Pool::loop(int i) {
 }
 
 void Pool::run(int n, const std::function<void(int)> &fn) {
+    if (pid_ != getpid()) {
+        // A forked child inherits the thread objects but not the threads: forget them
+        // (never joined or destroyed) and start new ones.
+        new std::vector<std::thread>(std::move(threads_));
+        threads_.clear();
+        new (&mu_) std::mutex();
+        new (&cv_) std::condition_variable();
+        new (&done_cv_) std::condition_variable();
+        pending_ = 0;
+        pid_ = getpid();
+    }
     if (n > 1) {
         std::unique_lock<std::mutex> g(mu_);
         while ((int)threads_.size() < n - 1) {

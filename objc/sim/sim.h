@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "fiber.h"
 #include "include/mk_sim_abi.h"
 #include "mk_internal.h"
@@ -112,6 +114,7 @@ class Pool {
     int n_ = 0, pending_ = 0;
     uint64_t gen_ = 0;
     bool stop_ = false;
+    int pid_ = (int)getpid();
 };
 
 // Refcounted: buffers, libraries and pipelines keep their device alive, whatever order

@@ -36,6 +36,11 @@ mk_status mk_metal_library_create(mk_device *d, const char *source, const char *
         if (!src) return mk_set_error(MK_ERR_INVALID, "mk_library_create: source is not UTF-8");
         MTLCompileOptions *opt = [MTLCompileOptions new];
         opt.preprocessorMacros = macro_dict(macros);
+        // IEEE semantics, as the simulator runs them: fast math may fold isnan() and infinity
+        // comparisons away (max pooling propagates NaN like torch; softmax's -inf masks).
+        // MPSKERN_METAL_FAST_MATH=1 opts back in.
+        const char *fm = getenv("MPSKERN_METAL_FAST_MATH");
+        opt.fastMathEnabled = (fm && fm[0] == '1') ? YES : NO;
         NSError *err = nil;
         id<MTLLibrary> lib = [mk_metal_device(d).device newLibraryWithSource:src options:opt error:&err];
         if (!lib)   // (a library with err set carries warnings only)

@@ -2,17 +2,15 @@
 (inference and training), every kernel x dtype x shipped configuration against the
 float64 references of tests/refs.py, in two fiber orders, and under the checking mode
 (which must report nothing). Shapes are small: the simulator is slow."""
-import contextlib
-
 import numpy as np
 import pytest
 
 import refs
-from mpskern import _native, backends
+from simtools import DT, sim, sim_mode, in_both_orders
+from mpskern import _native
 from mpskern.gpu_ops import norm as N
 from mpskern.tuning import spaces
 
-DT = {np.float32: _native.F32, np.float16: _native.F16}
 LAYER, RMS = 0, 1
 
 # Every row configuration mpskern ships (spaces.shipped) plus a looped one with several
@@ -43,24 +41,6 @@ BATCH_CASES = [(2, 3, 50), (5, 9, 1), (1, 2, 300)]
 
 def _key(cfg):
     return (cfg["variant"], cfg["TPR"])
-
-
-@pytest.fixture(scope="module")
-def sim():
-    ok, why = backends.availability("sim")
-    if not ok:
-        pytest.skip(f"sim unavailable: {why}")
-    return backends.get("sim")
-
-
-@contextlib.contextmanager
-def sim_mode(be, order="forward", check=False):
-    """Run the block's dispatches in fiber `order`, instrumented when `check`."""
-    be.set_sim_options(check_mode=check, order=order, seed=7)
-    try:
-        yield
-    finally:
-        be.set_sim_options()
 
 
 def _data(shape, dtype, rng, offset=0.0):
@@ -119,17 +99,6 @@ def _batch_norm(be, shape, dtype, cfg, training, running, affine, rng):
         refs.assert_close(rv, rv_ref, np.float32, terms=n_ * hw, what=what + " running_var")
         return [y, rm, rv]
     return [y]
-
-
-def in_both_orders(be, call):
-    """Run call() (seeded inputs, checked outputs) in forward and reverse fiber order: the
-    outputs must also be bit-identical (the kernels use no atomics)."""
-    outs = []
-    for order in ("forward", "reverse"):
-        with sim_mode(be, order):
-            outs.append(call())
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(*outs)), \
-        "forward and reverse fiber orders give different bits"
 
 
 def test_every_config_has_cases():

@@ -2,17 +2,15 @@
 padding, dilation, ceil_mode, count_include_pad, divisor_override), every kernel x dtype
 x shipped configuration against the float64 references of tests/refs.py, in two fiber
 orders, and under the checking mode (which must report nothing)."""
-import contextlib
-
 import numpy as np
 import pytest
 
 import refs
-from mpskern import _native, backends
+from simtools import DT, in_both_orders, sim, sim_mode
+from mpskern import _native
 from mpskern.gpu_ops import pool as P
 from mpskern.tuning import spaces
 
-DT = {np.float32: _native.F32, np.float16: _native.F16}
 MAX, AVG = 0, 1
 
 # (x shape, kernel, stride, padding, dilation, ceil_mode)
@@ -26,24 +24,6 @@ WINDOWS = [
 ]
 # (count_include_pad, divisor_override)
 AVG_OPTIONS = [(True, None), (False, None), (True, 5), (False, 3)]
-
-
-@pytest.fixture(scope="module")
-def sim():
-    ok, why = backends.availability("sim")
-    if not ok:
-        pytest.skip(f"sim unavailable: {why}")
-    return backends.get("sim")
-
-
-@contextlib.contextmanager
-def sim_mode(be, order="forward", check=False):
-    """Run the block's dispatches in fiber `order`, instrumented when `check`."""
-    be.set_sim_options(check_mode=check, order=order, seed=7)
-    try:
-        yield
-    finally:
-        be.set_sim_options()
 
 
 def _pool(be, mode, window, dtype, cfg, rng, count_include_pad=True, divisor=None):
@@ -86,11 +66,7 @@ CFG_IDS = [f"threads{c['threads']}" for c in CONFIGS]
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CFG_IDS)
 def test_pool_configs(sim, cfg, dtype):
     """forward and reverse fiber order: right and bit-identical (no atomics)."""
-    outs = []
-    for order in ("forward", "reverse"):
-        with sim_mode(sim, order):
-            outs.append(_all(sim, dtype, cfg, np.random.default_rng(1)))
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(*outs)), "fiber orders differ"
+    in_both_orders(sim, lambda: _all(sim, dtype, cfg, np.random.default_rng(1)))
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=CFG_IDS)

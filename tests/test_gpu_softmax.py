@@ -1,17 +1,15 @@
 """metal/softmax.metal on the simulator: every kernel x dtype x shipped configuration
 against the float64 references of tests/refs.py, in two fiber orders, and under the
 checking mode (which must report nothing). Shapes are small: the simulator is slow."""
-import contextlib
-
 import numpy as np
 import pytest
 
 import refs
-from mpskern import _native, backends
+from simtools import DT, sim, sim_mode, in_both_orders
+from mpskern import _native
 from mpskern.gpu_ops import softmax as S
 from mpskern.tuning import spaces
 
-DT = {np.float32: _native.F32, np.float16: _native.F16}
 
 # Every configuration mpskern ships (spaces.shipped), plus one looped configuration with
 # several rows per threadgroup, each with (outer, n, inner) shapes that exercise its edges:
@@ -33,24 +31,6 @@ def _key(cfg):
     return (cfg["variant"], cfg.get("TPR"))
 
 
-@pytest.fixture(scope="module")
-def sim():
-    ok, why = backends.availability("sim")
-    if not ok:
-        pytest.skip(f"sim unavailable: {why}")
-    return backends.get("sim")
-
-
-@contextlib.contextmanager
-def sim_mode(be, order="forward", check=False):
-    """Run the block's dispatches in fiber `order`, instrumented when `check`."""
-    be.set_sim_options(check_mode=check, order=order, seed=7)
-    try:
-        yield
-    finally:
-        be.set_sim_options()
-
-
 def _run(be, shape, dtype, cfg, log, rng, scale=4.0):
     x = refs.rand(shape, dtype, rng, -scale, scale)
     y = np.full_like(x, np.nan)
@@ -59,17 +39,6 @@ def _run(be, shape, dtype, cfg, log, rng, scale=4.0):
     ref = (refs.log_softmax if log else refs.softmax)(x, axis=1)
     refs.assert_close(y, ref, dtype, terms=shape[1], what=f"{cfg} {shape} log={log}")
     return y
-
-
-def in_both_orders(be, call):
-    """Run call() (seeded inputs, checked outputs) in forward and reverse fiber order: the
-    outputs must also be bit-identical (the kernels use no atomics)."""
-    outs = []
-    for order in ("forward", "reverse"):
-        with sim_mode(be, order):
-            outs.append(call())
-    assert all(a.tobytes() == b.tobytes() for a, b in zip(*outs)), \
-        "forward and reverse fiber orders give different bits"
 
 
 def test_every_config_has_cases():

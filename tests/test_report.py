@@ -50,6 +50,7 @@ def test_report_html_markdown_figures(results, tmp_path):
         assert "Machine" in text and "say nothing about GPU speed" in text
         assert "tiny 3x3 16" in text and "check_failed" in text   # the broken fake
         assert rows[0]["numpy"] in text
+    assert "<a href='#conv2d'>conv2d</a>" in html and "[softmax](#softmax)" in md
 
 
 def test_compare_flags_regressions_beyond_noise(results, tmp_path):

@@ -35,6 +35,10 @@ def _machine(df):
     ts = df.timestamp.dropna()
     if not ts.empty:
         rows.append(["measured", f"{ts.min():%Y-%m-%d %H:%M} to {ts.max():%Y-%m-%d %H:%M} UTC"])
+    peers = sorted({f"{b} {v}" for b, v in zip(df.backend, df.peer_version)
+                    if isinstance(v, str) and v})
+    if peers:
+        rows.append(["peers", ", ".join(peers)])
     rows.append(["runs", str(df.run_id.nunique())])
     la = df.load_avg.dropna().astype(float) if "load_avg" in df else None
     if la is not None and not la.empty:
@@ -116,9 +120,12 @@ def build(df, out, cmp=None, title="mpskern benchmark report"):
                         "(IQR) above 10 % of the median, over 10 % outliers (MAD z-score > 3.5) "
                         "or fewer than 10 samples. Throughput uses mpskern.costs' FLOP and "
                         "compulsory byte counts."))
+    ops = sorted(df.op.unique())
+    blocks.append(("toc", (["Comparison with the old results"] if cmp is not None else [])
+                   + ops + ["Roofline"]))
     if cmp is not None:
         blocks += _compare_blocks(cmp, figdir)
-    for op in sorted(df.op.unique()):
+    for op in ops:
         blocks.append(("h2", op))
         for dt in sorted(df[df.op == op].dtype.unique()):
             d = df[(df.op == op) & (df.dtype == dt)]
@@ -190,6 +197,9 @@ def to_html(blocks, title):
             out.append(f"<p class='warn'>{e(b[1])}</p>")
         elif k == "img":
             out.append(f"<img src='{e(b[1])}' alt='{e(b[2])}'>")
+        elif k == "toc":
+            out.append("<p>" + " | ".join(f"<a href='#{_slug(t)}'>{e(t)}</a>" for t in b[1])
+                       + "</p>")
         elif k == "table":
             head = "".join(f"<th>{e(str(h))}</th>" for h in b[1])
             body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>"
@@ -197,6 +207,11 @@ def to_html(blocks, title):
             out.append(f"<table><tr>{head}</tr>{body}</table>")
     out.append("</body></html>\n")
     return "\n".join(out)
+
+
+def _md_anchor(title):
+    """GitHub's heading anchor: lower case, spaces to dashes, punctuation but - and _ gone."""
+    return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
 
 
 def _md_cell(c):
@@ -219,6 +234,8 @@ def to_markdown(blocks):
             out.append(f"> **Note:** {b[1]}\n")
         elif k == "img":
             out.append(f"![{b[2]}]({b[1]})\n")
+        elif k == "toc":
+            out.append(" | ".join(f"[{t}](#{_md_anchor(t)})" for t in b[1]) + "\n")
         elif k == "table":
             hdr = [h or " " for h in b[1]]
             out.append("| " + " | ".join(map(_md_cell, hdr)) + " |")

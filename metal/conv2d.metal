@@ -96,8 +96,9 @@ struct mk_conv_col {
 };
 
 #define MK_CONV_NO_ROW (-(1 << 28))
-static_assert(MK_SMEM_FLOATS * 4 + MK_BN * 12 <= 32768,
+static_assert(MK_AB_FLOATS * 4 + MK_BN * 12 <= 32768,
               "at most 32 KiB of threadgroup memory (tiles + column table)");
+#define MK_CONV_SIMD_FITS (MK_SMEM_FLOATS * 4 + MK_BN * 12 <= 32768)
 
 inline void mk_conv_fill_cols(threadgroup mk_conv_col* cols, constant mk_conv2d_args& a,
                               thread const mk_conv_view& v, int j0, int tid)
@@ -207,6 +208,7 @@ kernel void conv2d_tiled(const device T* x [[buffer(0)]],
     }
 }
 
+#if MK_CONV_SIMD_FITS   // the simd kernel also holds the output tile
 template <typename T>
 kernel void conv2d_simd(const device T* x [[buffer(0)]],
                         const device T* w [[buffer(1)]],
@@ -252,6 +254,7 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
         }
     }
 }
+#endif
 
 // Explicit instantiations: the host names are the kernels' names (op_variant_dtype).
 template [[host_name("conv2d_tiled_f32")]] kernel void conv2d_tiled<float>(
@@ -266,6 +269,7 @@ template [[host_name("conv2d_tiled_f16")]] kernel void conv2d_tiled<half>(
     constant mk_conv2d_args& a [[buffer(4)]], uint3 tgp [[threadgroup_position_in_grid]],
     uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
     uint lane [[thread_index_in_simdgroup]]);
+#if MK_CONV_SIMD_FITS
 template [[host_name("conv2d_simd_f32")]] kernel void conv2d_simd<float>(
     const device float* x [[buffer(0)]], const device float* w [[buffer(1)]],
     const device float* bias [[buffer(2)]], device float* y [[buffer(3)]],
@@ -276,5 +280,6 @@ template [[host_name("conv2d_simd_f16")]] kernel void conv2d_simd<half>(
     const device float* bias [[buffer(2)]], device half* y [[buffer(3)]],
     constant mk_conv2d_args& a [[buffer(4)]], uint3 tgp [[threadgroup_position_in_grid]],
     uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]]);
+#endif
 
 #endif  // MK_BM

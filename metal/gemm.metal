@@ -3,6 +3,7 @@
 // Kernels (T = float "f32" or half "f16"; half is storage only, accumulation is float):
 //   gemm_tiled_<t>         threadgroup-tiled, scalar FMAs per lane
 //   gemm_simd_<t>          threadgroup-tiled, 8x8 simdgroup_matrix multiply-accumulate
+//                          (compiled only for tile sets whose output tile fits: MK_SIMD_FITS)
 //   gemm_splitk_reduce_<t> split-K second pass: sums the partial tiles, applies alpha/beta/C
 // Grid (threadgroups): x = ceil(N/BN), y = ceil(M/BM), z = batch * split_k; threads per
 // threadgroup = 32*WM*WN. Edge tiles read zeros past M, N, K and guard their stores, so any
@@ -106,6 +107,7 @@ kernel void gemm_tiled(const device T* A [[buffer(0)]],
     }
 }
 
+#if MK_SIMD_FITS
 template <typename T>
 kernel void gemm_simd(const device T* A [[buffer(0)]],
                       const device T* B [[buffer(1)]],
@@ -154,6 +156,8 @@ kernel void gemm_simd(const device T* A [[buffer(0)]],
     }
 }
 
+#endif  // MK_SIMD_FITS
+
 // Split-K second pass: one thread per output element (grid: ceil(batch*M*N / threads)).
 template <typename T>
 kernel void gemm_splitk_reduce(const device float* partial [[buffer(0)]],
@@ -191,6 +195,7 @@ template [[host_name("gemm_tiled_f16")]] kernel void gemm_tiled<half>(
     uint3 tgp [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]);
 
+#if MK_SIMD_FITS
 template [[host_name("gemm_simd_f32")]] kernel void gemm_simd<float>(
     const device float* A [[buffer(0)]], const device float* B [[buffer(1)]],
     const device float* C [[buffer(2)]], device float* out [[buffer(3)]],
@@ -203,6 +208,7 @@ template [[host_name("gemm_simd_f16")]] kernel void gemm_simd<half>(
     constant mk_gemm_args& args [[buffer(4)]], device float* partial [[buffer(5)]],
     uint3 tgp [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]]);
+#endif
 
 template [[host_name("gemm_splitk_reduce_f32")]] kernel void gemm_splitk_reduce<float>(
     const device float* partial [[buffer(0)]], const device float* C [[buffer(1)]],

@@ -32,7 +32,11 @@ static_assert(MK_BM % (8 * MK_WM) == 0, "MK_BM must be a multiple of 8*MK_WM");
 static_assert(MK_BN % (8 * MK_WN) == 0, "MK_BN must be a multiple of 8*MK_WN");
 static_assert(MK_BK % 8 == 0, "MK_BK must be a multiple of 8");
 static_assert(MK_NT <= 1024, "at most 1024 threads per threadgroup");
-static_assert(MK_SMEM_FLOATS * 4 <= 32768, "at most 32 KiB of threadgroup memory");
+static_assert(MK_AB_FLOATS * 4 <= 32768, "at most 32 KiB of threadgroup memory");
+// The simd kernels also hold the output tile, so a tile set that fits the tiled kernels may
+// not fit them: the .metal files compile the simd kernels only where they fit (32 KiB, the
+// threadgroup memory of every Apple GPU family).
+#define MK_SIMD_FITS (MK_SMEM_FLOATS * 4 <= 32768)
 
 // ---------------------------------------------------------------- tiled (scalar) variant
 // A slice staged as As[k*BM + m], B slice as Bs[k*BN + n].

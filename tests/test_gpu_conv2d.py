@@ -195,3 +195,13 @@ def test_route():
     assert conv_op.route(make_args(x, np.zeros((8, 4, 1, 1)), None, 1, 1, 1, 1)) == "conv2d"
     one = np.zeros((1, 1, 6, 6), np.float32)
     assert conv_op.route(make_args(one, np.zeros((3, 1, 3, 3)), None, 1, 0, 1, 1)) == "conv2d"
+
+
+def test_tile_set_that_only_the_tiled_kernel_fits(sim):
+    from mpskern.tuning import spaces
+    cfg = dict(variant="tiled", BM=96, BN=96, BK=32, WM=1, WN=2)
+    assert spaces.problems("conv2d", cfg, sim.info) == []
+    assert spaces.problems("conv2d", dict(cfg, variant="simd"), sim.info)
+    rng = np.random.default_rng(11)
+    x, w = data(rng, (1, 4, 11, 10), np.float32), data(rng, (5, 4, 3, 3), np.float32)
+    check(run(sim, x, w, None, 1, 1, 1, 1, config=cfg), *reference(x, w, None, 1, 1, 1, 1))

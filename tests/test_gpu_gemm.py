@@ -378,3 +378,16 @@ def test_pipeline_thread_limit_steps_down_unless_pinned():
     assert pipe.name == "gemm_simd_f32" and len(be.compiled) == 2
     with pytest.raises(ValueError, match="pipeline's 64"):
         compile_config(be, "gemm", "gemm.metal", cfg, "forced", np.float32, (1, 64, 64, 64))
+
+
+def test_tile_set_that_only_the_tiled_kernel_fits(sim):
+    """96x96x32 fits the tiled kernel (24 KiB) but not the simd one (its 36 KiB output
+    tile): the rules say so per variant, the library still compiles, the tiled kernel runs."""
+    cfg = dict(variant="tiled", BM=96, BN=96, BK=32, WM=1, WN=2)
+    assert spaces.problems("gemm", cfg, sim.info) == []
+    assert any("threadgroup memory" in p
+               for p in spaces.problems("gemm", dict(cfg, variant="simd"), sim.info))
+    rng = np.random.default_rng(10)
+    A, B = data(rng, (1, 100, 70), np.float16), data(rng, (1, 70, 97), np.float16)
+    ref, bound = reference(A, B, None, 1.0, 0.0, False, False)
+    check(run(sim, A, B, config=cfg), ref, bound)

@@ -196,12 +196,13 @@ static const mk_sim_rt RT = {MK_SIM_ABI_VERSION, rt_barrier,   rt_simd_barrier, 
 const mk_sim_rt *runtime_table() { return &RT; }
 
 /* ------------------------------------------------------------------ faults in kernels */
-// A kernel that dereferences a wild pointer or overflows its fiber stack must not kill the
-// Python process: while lanes run, SIGSEGV/SIGBUS on a worker thread abandons the lane (the
-// fault is synchronous, in kernel code, so switching to the scheduler fiber from the
-// handler is safe in practice) and fails the dispatch with MK_ERR_RUNTIME. Faults anywhere
-// else go to the previous handler (Python's faulthandler, or the default action).
-static struct sigaction old_segv, old_bus;
+// A kernel that dereferences a wild pointer, overflows its fiber stack or divides an
+// integer by zero must not kill the Python process: while lanes run, SIGSEGV/SIGBUS/SIGFPE
+// on a worker thread abandons the lane (the fault is synchronous, in kernel code, so
+// switching to the scheduler fiber from the handler is safe in practice) and fails the
+// dispatch with MK_ERR_RUNTIME. Faults anywhere else go to the previous handler (Python's
+// faulthandler, or the default action).
+static struct sigaction old_segv, old_bus, old_fpe;
 static std::once_flag handlers_once;
 static thread_local bool tl_altstack;
 
@@ -218,7 +219,16 @@ static void on_fault(int sig, siginfo_t *si, void *ctx) {
             size_t page = (size_t)sysconf(_SC_PAGESIZE);
             overflow = st && base >= st - page && base < st;
         }
-        if (overflow)
+        if (sig == SIGFPE)
+            snprintf(msg, sizeof msg, "kernel '%s' divided an integer by zero (or INT_MIN by -1) in "
+                     "thread (%u,%u,%u) of threadgroup (%u,%u,%u)", j->k->name,
+                     w->lanes[w->cur].b.thread_position_in_threadgroup[0],
+                     w->lanes[w->cur].b.thread_position_in_threadgroup[1],
+                     w->lanes[w->cur].b.thread_position_in_threadgroup[2],
+                     w->lanes[w->cur].b.threadgroup_position_in_grid[0],
+                     w->lanes[w->cur].b.threadgroup_position_in_grid[1],
+                     w->lanes[w->cur].b.threadgroup_position_in_grid[2]);
+        else if (overflow)
             snprintf(msg, sizeof msg, "kernel '%s' overflowed a GPU thread's stack of %zu KiB "
                      "(large per-thread arrays?); set MPSKERN_SIM_STACK_KB to raise it",
                      j->k->name, l.fiber.stack_size / 1024);
@@ -236,7 +246,7 @@ static void on_fault(int sig, siginfo_t *si, void *ctx) {
         fiber_switch(&l.fiber, &w->sched);   // never resumed
     }
     // not ours: restore the previous handler; returning re-executes the faulting access
-    sigaction(sig, sig == SIGBUS ? &old_bus : &old_segv, nullptr);
+    sigaction(sig, sig == SIGBUS ? &old_bus : sig == SIGFPE ? &old_fpe : &old_segv, nullptr);
     (void)ctx;
 }
 
@@ -249,6 +259,7 @@ static void install_fault_handlers() {
         sigemptyset(&sa.sa_mask);
         sigaction(SIGSEGV, &sa, &old_segv);
         sigaction(SIGBUS, &sa, &old_bus);
+        sigaction(SIGFPE, &sa, &old_fpe);
     });
     if (!tl_altstack) {   // the handler needs a stack when the fault is a stack overflow
         stack_t ss;

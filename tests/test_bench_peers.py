@@ -15,8 +15,9 @@ def test_torch_cpu_matches_the_reference(op, monkeypatch):
     assert t.availability()[0] and t.kind == "peer"
     sp = ops.spec(op)
     cases = [(lbl, sp.complete(f)) for lbl, f in presets.get(op, "tiny")][:1]
-    rows = runner.run(op, cases, ["float32"], [t], budget=0.01, min_samples=3)
-    r = rows[0]
-    assert r["status"] == "ok", r["error"]
-    assert r["max_err"] <= r["tolerance"] and r["peer_version"] == torch.__version__
-    assert r["timer"] == "wall" and r["backend_kind"] == "peer"
+    rows = runner.run(op, cases, ["float32", "float16"], [t], budget=0.01, min_samples=3)
+    assert len(rows) == 2
+    for r in rows:
+        assert r["status"] == "ok", (r["dtype"], r["error"])
+        assert r["max_err"] <= r["tolerance"] and r["peer_version"] == torch.__version__
+        assert r["timer"] == "wall" and r["backend_kind"] == "peer"

@@ -267,6 +267,7 @@ def main(argv=None):
     ap.add_argument("--target", type=float, default=0.1, help="seconds per timing sample")
     ap.add_argument("--only", default=",".join(GROUPS), help="comma list of " + ",".join(GROUPS))
     ap.add_argument("--quick", action="store_true", help="a few cases, for a smoke run")
+    ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ap.add_argument("--threads", type=int, default=0,
                     help="threads for every implementation (0 = each library's default)")
     args = ap.parse_args(argv)
@@ -283,13 +284,20 @@ def main(argv=None):
     rows = []
     for g in args.only.split(","):
         GROUPS[g.strip()](rows, args.rounds, args.target, args.quick)
-    print(f"{'case':52s} {'peer':>12s} {'peer time':>12s} {'mpskern':>12s} {'ratio':>7s}  target")
+    if args.markdown:
+        print("| case | peer | peer time | mpskern | ratio | target |\n|---|---|---:|---:|---:|---|")
+    else:
+        print(f"{'case':52s} {'peer':>12s} {'peer time':>12s} {'mpskern':>12s} {'ratio':>7s}  target")
     miss = 0
     for name, peer, tp, tm, goal in rows:
         ratio = tp / tm
         ok = "" if goal is None else ("ok" if ratio >= goal else f"MISS (>= {goal:.2f})")
         miss += ok.startswith("MISS")
-        print(f"{name:52s} {peer:>12s} {fmt_t(tp)} {fmt_t(tm)} {ratio:7.2f}  {ok}")
+        if args.markdown:
+            print(f"| {name.strip()} | {peer} | {fmt_t(tp).strip()} | {fmt_t(tm).strip()} | "
+                  f"{ratio:.2f} | {ok} |")
+        else:
+            print(f"{name:52s} {peer:>12s} {fmt_t(tp)} {fmt_t(tm)} {ratio:7.2f}  {ok}")
     print(f"\n{len(rows)} rows, {miss} below target")
 
 

@@ -205,3 +205,22 @@ def test_tile_set_that_only_the_tiled_kernel_fits(sim):
     rng = np.random.default_rng(11)
     x, w = data(rng, (1, 4, 11, 10), np.float32), data(rng, (5, 4, 3, 3), np.float32)
     check(run(sim, x, w, None, 1, 1, 1, 1, config=cfg), *reference(x, w, None, 1, 1, 1, 1))
+
+
+def test_public_api_runs_these_kernels_on_sim_checked(sim, monkeypatch, tmp_path):
+    monkeypatch.setenv("MPSKERN_TUNING_DB", str(tmp_path / "none.json"))   # packaged defaults only
+    import mpskern
+    rng = np.random.default_rng(13)
+    x, w = data(rng, (2, 4, 7, 8), np.float16), data(rng, (6, 2, 3, 3), np.float16)
+    bias = data(rng, (6,), np.float32)
+    xd, wd = data(rng, (1, 3, 6, 6), np.float32), data(rng, (3, 1, 3, 3), np.float32)
+    try:
+        sim.set_sim_options(check_mode=True)
+        got = mpskern.conv2d(x, w, bias, stride=2, padding="valid", groups=2, backend="sim")
+        assert sim.last_config["kernel"] == "conv2d_simd_f16"
+        check(got, *reference(x, w, bias, 2, 0, 1, 2))
+        got = mpskern.conv2d(xd, wd, None, padding="same", groups=3, backend="sim")
+        assert sim.last_config["kernel"] == "conv2d_depthwise_f32"
+        check(got, *reference(xd, wd, None, 1, "same", 1, 3))
+    finally:
+        sim.set_sim_options()

@@ -391,3 +391,26 @@ def test_tile_set_that_only_the_tiled_kernel_fits(sim):
     A, B = data(rng, (1, 100, 70), np.float16), data(rng, (1, 70, 97), np.float16)
     ref, bound = reference(A, B, None, 1.0, 0.0, False, False)
     check(run(sim, A, B, config=cfg), ref, bound)
+
+
+# ------------------------------------------------------------------------------ public API
+def test_public_api_runs_these_kernels_on_sim_checked(sim, no_user_db):
+    """mpskern.matmul / mpskern.gemm with backend="sim" go through this encoder and kernels
+    (the path backend="metal" takes), here under the checking mode."""
+    import mpskern
+    rng = np.random.default_rng(12)
+    a, b = data(rng, (2, 3, 20, 17), np.float32), data(rng, (17, 30), np.float32)
+    c = data(rng, (20, 30), np.float16)
+    try:
+        sim.set_sim_options(check_mode=True)
+        got = mpskern.matmul(a, b, backend="sim")
+        assert sim.last_config["kernel"].startswith("gemm_")
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+        a16, b16 = a[0, 0].astype(np.float16), b.T.astype(np.float16).copy()
+        got = mpskern.gemm(a16, b16, c, alpha=0.5, beta=2.0, trans_b=True, backend="sim")
+        ref, bound = reference(a16[None], b16[None], c[None], 0.5, 2.0, False, True)
+        check(got[None], ref, bound)
+        assert sim.last_config["kernel"] == "gemm_simd_f16"
+    finally:
+        sim.set_sim_options()

@@ -119,3 +119,45 @@ def test_correct_kernel_passes_checked_and_matches_unchecked():
             down = t[i + 1] if i + 1 < sg_end else t[i]
             ref[base + i] = t[(i + 1) % size] + np.float16(t[size - 1 - i]) + down + lane * (lane - 1) / 2
     np.testing.assert_allclose(y1, ref[:200], rtol=1e-3, atol=1e-3)
+
+
+def test_lanes_at_different_barriers():
+    src = HEAD + f"""kernel void split({ARGS}) {{
+    if (i < 32) {{
+        threadgroup_barrier(mem_flags::mem_threadgroup);   // FIRST
+    }} else {{
+        threadgroup_barrier(mem_flags::mem_threadgroup);   // SECOND
+    }}
+    y[g] = x[g];
+}}
+"""
+    y = np.zeros(64, np.float32)
+    with pytest.raises(mpskern.KernelCheckError, match="barrier divergence in kernel 'split'") as e:
+        mpskern.metal_kernel(src, "split")(np.zeros(64, np.float32), y, grid=(64,), threadgroup=(64,),
+                                           backend="sim", check=True)
+    msg = str(e.value)
+    assert f":{_line(src, 'FIRST')}" in msg and f":{_line(src, 'SECOND')}" in msg, msg
+
+
+SIMD_SYNC = HEAD + f"""kernel void sgsync({ARGS}, uint lane [[thread_index_in_simdgroup]]) {{
+    threadgroup float t[64];
+    t[i] = x[g];
+    simdgroup_barrier(mem_flags::mem_threadgroup);
+    y[g] = t[(i & ~31u) + ((lane + 1) % 32)];   // SAME simdgroup: ordered by simdgroup_barrier
+#ifdef CROSS
+    y[g] += t[(i + 32) % 64];                   // OTHER simdgroup: needs a threadgroup barrier
+#endif
+}}
+"""
+
+
+def test_simdgroup_barrier_orders_its_simdgroup_only():
+    x = np.arange(64, dtype=np.float32)
+    y = np.zeros(64, np.float32)
+    mpskern.metal_kernel(SIMD_SYNC, "sgsync")(x, y, grid=(64,), threadgroup=(64,), backend="sim",
+                                               check=True)
+    np.testing.assert_array_equal(y, [(i & ~31) + (i % 32 + 1) % 32 for i in range(64)])
+    with pytest.raises(mpskern.KernelCheckError, match="data race on threadgroup memory") as e:
+        mpskern.metal_kernel(SIMD_SYNC, "sgsync", macros={"CROSS": 1})(
+            x, y, grid=(64,), threadgroup=(64,), backend="sim", check=True)
+    assert f":{_line(SIMD_SYNC, 'OTHER')}" in str(e.value)

@@ -8,6 +8,7 @@ import pytest
 
 from mpskern import _native, backends
 from mpskern.gpu_ops import conv2d as conv_op
+from mpskern.tuning import spaces
 from test_gpu_gemm import DTYPES, TILE_KEYS, UNIT, shipped_tiles, tiles_id
 
 refs = pytest.importorskip("refs", reason="tests/refs.py (float64 references) not on this branch yet")
@@ -142,7 +143,7 @@ def test_default_choice_without_config(sim):
 
 # ------------------------------------------------------------------------------ depthwise
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("threads", [256, 32])
+@pytest.mark.parametrize("threads", [c["threads"] for c in spaces.shipped("conv2d_depthwise")])
 def test_depthwise_two_orders(sim, dtype, threads):
     """groups == C with 2 outputs per channel, stride, padding, dilation, bias."""
     rng = np.random.default_rng(threads)
@@ -198,7 +199,6 @@ def test_route():
 
 
 def test_tile_set_that_only_the_tiled_kernel_fits(sim):
-    from mpskern.tuning import spaces
     cfg = dict(variant="tiled", BM=96, BN=96, BK=32, WM=1, WN=2)
     assert spaces.problems("conv2d", cfg, sim.info) == []
     assert spaces.problems("conv2d", dict(cfg, variant="simd"), sim.info)

@@ -22,11 +22,12 @@ APPLE8 = dict(name="test apple8", architecture="", family=8, is_simulator=True, 
 
 def shipped_tiles(op):
     """The distinct tile parameter sets mpskern ships for `op`: every family's packaged
-    defaults (mpskern/tuning/defaults/) and the generic rule, for both dtypes."""
+    defaults (mpskern/tuning/defaults/) for both dtypes and every configuration the generic
+    rule can return (spaces.shipped)."""
     seen = []
     for dt in ("float32", "float16"):
         cfgs = [e.config for f in FAMILIES for e in db.family_defaults(f).for_op(op, dt)]
-        cfgs.append(spaces.generic(op, dt))
+        cfgs += spaces.shipped(op)
         for c in cfgs:
             t = tuple(c[k] for k in TILE_KEYS)
             if t not in seen:

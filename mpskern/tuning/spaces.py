@@ -395,4 +395,9 @@ def shipped(op):
         return [dict(c) for c in ROW_LADDER]
     if op == "batch_norm":
         return [dict(BATCH_NORM_DEFAULT)]
+    if op in ("gemm", "conv2d"):
+        firsts = [generic(op, dt) for dt in ("float32", "float16")]
+        return firsts + [{"variant": "simd", **t} for t in _GEMM_FALLBACKS]
+    if op == "conv2d_depthwise":
+        return [{"variant": "depthwise", "threads": t} for t in (256, 128, 64, 32)]
     return [generic(op, "float32")]

@@ -193,3 +193,24 @@ def test_missing_attribute_is_a_compile_error_at_the_line():
     src = HEAD + "kernel void f(device float* y [[buffer(0)]], uint i) { y[i] = 1.0f; }\n"
     with pytest.raises(mpskern.KernelCompileError, match=r"<metal_kernel f>:4: kernel 'f': parameter 'i'"):
         run(src, "f", np.zeros(4, np.float32), grid=(4,), tg=(4,), check=False)
+
+
+def test_max_total_threads_per_threadgroup():
+    from mpskern import backends
+    src = HEAD + """
+template <typename T>
+[[max_total_threads_per_threadgroup(2 * 64)]] kernel void fill(device T* y [[buffer(0)]],
+                                                            uint i [[thread_position_in_grid]]) {
+    y[i] = T(i);
+}
+template [[host_name("fill_f32")]] kernel void fill<float>(device float*, uint);
+[[max_total_threads_per_threadgroup(64)]] kernel void one(device float* y [[buffer(0)]]) { y[0] = 1.0f; }
+"""
+    be = backends.get("sim")
+    assert be.pipeline("fill_f32", source=src).max_threads == 128
+    assert be.pipeline("one", source=src).max_threads == 64
+    y = np.zeros(256, np.float32)
+    run(src, "fill_f32", y, grid=(256,), tg=(128,), check=False)
+    np.testing.assert_array_equal(y, np.arange(256))
+    with pytest.raises(ValueError, match=r"declares \[\[max_total_threads_per_threadgroup\(128\)\]\]"):
+        run(src, "fill_f32", y, grid=(256,), tg=(256,), check=False)

@@ -72,6 +72,7 @@ class Kernel:
     params: list
     file: str
     line: int
+    max_threads: str = "0"   # [[max_total_threads_per_threadgroup(N)]] (a constant expression)
 
 
 @dataclass
@@ -178,6 +179,7 @@ def _parse_param(raw, where, kname, template=None):
 def find_kernels(text, lines):
     kernels = []
     templates = {}     # name -> parameter roles of its template definition
+    template_max = {}  # name -> its [[max_total_threads_per_threadgroup]]
     for m in _KERNEL.finditer(text):
         name = m.group(1)
         pos = m.end()
@@ -198,12 +200,16 @@ def find_kernels(text, lines):
         # what precedes the kernel keyword: attributes (host_name), `template`, or `template<...>`
         before = text[:m.start()]
         host = None
+        max_threads = None
         b = before.rstrip()
         while b.endswith("]]"):
             start = b.rfind("[[")
             hm = re.search(r'host_name\s*\(\s*"([^"]*)"\s*\)', b[start:])
             if hm:
                 host = hm.group(1)
+            mt = re.search(r"max_total_threads_per_threadgroup\s*\(([\d\s*+()-]+)\)", b[start:])
+            if mt:
+                max_threads = mt.group(1).strip()
             b = b[:start].rstrip()
         hm = re.search(r'host_name\s*\(\s*"([^"]*)"\s*\)', text[m.start():pos])
         if hm:
@@ -219,6 +225,7 @@ def find_kernels(text, lines):
                 templates[name] = [_parse_param(p, where, name) for p in raw]
             except TranslateError:
                 templates[name] = None      # reported if an instantiation needs it
+            template_max[name] = max_threads
             continue
         tmpl = None
         if is_instantiation:
@@ -233,7 +240,9 @@ def find_kernels(text, lines):
             continue     # a plain declaration
         params = [_parse_param(p, where, host or name, tmpl[i] if tmpl else None)
                   for i, p in enumerate(raw)]
-        kernels.append(Kernel(host or name, name + targs, params, fname, line))
+        if max_threads is None and is_instantiation:
+            max_threads = template_max.get(name)
+        kernels.append(Kernel(host or name, name + targs, params, fname, line, max_threads or "0"))
     seen = set()
     for k in kernels:
         if k.host_name in seen:
@@ -285,9 +294,9 @@ def glue(kernels, needs_fibers, checked):
         byts = sum(1 << p.index for p in k.params if p.attr == "buffer" and p.type.rstrip().endswith("&"))
         tgs = sum(1 << p.index for p in k.params if p.attr == "threadgroup")
         rows.append(f"  {{{_c_string(k.host_name)}, __mk_glue_{i}, {_c_string(k.file)}, {k.line}, "
-                    f"{bufs}u, {byts}u, {tgs}u}},")
+                    f"{bufs}u, {byts}u, {tgs}u, (uint32_t)({k.max_threads})}},")
     if not rows:
-        rows.append('  {"", 0, "", 0, 0u, 0u, 0u},')
+        rows.append('  {"", 0, "", 0, 0u, 0u, 0u, 0u},')
     out.append("static const mk_sim_kernel __mk_kernels[] = {\n" + "\n".join(rows) + "\n};")
     out.append(f"static const mk_sim_module __mk_module = {{MK_SIM_ABI_VERSION, {len(kernels)}, "
                f"__mk_kernels, {int(needs_fibers)}, {int(checked)}}};")

@@ -127,6 +127,8 @@ static mk_status sim_pipeline_create(mk_device *d, mk_library *l, const char *na
         p->device = d;
         p->impl = new Pipeline{lib, &m->kernels[i]};
         p->max_threads = dev_of(d)->opt.max_threads;
+        if (m->kernels[i].max_threads && m->kernels[i].max_threads < p->max_threads)
+            p->max_threads = m->kernels[i].max_threads;
         p->exec_width = MK_SIM_SIMD_WIDTH;
         retain(d);
         *out = p;
@@ -161,6 +163,10 @@ static mk_status prepare(Device *dev, const mk_dispatch &ds, Job &j) {
                             "the simulated apple%d device allows %u", k->name, ds.threadgroup[0],
                             ds.threadgroup[1], ds.threadgroup[2], (unsigned long long)nthreads,
                             dev->opt.family, dev->opt.max_threads);
+    if (k->max_threads && nthreads > k->max_threads)
+        return mk_set_error(MK_ERR_INVALID, "kernel '%s' (%s:%d) declares [[max_total_threads_per_threadgroup(%u)]]; "
+                            "threadgroup (%u,%u,%u) has %llu threads", k->name, k->file, k->line, k->max_threads,
+                            ds.threadgroup[0], ds.threadgroup[1], ds.threadgroup[2], (unsigned long long)nthreads);
     j.partial = ds.grid_units == MK_GRID_THREADS;
     for (int d = 0; d < 3; d++) {
         j.tg[d] = ds.threadgroup[d];

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MK_SIM_ABI_VERSION 1
+#define MK_SIM_ABI_VERSION 2
 #define MK_SIM_SIMD_WIDTH 32
 #define MK_SIM_XCHG_BYTES 64      // largest value a SIMD collective exchanges per lane
 
@@ -71,6 +71,7 @@ typedef struct mk_sim_kernel {
     uint32_t buffer_mask;         // [[buffer(i)]] parameters it declares
     uint32_t bytes_mask;          // of those, `constant T&` (bound by value / setBytes)
     uint32_t tg_param_mask;       // [[threadgroup(i)]] parameters
+    uint32_t max_threads;         // [[max_total_threads_per_threadgroup(N)]], 0 if none
 } mk_sim_kernel;
 
 typedef struct mk_sim_module {

@@ -40,7 +40,9 @@ void mk_blas_set_threads(int n);
 
 /* ---- x86-64: hot loops are compiled for AVX-512, AVX2+FMA+F16C and the baseline, and the
    loader picks one (GCC's function multiversioning; the build stays portable, no
-   -march=native). Elsewhere (arm64: NEON is the baseline) a plain function. */
+   -march=native). Elsewhere (arm64: NEON is the baseline) a plain function.
+   CFLAGS="-DMK_NO_MULTIVERSION [-march=...]" builds one ISA only and -DMK_NO_F16C drops
+   the F16C conversions: how the baseline and AVX2 paths are tested on an AVX-512 machine. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) \
     && !defined(MK_NO_MULTIVERSION)
 #define MK_MULTIVERSION __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))

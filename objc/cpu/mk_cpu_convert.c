@@ -11,7 +11,7 @@ static void f2h_plain(const float *src, mk_half *dst, long n) {
     for (long i = 0; i < n; i++) dst[i] = (mk_half)src[i];
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(MK_NO_F16C)
 #include <immintrin.h>
 #define MK_HAVE_F16C_PATH 1
 

@@ -28,6 +28,20 @@ def cdiv(a, b):
     return -(-a // b)
 
 
+def configure(backend, op, dtype, shape, config=None):
+    """(config, lookup level) for a dispatch of `op`: the caller's `config` checked against
+    the device's limits (level "forced"), else what mpskern.tuning.spaces.select picks for
+    the op's shape key."""
+    from mpskern.tuning import spaces
+    info = backend.info
+    if config is not None:
+        cfg = dict(config)
+        spaces.require(op, cfg, info)
+        return cfg, "forced"
+    choice = spaces.select(op, dtype, shape, info)
+    return dict(choice.config), choice.level
+
+
 def compile_config(backend, op, file, cfg, level, dtype, shape):
     """(cfg, level, pipeline): `cfg`'s kernel compiled. Metal may give a register-heavy
     pipeline fewer threads per threadgroup than the device's maximum; a configuration that

@@ -8,7 +8,7 @@ Three paths, by the problem (route() says which, and so which tuning space appli
                     group with im2col gathered into threadgroup memory, never stored
 """
 from mpskern import _native
-from mpskern.gpu_ops import cdiv, compile_config
+from mpskern.gpu_ops import cdiv, compile_config, configure
 from mpskern.gpu_ops import gemm as _gemm
 from mpskern.tuning import spaces
 
@@ -55,13 +55,7 @@ def conv2d(backend, args, dtype, x, w, bias, y, config=None):
     op = route(args)
     if op == "gemm":
         return _gemm.gemm(backend, gemm_args(args), dtype, w, x, None, y, config=config)
-    info = backend.info
-    if config is not None:
-        cfg, level = dict(config), "forced"
-        spaces.require(op, cfg, info)
-    else:
-        choice = spaces.select(op, dtype, key(args, op), info)
-        cfg, level = dict(choice.config), choice.level
+    cfg, level = configure(backend, op, dtype, key(args, op), config)
     a = args
     total = a["N"] * a["K"] * a["P"] * a["Q"]
     if total == 0:

@@ -8,7 +8,7 @@ sums to device scratch, and gemm_splitk_reduce_* finishes (alpha, beta, C) in th
 command buffer.
 """
 from mpskern import _native
-from mpskern.gpu_ops import cdiv, compile_config, suffix
+from mpskern.gpu_ops import cdiv, compile_config, configure, suffix
 from mpskern.tuning import spaces
 
 FILE = "gemm.metal"
@@ -18,24 +18,12 @@ MAX_GRID_YZ = 65535        # threadgroups along a grid's y and z that every Meta
 INT32_LIMIT = 2 ** 31      # the kernels index in int32
 
 
-def configure(backend, args, dtype, config=None):
-    """(config, lookup level) for this gemm: `config` checked against the device's limits,
-    or the one spaces.select picks."""
-    info = backend.info
-    if config is not None:
-        cfg = dict(config)
-        spaces.require(OP, cfg, info)
-        return cfg, "forced"
-    choice = spaces.select(OP, dtype, (args["batch"], args["M"], args["N"], args["K"]), info)
-    return dict(choice.config), choice.level
-
-
 def gemm(backend, args, dtype, A, B, C, out, config=None):
     """Backend method (see mpskern/backends/base.py); `config` pins a configuration."""
     if args["has_c"] and C is None:
         raise ValueError("gemm: args has_c=1 but no C array was given")
-    cfg, level = configure(backend, args, dtype, config)
     batch, M, N, K = args["batch"], args["M"], args["N"], args["K"]
+    cfg, level = configure(backend, OP, dtype, (batch, M, N, K), config)
     if batch == 0 or M == 0 or N == 0:
         backend._record(None, dict(cfg, kernel=spaces.SPACES[OP].kernel(cfg, dtype), level=level))
         return

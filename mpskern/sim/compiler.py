@@ -22,10 +22,11 @@ from mpskern.sim import frontend
 
 # MSL the simulator claims to be (kernels may test __METAL_VERSION__), and a marker.
 PRE_DEFINES = ["-D__METAL_VERSION__=310", "-D__MPSKERN_SIM__=1", "-D__HAVE_SIMDGROUP_MATRIX__=1"]
-# -fstack-clash-protection: a frame larger than a page probes every page, so overflowing a
-# GPU thread's fiber stack hits its guard page (reported) instead of a neighbour's stack.
-CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-fno-math-errno", "-fvisibility=hidden",
-             "-fstack-clash-protection", "-w"]
+CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-fno-math-errno", "-fvisibility=hidden", "-w"]
+# Used when the compiler takes them. -fstack-clash-protection: a frame larger than a page
+# probes every page, so overflowing a GPU thread's fiber stack hits its guard page
+# (reported) instead of a neighbour's stack.
+OPTIONAL_FLAGS = ["-fstack-clash-protection"]
 CHECK_FLAGS = ["-g", "-fsanitize=thread"]
 _built = {}
 
@@ -63,6 +64,19 @@ def available():
     if path is None:
         return False, "the simulator needs a C++17 compiler (clang++ or g++; or set CXX)"
     return True, ver
+
+
+@lru_cache(maxsize=None)
+def cxx_flags():
+    """CXX_FLAGS plus the OPTIONAL_FLAGS this compiler accepts."""
+    cxx, _ = compiler()
+    flags = list(CXX_FLAGS)
+    for f in OPTIONAL_FLAGS:
+        r = subprocess.run([cxx, "-Werror", f, "-x", "c++", "-fsyntax-only", "-"], input="int x;\n",
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            flags.append(f)
+    return flags
 
 
 @lru_cache(maxsize=None)
@@ -125,7 +139,7 @@ def key_of(source, macros, check):
     cxx, ver = compiler()
     h = hashlib.sha256()
     for part in (source, repr(sorted(macros.items())), str(bool(check)), cxx, ver,
-                 repr(CXX_FLAGS + (CHECK_FLAGS if check else [])), str(frontend.FRONTEND_VERSION),
+                 repr(cxx_flags() + (CHECK_FLAGS if check else [])), str(frontend.FRONTEND_VERSION),
                  _headers_hash()):
         h.update(part.encode())
         h.update(b"\0")
@@ -156,12 +170,12 @@ def build(source, macros, check=False, origin=None):
     with os.fdopen(fd, "w") as f:
         f.write(tr.text)
     tmp_so = tmp_cc[:-3] + ".so"
-    cmd = [cxx] + CXX_FLAGS + (CHECK_FLAGS if check else []) + ["-I", SIM_INCLUDE_DIR, tmp_cc,
+    cmd = [cxx] + cxx_flags() + (CHECK_FLAGS if check else []) + ["-I", SIM_INCLUDE_DIR, tmp_cc,
                                                                  "-o", tmp_so]
     if check:
         # instrument, but do not link libtsan: the library defines the hooks itself
         obj = tmp_cc[:-3] + ".o"
-        r = _run([cxx] + [f for f in CXX_FLAGS if f != "-shared"] + CHECK_FLAGS +
+        r = _run([cxx] + [f for f in cxx_flags() if f != "-shared"] + CHECK_FLAGS +
                  ["-c", "-I", SIM_INCLUDE_DIR, tmp_cc, "-o", obj])
         if r.returncode == 0:
             r = _run([cxx, "-shared", obj, "-o", tmp_so, "-lm"])

@@ -325,6 +325,13 @@ extern "C" {
 MK_RW(1) MK_RW(2) MK_RW(4) MK_RW(8) MK_RW(16)
 MK_NS void __tsan_read_range(void *a, unsigned long n) { MK_HOOK(a, (unsigned)n, 0); }
 MK_NS void __tsan_write_range(void *a, unsigned long n) { MK_HOOK(a, (unsigned)n, 1); }
+// clang instruments memcpy/memset/memmove through these (gcc calls the libc functions)
+MK_NS void *__tsan_memcpy(void *d, const void *s, unsigned long n) {
+  MK_HOOK((void *)s, (unsigned)n, 0); MK_HOOK(d, (unsigned)n, 1); return __builtin_memcpy(d, s, n); }
+MK_NS void *__tsan_memmove(void *d, const void *s, unsigned long n) {
+  MK_HOOK((void *)s, (unsigned)n, 0); MK_HOOK(d, (unsigned)n, 1); return __builtin_memmove(d, s, n); }
+MK_NS void *__tsan_memset(void *d, int c, unsigned long n) {
+  MK_HOOK(d, (unsigned)n, 1); return __builtin_memset(d, c, n); }
 MK_NS void __tsan_func_entry(void *) {}
 MK_NS void __tsan_func_exit(void) {}
 MK_NS void __tsan_init(void) {}

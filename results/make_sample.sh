@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the committed sample: every op on cpu, sim and (when installed) torch-cpu,
 # then the report. Run from the checkout root after `python setup.py build_ext --inplace`.
-# Takes about 10 minutes on a 2-core machine, most of it in the simulator.
+# Takes 7-14 minutes on a 2-core machine (more when it is busy), most of it in the simulator.
 set -euo pipefail
 OUT=${1:-results/sample-linux-x86_64}
 rm -rf "$OUT"

@@ -261,6 +261,7 @@ def softmax_ref(x, axis, log):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize("shape,axis", [((4, 4), 1), ((3, 1000), 1), ((5, 7, 300), 1),
+                                        ((9, 17), 1), ((30, 56), 1), ((3, 16), 1),
                                         ((2, 9, 600), 2), ((600, 3), 0), ((1, 1), 0),
                                         ((3, 5000, 2), 1)])
 @pytest.mark.parametrize("log", [0, 1])

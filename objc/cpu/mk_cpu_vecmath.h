@@ -79,6 +79,16 @@ MK_INLINE float mk_vmax(const float *x, long n) {
         acc1 = (mk_v8f)((g1 & (mk_v8i)v1) | (~g1 & (mk_v8i)acc1));
         bad |= (v0 != v0) | (v1 != v1);
     }
+    if (i < n && n >= 16) {       // the tail: the last 16 elements again (max is idempotent)
+        mk_v8f v0, v1;
+        memcpy(&v0, x + n - 16, sizeof v0);
+        memcpy(&v1, x + n - 8, sizeof v1);
+        mk_v8i g0 = v0 > acc0, g1 = v1 > acc1;
+        acc0 = (mk_v8f)((g0 & (mk_v8i)v0) | (~g0 & (mk_v8i)acc0));
+        acc1 = (mk_v8f)((g1 & (mk_v8i)v1) | (~g1 & (mk_v8i)acc1));
+        bad |= (v0 != v0) | (v1 != v1);
+        i = n;
+    }
     float m = -__builtin_inff();
     int b = 0;
     for (; i < n; i++) { m = x[i] > m ? x[i] : m; b |= x[i] != x[i]; }
@@ -104,6 +114,18 @@ MK_INLINE float mk_vexp_sum(const float *x, float *y, long n, float m) {
     } else {
         for (; i + MK_LANES <= n; i += MK_LANES)
             for (int j = 0; j < MK_LANES; j++) acc[j] += mk_expf(x[i + j] - m);
+    }
+    if (i < n && n >= MK_LANES) {
+        // the tail as one vector step over the last MK_LANES elements; lanes before `skip`
+        // were done above and are masked (y may alias x: those lanes are not stored either)
+        long o = n - MK_LANES;
+        int skip = (int)(i - o);
+        for (int j = 0; j < MK_LANES; j++) {
+            float e = mk_expf(x[o + j] - m);
+            acc[j] += j >= skip ? e : 0.0f;
+            if (y) y[o + j] = j >= skip ? e : y[o + j];
+        }
+        i = n;
     }
     float s = 0.0f;
     for (; i < n; i++) { float e = mk_expf(x[i] - m); if (y) y[i] = e; s += e; }

@@ -89,6 +89,8 @@ class GpuBackend(Backend):
         """Run dispatch dicts (see _native.Device.run) in one command buffer; records
         (gpu_ms, wall_ms) and the configuration for bench."""
         t = self.device.run(dispatches)
+        if isinstance(config, dict):
+            config = dict(config, zero_copy=_zero_copy(dispatches))
         self._record(t, config)
         return t
 
@@ -124,6 +126,15 @@ class GpuBackend(Backend):
     def batch_norm(self, args, dtype, x, running_mean, running_var, weight, bias, y):
         self._encoder("norm", "batch_norm").batch_norm(self, args, dtype, x, running_mean,
                                                       running_var, weight, bias, y)
+
+
+def _zero_copy(dispatches):
+    """Whether every numpy array the dispatches bind was used in place (no staging copy);
+    device scratch buffers and constant bytes do not count."""
+    bufs = [b[0] if isinstance(b, tuple) else b
+            for d in dispatches for b in d["bindings"]]
+    host = [b for b in bufs if isinstance(b, _native.Buffer) and b.array is not None]
+    return all(b.zero_copy for b in host)
 
 
 def create(name):

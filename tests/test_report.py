@@ -95,3 +95,10 @@ def test_report_errors(tmp_path):
     bad.write_text("{not json\n")
     r = CliRunner().invoke(app, ["report", str(bad), "-o", str(tmp_path)])
     assert r.exit_code == 2 and "bad.jsonl:1" in r.stderr
+
+
+def test_kernel_column_names_the_kernel_and_copies():
+    from mpskern.report.render import _config
+    assert _config({"kernel": "gemm_simd_f32", "level": "family"}, True) == "gemm_simd_f32 (family)"
+    assert _config({"primitive": "MPSGraph conv2d"}, False) == "MPSGraph conv2d; arrays copied"
+    assert _config(None, None) == "" and _config({"kernel": "k"}, float("nan")) == "k"

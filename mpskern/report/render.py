@@ -73,7 +73,7 @@ def _case_table(d):
             wall = [_f(r.wall_median_ms, "{:.4g}")] if dev_clock else []
             if r.status != "ok":
                 rows.append([r.shape_label, be, "-", "-"] + ["-"] * len(wall)
-                            + ["-", "-", "-", _f(r.max_err, "{:.1e}"), _config(r.config),
+                            + ["-", "-", "-", _f(r.max_err, "{:.1e}"), _config(r.config, r.zero_copy),
                                f"{r.status}: {r.error}"])
                 continue
             note = f"unstable ({r.unstable_reason})" if r.unstable else ""
@@ -81,22 +81,25 @@ def _case_table(d):
                          f"{_f(r.p10_ms, '{:.4g}')} - {_f(r.p90_ms, '{:.4g}')}"] + wall
                         + [_f(r.value, "{:,.1f}"), _f(r.pct_peak, "{:.0f}%"),
                            _f(r.speedup_vs_cpu, "{:.2f}x"), _f(r.max_err, "{:.1e}"),
-                           _config(r.config), note])
+                           _config(r.config, r.zero_copy), note])
     unit = d.unit.dropna().iloc[0] if d.unit.notna().any() else "throughput"
     return ("table", ["shape", "backend (timer)", "median ms", "p10 - p90 ms"]
             + (["wall median ms"] if dev_clock else [])
             + [unit, "% peak", "vs cpu", "max err", "kernel", "note"], rows)
 
 
-def _config(c):
+def _config(c, zero_copy=None):
     """The kernel (ours, and how its tiles were chosen) or MPS primitive a GPU backend
-    reported."""
+    reported, and whether it had to copy the numpy arrays."""
     if not isinstance(c, dict):
         return ""
     name = c.get("kernel") or c.get("primitive")
     if not name:
         return ""
-    return f"{name} ({c['level']})" if c.get("level") else str(name)
+    text = f"{name} ({c['level']})" if c.get("level") else str(name)
+    if zero_copy is not None and zero_copy == zero_copy and not bool(zero_copy):
+        text += "; arrays copied"
+    return text
 
 
 def build(df, out, cmp=None, title="mpskern benchmark report"):

@@ -161,3 +161,22 @@ def test_simdgroup_barrier_orders_its_simdgroup_only():
         mpskern.metal_kernel(SIMD_SYNC, "sgsync", macros={"CROSS": 1})(
             x, y, grid=(64,), threadgroup=(64,), backend="sim", check=True)
     assert f":{_line(SIMD_SYNC, 'OTHER')}" in str(e.value)
+
+
+def test_threadgroup_array_overrun_names_the_variable():
+    src = HEAD + f"""kernel void overrun({ARGS}) {{
+    threadgroup float a[64];
+    threadgroup float b[64];
+    a[i] = x[g];
+    b[i] = 0.0f;
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    y[g] = a[i + 1];                   // READ a[64] for the last thread
+}}
+"""
+    with pytest.raises(mpskern.KernelCheckError) as e:
+        mpskern.metal_kernel(src, "overrun")(np.zeros(64, np.float32), np.zeros(64, np.float32),
+                                             grid=(64,), threadgroup=(64,), backend="sim", check=True)
+    msg = str(e.value)
+    assert "out-of-bounds read of threadgroup memory in kernel 'overrun'" in msg, msg
+    assert f"<metal_kernel overrun>:{_line(src, 'READ')}" in msg and "thread (63,0,0)" in msg, msg
+    assert f"0 bytes past the end of 'a' (<metal_kernel overrun>:{_line(src, 'float a[64]')})" in msg, msg

@@ -257,7 +257,8 @@ def _rewrite_tg_decls(text):
         if t in ("const", "struct") or "=" in m.group(0):
             return m.group(0)
         dims = "".join(m.group("dims").split())
-        rep = f'{m.group("pre")}auto &{m.group("name")} = __mk_tg<{t}{dims}>(__FILE__, __LINE__);'
+        rep = (f'{m.group("pre")}auto &{m.group("name")} = '
+               f'__mk_tg<{t}{dims}>("{m.group("name")}", __FILE__, __LINE__);')
         return rep + "\n" * (m.group(0).count("\n") - rep.count("\n"))
     return _TG_DECL.sub(sub, text)
 

@@ -62,9 +62,15 @@ struct Region {
     size_t map_len = 0;
 };
 
+struct TgVar {
+    size_t off, size;
+    std::string what;           // "'tile' (gemm.metal:12)" or "[[threadgroup(0)]]"
+};
+
 struct Checker {
     Job *job;
     std::vector<Region> regions;
+    std::vector<TgVar> tg_vars;
     const Library *lib;
     uint32_t group_serial = 0;
 };
@@ -110,7 +116,17 @@ Checker *checker_create(Job &j) {
         }
         j.buffers[i] = have->base + j.offsets[i];
     }
+    for (int i = 0; i < 4; i++)
+        if (j.tg_param_size[i])
+            c->tg_vars.push_back({j.tg_param_off[i], j.tg_param_size[i],
+                                  "[[threadgroup(" + std::to_string(i) + ")]]"});
     return c;
+}
+
+void checker_tg_var(Checker *c, size_t off, size_t size, const char *name, const char *file, int line) {
+    for (auto &v : c->tg_vars)
+        if (v.off == off) return;
+    c->tg_vars.push_back({off, size, "'" + std::string(name) + "' (" + file + ":" + std::to_string(line) + ")"});
 }
 
 void checker_free(Checker *c) {
@@ -236,6 +252,22 @@ void checker_access(Worker *w, const void *addr, unsigned size, int is_write, co
                   std::to_string(off) + ")";
         report(w, "out-of-bounds " + std::string(is_write ? "write" : "read") + " in kernel '" + kname + "' at " +
                       at(c, pc) + ": " + who(cur) + " accessed " + what);
+    }
+    if (reg->kind == Region::TG) {
+        size_t off = (size_t)(a - reg->base);
+        const TgVar *in = nullptr, *before = nullptr;
+        for (auto &v : c->tg_vars) {
+            if (off >= v.off && off + size <= v.off + v.size) in = &v;
+            if (v.off + v.size <= off && (!before || v.off > before->off)) before = &v;
+        }
+        if (!in) {
+            std::string near = before ? ", " + std::to_string(off - before->off - before->size) +
+                                            " bytes past the end of " + before->what
+                                      : ", before the first threadgroup variable";
+            report(w, "out-of-bounds " + std::string(is_write ? "write" : "read") + " of threadgroup memory in kernel '" +
+                          kname + "' at " + at(c, pc) + " by " + who(cur) + ": outside every threadgroup variable" +
+                          near);
+        }
     }
     if (reg->kind == Region::BYTES) {
         if (is_write)

@@ -209,7 +209,8 @@ static mk_status prepare(Device *dev, const mk_dispatch &ds, Job &j) {
             j.is_bytes[i] = true;
         }
     }
-    size_t off = 0;
+    // checking mode: red zones around each [[threadgroup(i)]] block catch overruns
+    size_t red = p->lib->mod->checked ? TG_RED_ZONE : 0, off = red, used = 0;
     for (int i = 0; i < 4; i++) {
         bool declared = (k->tg_param_mask >> i) & 1;
         if (declared && ds.threadgroup_memory[i] == 0)
@@ -217,12 +218,15 @@ static mk_status prepare(Device *dev, const mk_dispatch &ds, Job &j) {
                                 "threadgroup_memory length", k->name, k->file, k->line, i);
         j.tg_param_off[i] = (uint32_t)off;
         j.tg_param_size[i] = ds.threadgroup_memory[i];
-        off += (ds.threadgroup_memory[i] + 15) / 16 * 16;
+        size_t sz = (ds.threadgroup_memory[i] + 15) / 16 * 16;
+        off += sz + (sz ? red : 0);
+        used += sz;
     }
     j.tg_dynamic_end = off;
-    if (off > dev->opt.max_tg_memory)
+    j.tg_dynamic_used = used;
+    if (used > dev->opt.max_tg_memory)
         return mk_set_error(MK_ERR_INVALID, "kernel '%s': %zu bytes of [[threadgroup(i)]] memory; the "
-                            "simulated apple%d device allows %u", k->name, off, dev->opt.family,
+                            "simulated apple%d device allows %u", k->name, used, dev->opt.family,
                             dev->opt.max_tg_memory);
     return MK_OK;
 }

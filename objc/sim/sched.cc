@@ -150,18 +150,20 @@ static const mk_sim_xchg *rt_simd_exchange(const void *value, unsigned size, con
     return &l.xres;
 }
 
-static void *rt_tg_alloc(size_t size, size_t align, const char *file, int line) {
+static void *rt_tg_alloc(size_t size, size_t align, const char *name, const char *file, int line) {
     Worker *w = tl_worker;
     Job *j = w->job;
     Lane &l = w->lanes[w->cur];
     if (align < 16) align = 16;
-    size_t off = (l.tg_cursor + align - 1) / align * align;
+    size_t red = j->checker ? TG_RED_ZONE : 0;   // checking: a gap catches overruns
+    size_t off = (l.tg_cursor + red + align - 1) / align * align;
     size_t end = off + size;
-    if (end > j->opt.max_tg_memory || end > w->arena_cap) {
+    size_t used = (l.tg_used + align - 1) / align * align + size;
+    if (used > j->opt.max_tg_memory || end + red > w->arena_cap) {
         j->set_error(MK_ERR_INVALID,
                      std::string("kernel '") + j->k->name + "' needs at least " +
-                         std::to_string(end) + " bytes of threadgroup memory (" + file + ":" +
-                         std::to_string(line) + "); the simulated apple" +
+                         std::to_string(used) + " bytes of threadgroup memory ('" + name + "' at " + file +
+                         ":" + std::to_string(line) + "); the simulated apple" +
                          std::to_string(j->opt.family) + " device allows " +
                          std::to_string(j->opt.max_tg_memory));
         abandon_lane(w);
@@ -170,7 +172,9 @@ static void *rt_tg_alloc(size_t size, size_t align, const char *file, int line) 
         memset(w->arena + w->poisoned, 0xFF, end - w->poisoned);
         w->poisoned = end;
     }
+    if (j->checker) checker_tg_var(j->checker, off, size, name, file, line);
     l.tg_cursor = end;
+    l.tg_used = used;
     return w->arena + off;
 }
 
@@ -463,6 +467,7 @@ static void run_group(Worker *w, uint64_t g) {
         b.thread_index_in_quadgroup = i % 4;
         l.state = L_RUN;
         l.tg_cursor = j->tg_dynamic_end;
+        l.tg_used = j->tg_dynamic_used;
     }
     if (j->checker) checker_begin_group(j->checker, w);
     if (w->plain) {

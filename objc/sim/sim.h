@@ -58,6 +58,7 @@ struct Job {
     bool partial = false;                 // grid counts threads: edge groups may be partial
     uint32_t tg_param_off[4] = {}, tg_param_size[4] = {};
     size_t tg_dynamic_end = 0;            // static threadgroup variables start here
+    size_t tg_dynamic_used = 0;           // [[threadgroup(i)]] bytes (without red zones)
     uint64_t ngroups = 0;
     std::atomic<uint64_t> next{0};
     std::atomic<bool> failed{false};
@@ -79,6 +80,7 @@ struct Lane {
     const void *site = nullptr;           // SIMD collective call site
     unsigned xsize = 0;
     size_t tg_cursor = 0;                 // next static threadgroup variable
+    size_t tg_used = 0;                   // bytes of threadgroup memory (without red zones)
     mk_sim_xchg xres;
 };
 
@@ -138,6 +140,10 @@ void checker_free(Checker *c);
 void checker_begin_group(Checker *c, Worker *w);
 void checker_end_group(Checker *c, Worker *w);
 void checker_access(Worker *w, const void *addr, unsigned size, int is_write, const void *pc);
+// a threadgroup variable at `off` in the arena (registered once per dispatch)
+void checker_tg_var(Checker *c, size_t off, size_t size, const char *name, const char *file, int line);
+// checking mode leaves this many unused bytes around every threadgroup variable
+constexpr size_t TG_RED_ZONE = 64;
 // "file:line" of a code address in the kernel library (addr2line), or "" if unknown.
 std::string describe_pc(const Library *lib, const void *pc);
 std::string lane_name(const Lane &l);

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MK_SIM_ABI_VERSION 2
+#define MK_SIM_ABI_VERSION 3
 #define MK_SIM_SIMD_WIDTH 32
 #define MK_SIM_XCHG_BYTES 64      // largest value a SIMD collective exchanges per lane
 
@@ -52,7 +52,7 @@ typedef struct mk_sim_rt {
     // SIMD collective: publish `size` bytes, wait for the active lanes at the same `site`.
     const mk_sim_xchg *(*simd_exchange)(const void *value, unsigned size, const void *site);
     // threadgroup variables declared in a kernel body (same order in every lane).
-    void *(*tg_alloc)(size_t size, size_t align, const char *file, int line);
+    void *(*tg_alloc)(size_t size, size_t align, const char *name, const char *file, int line);
     const mk_sim_lane *(*lane)(void);
     // checking mode: every instrumented load/store (pc: return address in the library)
     void (*check_access)(const void *addr, unsigned size, int is_write, const void *pc);

@@ -310,8 +310,8 @@ inline void atomic_thread_fence(mem_flags, memory_order, thread_scope = thread_s
 
 // ---- used by the front-end's rewrites and the generated launch glue --------------------
 // `threadgroup T name[...];` in a kernel body becomes `auto &name = __mk_tg<T[...]>(...)`.
-template <class T> inline T &__mk_tg(const char *f, int l) {
-    return *static_cast<T *>(__mk_rt->tg_alloc(sizeof(T), alignof(T), f, l));
+template <class T> inline T &__mk_tg(const char *name, const char *f, int l) {
+    return *static_cast<T *>(__mk_rt->tg_alloc(sizeof(T), alignof(T), name, f, l));
 }
 template <class T> inline T __mk_bind(void *p) {
     if constexpr (std::is_reference<T>::value) return *static_cast<typename std::remove_reference<T>::type *>(p);

@@ -162,3 +162,21 @@ def test_runs_in_a_forked_child_after_the_parent_used_the_pool():
     p.start()
     p.join(120)
     assert p.exitcode == 0
+
+
+def test_orders_apply_to_barrier_free_kernels():
+    # a deliberately racy kernel: the last lane to run wins, so the order is visible
+    src = "#include <metal_stdlib>\nusing namespace metal;\n" \
+          "kernel void last(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) { y[0] = float(i); }\n"
+    k = mpskern.metal_kernel(src, "last")
+    be = backends.get("sim")
+    seen = {}
+    try:
+        for order, seed in (("forward", 0), ("reverse", 0), ("random", 5)):
+            be.set_sim_options(order=order, seed=seed, workers=1)
+            y = np.zeros(1, np.float32)
+            k(y, grid=(64,), threadgroup=(64,), backend="sim")
+            seen[order] = y[0]
+    finally:
+        be.set_sim_options()
+    assert seen["forward"] == 63 and seen["reverse"] == 0 and seen["random"] not in (0, 63)

@@ -275,15 +275,23 @@ static void install_fault_handlers() {
 }
 
 /* ------------------------------------------------------------------ lanes */
+static uint64_t splitmix(uint64_t &s) {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+
 static void lane_entry(void *arg) {
     Worker *w = (Worker *)arg;
     Job *j = w->job;
     void *tgp[4];
     for (int i = 0; i < 4; i++) tgp[i] = w->arena + j->tg_param_off[i];
     if (w->plain) {
-        // Barrier-free: every lane in turn, on this one fiber.
+        // Barrier-free: every lane in turn, on this one fiber (order: w->order).
         for (int k = 0; k < w->nlanes && !j->failed.load(std::memory_order_relaxed); k++) {
-            int idx = j->opt.order == MK_ORDER_REVERSE ? w->nlanes - 1 - k : k;
+            int idx = w->order[k];
             w->cur = idx;
             j->k->glue(j->buffers, tgp, &w->lanes[idx].b);
             w->lanes[idx].state = L_DONE;
@@ -296,13 +304,6 @@ static void lane_entry(void *arg) {
         fiber_switch(&l.fiber, &w->sched);
     }
     abort();   // a finished fiber is never resumed
-}
-
-static uint64_t splitmix(uint64_t &s) {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
 }
 
 static bool ensure_worker(Worker *w, int nlanes, const Job &j) {
@@ -470,7 +471,16 @@ static void run_group(Worker *w, uint64_t g) {
         l.tg_used = j->tg_dynamic_used;
     }
     if (j->checker) checker_begin_group(j->checker, w);
+    std::vector<int> &order = w->order;
+    order.resize(nl);
+    for (int i = 0; i < nl; i++) order[i] = j->opt.order == MK_ORDER_REVERSE ? nl - 1 - i : i;
+    uint64_t rng = j->opt.seed * 0x2545F4914F6CDD1Dull + g;
+    auto shuffle = [&] {
+        if (j->opt.order == MK_ORDER_RANDOM)
+            for (int i = nl - 1; i > 0; i--) std::swap(order[i], order[splitmix(rng) % (i + 1)]);
+    };
     if (w->plain) {
+        shuffle();
         fiber_init(&w->lanes[0].fiber, lane_entry, w, &w->sched);
         w->in_lane = true;
         fiber_switch(&w->sched, &w->lanes[0].fiber);
@@ -479,12 +489,8 @@ static void run_group(Worker *w, uint64_t g) {
         return;
     }
     for (int i = 0; i < nl; i++) fiber_init(&w->lanes[i].fiber, lane_entry, w, &w->sched);
-    std::vector<int> order(nl);
-    for (int i = 0; i < nl; i++) order[i] = j->opt.order == MK_ORDER_REVERSE ? nl - 1 - i : i;
-    uint64_t rng = j->opt.seed * 0x2545F4914F6CDD1Dull + g;
     for (;;) {
-        if (j->opt.order == MK_ORDER_RANDOM)
-            for (int i = nl - 1; i > 0; i--) std::swap(order[i], order[splitmix(rng) % (i + 1)]);
+        shuffle();
         for (int k = 0; k < nl; k++) {
             int i = order[k];
             if (w->lanes[i].state != L_RUN) continue;

@@ -98,6 +98,7 @@ struct Worker {
     std::vector<uint32_t> sg_epoch;           // simdgroup barriers per SIMD-group
     uint64_t group = 0;                       // linear threadgroup index
     bool plain = false;                       // barrier-free kernel: lanes in one fiber
+    std::vector<int> order;                   // lane order of the current round
     bool in_lane = false;                     // a lane's fiber is running (fault handler)
     ~Worker();
 };

@@ -180,3 +180,13 @@ def test_threadgroup_array_overrun_names_the_variable():
     assert "out-of-bounds read of threadgroup memory in kernel 'overrun'" in msg, msg
     assert f"<metal_kernel overrun>:{_line(src, 'READ')}" in msg and "thread (63,0,0)" in msg, msg
     assert f"0 bytes past the end of 'a' (<metal_kernel overrun>:{_line(src, 'float a[64]')})" in msg, msg
+
+
+def test_read_only_input_is_not_written_back():
+    # a numpy array over immutable bytes: checking mode must not copy its mirror back
+    x = np.frombuffer(np.arange(64, dtype=np.float32).tobytes(), np.float32)
+    assert not x.flags.writeable
+    y = np.zeros(64, np.float32)
+    src = HEAD + f"kernel void cp({ARGS}) {{ y[g] = x[g] + 1.0f; }}\n"
+    mpskern.metal_kernel(src, "cp")(x, y, grid=(64,), threadgroup=(64,), backend="sim", check=True)
+    np.testing.assert_array_equal(y, np.arange(64) + 1)

@@ -132,7 +132,9 @@ void checker_tg_var(Checker *c, size_t off, size_t size, const char *name, const
 void checker_free(Checker *c) {
     for (auto &r : c->regions)
         if (r.kind == Region::DEVICE) {
-            memcpy(r.buf->host, r.base, r.size);
+            // read-only host memory (a read-only numpy array may be an immutable mapping)
+            // is never written back; the kernel's writes to it are lost, as they should be
+            if (r.buf->flags & MK_BUFFER_WRITE) memcpy(r.buf->host, r.base, r.size);
             munmap(r.map, r.map_len);
         }
     delete c;

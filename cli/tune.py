@@ -98,6 +98,15 @@ def _run(console, tdb, problems, op, backend, dtype, shape, budget, stride, padd
         opts["groups"] = groups
     if op != "conv2d" and (stride != 1 or padding != 0):
         _fail(console, "--stride and --padding apply to conv2d only")
+    # checked here, before the progress bar starts, so each message names its option
+    if dtype not in ("float32", "float16"):
+        _fail(console, f"--dtype {dtype!r}: use float32 or float16")
+    if stride < 1:
+        _fail(console, f"--stride {stride}: give a positive number")
+    if padding < 0:
+        _fail(console, f"--padding {padding}: give 0 or a positive number")
+    if reps < 1:
+        _fail(console, f"--reps {reps}: give a positive number of timed runs")
     try:
         from mpskern.tuning import tuner
         tuner.gpu_backend(backend)

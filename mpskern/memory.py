@@ -7,6 +7,7 @@ starts at offset 0 and touches no neighbouring memory. Any other array still wor
 shim wraps its enclosing pages (or copies) and bench results say which happened.
 """
 import mmap
+from operator import index
 
 import numpy as np
 
@@ -22,7 +23,11 @@ def empty(shape, dtype=np.float32):
     """Like numpy.empty (C order), but the data starts on a page boundary and the
     allocation is a whole number of pages: Metal can use it without a copy."""
     dtype = np.dtype(dtype)
-    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+    try:  # operator.index semantics, as numpy.empty: 2.5 or "3" is an error, not truncated
+        shape = (index(shape),) if np.ndim(shape) == 0 else tuple(index(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"mpskern.empty: shape must be an int or a sequence of ints, "
+                        f"got {shape!r}") from None
     if any(s < 0 for s in shape):
         raise ValueError(f"mpskern.empty: negative dimension in shape {shape}")
     page = page_size()

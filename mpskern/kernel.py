@@ -24,7 +24,7 @@ def _dims(v, what):
         v = (int(v),)
     try:
         t = tuple(int(x) for x in v)
-    except TypeError:
+    except (TypeError, ValueError):  # ValueError: int("a")
         raise TypeError(f"{what} must be a tuple of 1 to 3 ints, got {v!r}") from None
     if not 1 <= len(t) <= 3 or any(x != y for x, y in zip(t, v)):
         raise ValueError(f"{what} must be 1 to 3 ints, got {v!r}")

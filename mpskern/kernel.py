@@ -14,7 +14,6 @@ uninitialised threadgroup reads), which raises mpskern.KernelCheckError on a fin
 import numpy as np
 
 from mpskern import backends
-from mpskern.backends.base import Backend  # noqa: F401  (documentation cross-reference)
 
 _MAX_BUFFERS = 16
 

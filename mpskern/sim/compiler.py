@@ -110,7 +110,7 @@ def _stub_dir():
     return d
 
 
-def _run(cmd, stdin=None, what="compile"):
+def _run(cmd, stdin=None):
     try:
         r = subprocess.run(cmd, input=stdin, capture_output=True, text=True)
     except OSError as e:

@@ -160,9 +160,14 @@ def selftest(
     if any(d not in DTYPES for d in dtypes):
         err.print(f"--dtype must be one of {', '.join(DTYPES)}, got {dtypes}")
         raise typer.Exit(2)
+    known = sorted({c.op for c in CASES})
+    unknown = [o for o in op or () if o not in known]
+    if unknown:  # also when other --op values are fine: a typo must not shrink the run silently
+        err.print(f"no cases for --op {unknown}; ops: {', '.join(known)}")
+        raise typer.Exit(2)
     cases = [c for c in CASES if not op or c.op in op]
-    if not cases:
-        err.print(f"no cases for --op {op}; ops: {', '.join(sorted({c.op for c in CASES}))}")
+    if seed < 0:
+        err.print(f"--seed {seed}: give 0 or a positive integer")
         raise typer.Exit(2)
 
     for line in header_lines(names):

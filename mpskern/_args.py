@@ -37,6 +37,8 @@ def _bad_dtype(x, name, op):
     else:
         fix = f"{name}.astype(np.float32)"
     why = " (Metal has no double)" if dt.kind == "f" and dt.itemsize == 8 else ""
+    if dt.kind == "f" and dt.itemsize in (2, 4) and not dt.isnative:
+        why = " in native byte order; this array is byte-swapped"
     raise TypeError(f"{op}: {name} has dtype {dt}; mpskern computes in float32 or float16"
                     f"{why}: pass {fix}")
 

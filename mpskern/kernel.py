@@ -4,8 +4,9 @@
     k(x, y, np.float32(2.0), grid=(n, 1, 1), threadgroup=(256, 1, 1))
 
 Arguments bind in order to [[buffer(0)]], [[buffer(1)]], ...: numpy arrays as device
-buffers (written back in place), numpy scalars and structured scalars (and `bytes`) as
-`constant T&` values. `grid` counts threads (dispatchThreads: edge threadgroups may be
+buffers (written back in place; read-only arrays are bound as a copy, so writes to them
+are discarded), numpy scalars and structured scalars (and `bytes`)
+as `constant T&` values. `grid` counts threads (dispatchThreads: edge threadgroups may be
 partial), `threadgroup` is threads per threadgroup. backend="auto" runs on Metal where
 available, else in the simulator ("sim"); the CPU backend cannot run MSL. On the simulator
 check=True turns on the checking mode (races, barrier divergence, out-of-bounds,
@@ -81,8 +82,10 @@ class Kernel:
                                     f"(MSL has no double); cast with .astype(np.float32)")
                 if a.dtype.hasobject:
                     raise TypeError(f"argument {i}: arrays of Python objects cannot be bound")
-                arr = a if a.flags.c_contiguous else np.ascontiguousarray(a)
                 writable = a.flags.writeable
+                # a read-only array is bound as a private copy: its memory may be immutable
+                # (a bytes object, a mode="r" memmap) and the kernel may write any buffer
+                arr = a if a.flags.c_contiguous and writable else np.array(a, order="C")
                 buf = be.wrap(arr, writable)
                 keep.append(arr)
                 bindings.append(buf)

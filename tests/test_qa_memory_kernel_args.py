@@ -22,3 +22,26 @@ def test_kernel_grid_of_strings_names_grid(grid):
     k = mpskern.metal_kernel("", "f")
     with pytest.raises(TypeError, match="grid must be a tuple of 1 to 3 ints"):
         k(grid=grid, threadgroup=1, backend="sim")
+
+
+_WRITE_ONES = """
+#include <metal_stdlib>
+using namespace metal;
+kernel void ones(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) { y[i] = 1.0f; }
+"""
+
+
+def test_kernel_never_writes_a_read_only_array(tmp_path):
+    k = mpskern.metal_kernel(_WRITE_ONES, "ones")
+    data = b"\0" * 16
+    immutable = np.frombuffer(data, np.float32)          # memory of a Python bytes object
+    k(immutable, grid=4, threadgroup=4, backend="sim")
+    assert data == b"\0" * 16 and not immutable.any()
+    np.zeros(64, np.float32).tofile(tmp_path / "z.bin")
+    mapped = np.memmap(tmp_path / "z.bin", np.float32, mode="r")   # read-only pages
+    k(mapped, grid=64, threadgroup=64, backend="sim")  # was SIGSEGV caught as MpskernError
+    assert not mapped.any()
+    y = np.zeros(4, np.float32)
+    k(y, grid=4, threadgroup=4, backend="sim")          # writable arrays are still written
+    assert (y == 1).all()
+

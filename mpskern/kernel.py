@@ -5,8 +5,8 @@
 
 Arguments bind in order to [[buffer(0)]], [[buffer(1)]], ...: numpy arrays as device
 buffers (written back in place; read-only arrays are bound as a copy, so writes to them
-are discarded), numpy scalars and structured scalars (and `bytes`)
-as `constant T&` values. `grid` counts threads (dispatchThreads: edge threadgroups may be
+are discarded), numpy scalars (not float64: MSL has no double) and structured scalars
+(and `bytes`) as `constant T&` values. `grid` counts threads (dispatchThreads: edge threadgroups may be
 partial), `threadgroup` is threads per threadgroup. backend="auto" runs on Metal where
 available, else in the simulator ("sim"); the CPU backend cannot run MSL. On the simulator
 check=True turns on the checking mode (races, barrier divergence, out-of-bounds,
@@ -92,6 +92,10 @@ class Kernel:
                 if writable:
                     writeback.append((buf, arr, a))
             elif isinstance(a, np.generic):
+                if isinstance(a, (np.float64, np.longdouble)):
+                    raise TypeError(f"argument {i}: a {type(a).__name__} scalar cannot be a "
+                                    f"Metal `constant` (MSL has no double); pass "
+                                    f"np.float32({a!r})")
                 bindings.append(a.tobytes())
             elif isinstance(a, (bytes, bytearray)):
                 bindings.append(bytes(a))

@@ -45,3 +45,8 @@ def test_kernel_never_writes_a_read_only_array(tmp_path):
     k(y, grid=4, threadgroup=4, backend="sim")          # writable arrays are still written
     assert (y == 1).all()
 
+
+def test_kernel_rejects_float64_scalars():
+    k = mpskern.metal_kernel(_WRITE_ONES, "ones")
+    with pytest.raises(TypeError, match=r"argument 1: a float64 scalar .* np.float32"):
+        k(np.zeros(4, np.float32), np.float64(2.0), grid=4, threadgroup=4, backend="sim")

@@ -1,6 +1,12 @@
 # _native_cpu.pxi (included by _native.pyx): the mk_cpu_* calls. `args` are dicts whose keys
 # are the fields of the matching struct in metal/mk_args.h (Cython converts dict -> struct).
 
+# Below this many element-operations a call keeps the GIL: releasing and re-taking it costs
+# more than the work (the C side then also runs it inline, without waking the pool).
+cdef enum:
+    _CPU_SMALL_WORK = 16384
+
+
 def cpu_set_num_threads(int n):
     mk_cpu_set_num_threads(n)
 
@@ -26,8 +32,13 @@ def cpu_conv2d(mk_conv2d_args args, int dtype, x, w, bias, y):
     cdef const float* pb = <const float*>addr(bias)
     cdef void* py = addr(y, True)
     cdef mk_status st
-    with nogil:
+    cdef long work = <long>args.N * args.K * args.P * args.Q * (args.C // max(args.groups, 1)) \
+        * args.R * args.S
+    if work < _CPU_SMALL_WORK:
         st = mk_cpu_conv2d(&args, dtype, px, pw, pb, py)
+    else:
+        with nogil:
+            st = mk_cpu_conv2d(&args, dtype, px, pw, pb, py)
     check(st)
 
 
@@ -35,8 +46,12 @@ def cpu_pool2d(mk_pool2d_args args, int dtype, x, y):
     cdef const void* px = addr(x)
     cdef void* py = addr(y, True)
     cdef mk_status st
-    with nogil:
+    cdef long work = <long>args.N * args.C * (args.H * args.W + args.P * args.Q * args.kh * args.kw)
+    if work < _CPU_SMALL_WORK:
         st = mk_cpu_pool2d(&args, dtype, px, py)
+    else:
+        with nogil:
+            st = mk_cpu_pool2d(&args, dtype, px, py)
     check(st)
 
 
@@ -45,7 +60,7 @@ def cpu_softmax(mk_softmax_args args, int dtype, x, y):
     cdef void* py = addr(y, True)
     cdef mk_status st
     # tiny rows: the GIL round trip costs more than the work
-    if <long>args.outer * args.n * args.inner < 4096:
+    if <long>args.outer * args.n * args.inner < _CPU_SMALL_WORK // 4:
         st = mk_cpu_softmax(&args, dtype, px, py)
     else:
         with nogil:
@@ -84,6 +99,9 @@ def cpu_batch_norm(mk_batch_norm_args args, int dtype, x, running_mean, running_
     cdef const float* pb = <const float*>addr(bias)
     cdef void* py = addr(y, True)
     cdef mk_status st
-    with nogil:
+    if <long>args.N * args.C * args.HW < _CPU_SMALL_WORK:
         st = mk_cpu_batch_norm(&args, dtype, px, rm, rv, pw, pb, py)
+    else:
+        with nogil:
+            st = mk_cpu_batch_norm(&args, dtype, px, rm, rv, pw, pb, py)
     check(st)

@@ -222,6 +222,17 @@ POOL_CASES = [
     (1, 9, 10, (3, 3), (2, 2), (1, 1), (1, 1), True, False, 0),
     (1, 11, 6, (3, 2), (3, 2), (1, 1), (1, 1), True, True, 0),
     (1, 7, 7, (3, 3), (1, 1), (1, 0), (1, 1), False, True, 5),    # divisor_override
+    # wide outputs (Q > 8: the row sweep) and narrow ones (window by window)
+    (1, 20, 40, (3, 3), (2, 2), (1, 1), (1, 1), True, False, 0),
+    (1, 20, 40, (3, 3), (1, 1), (1, 1), (1, 2), False, True, 0),
+    (0, 12, 40, (2, 3), (2, 2), (0, 1), (1, 1), True, True, 0),
+    (0, 9, 9, (3, 3), (2, 3), (1, 1), (2, 2), False, True, 0),    # dilated: tap by tap
+    (1, 9, 9, (3, 3), (2, 3), (1, 1), (2, 2), True, False, 0),
+    (1, 7, 7, (7, 7), (7, 7), (0, 0), (1, 1), False, True, 0),    # global pool: one span
+    (0, 7, 7, (7, 7), (7, 7), (0, 0), (1, 1), False, True, 0),
+    (1, 5, 5, (7, 7), (7, 7), (1, 1), (1, 1), False, False, 0),   # padded whole-row window
+    (1, 5, 5, (7, 7), (7, 7), (1, 1), (1, 1), False, True, 0),
+    (1, 9, 30, (2, 30), (2, 30), (0, 0), (1, 1), False, True, 0), # whole rows, two spans
 ]
 
 
@@ -250,6 +261,19 @@ def test_max_pool_propagates_nan():
     assert np.isnan(y[0, 0, 0, 0]) and not np.isnan(y[0, 0, 1:, 1:]).any()
 
 
+def test_global_max_pool_nan_and_inf():
+    x = rnd((1, 3, 7, 7), np.float32)
+    x[0, 0, 6, 6] = np.nan                      # NaN last, after larger values
+    x[0, 1] = -np.inf
+    y = np.empty((1, 3, 1, 1), np.float32)
+    args = dict(N=1, C=3, H=7, W=7, P=1, Q=1, kh=7, kw=7, stride_h=7, stride_w=7, pad_h=0,
+                pad_w=0, dil_h=1, dil_w=1, mode=0, count_include_pad=1, divisor=0,
+                pad_h_end=0, pad_w_end=0)
+    _native.cpu_pool2d(args, F32, x, y)
+    assert np.isnan(y[0, 0, 0, 0]) and y[0, 1, 0, 0] == -np.inf
+    assert y[0, 2, 0, 0] == x[0, 2].max()
+
+
 # ------------------------------------------------------------------------------ softmax
 def softmax_ref(x, axis, log):
     x = x.astype(np.float64)
@@ -263,7 +287,8 @@ def softmax_ref(x, axis, log):
 @pytest.mark.parametrize("shape,axis", [((4, 4), 1), ((3, 1000), 1), ((5, 7, 300), 1),
                                         ((9, 17), 1), ((30, 56), 1), ((3, 16), 1),
                                         ((2, 9, 600), 2), ((600, 3), 0), ((1, 1), 0),
-                                        ((3, 5000, 2), 1)])
+                                        ((3, 5000, 2), 1), ((4, 70, 5), 1), ((2, 40, 15), 1),
+                                        ((2, 90000, 3), 1)])
 @pytest.mark.parametrize("log", [0, 1])
 def test_softmax(dtype, shape, axis, log, threads):
     x = rnd(shape, dtype, 5, 4.0)
@@ -287,6 +312,25 @@ def test_softmax_extremes():
     np.testing.assert_allclose(y[0], [0.0, *(e / e.sum())], rtol=1e-6)   # exp(-inf) = 0
     np.testing.assert_allclose(y[1], [1.0, 0.0, 0.0])
     assert np.isnan(y[2]).all()
+
+
+@pytest.mark.parametrize("log", [0, 1])
+def test_softmax_small_inner_extremes(log):
+    # a few inner columns (transposed to rows): -inf entries, a NaN column, an all -inf one
+    x = rnd((3, 50, 4), np.float32, 61, 3.0)
+    x[0, :10, 0] = -np.inf
+    x[1, 7, 1] = np.nan
+    x[2, :, 2] = -np.inf
+    y = np.empty_like(x)
+    _native.cpu_softmax(dict(outer=3, n=50, inner=4, log=log), F32, x, y)
+    with np.errstate(invalid="ignore"):           # the all -inf column: -inf - -inf
+        ref = softmax_ref(x, 1, log)
+    bad = np.zeros(x.shape, bool)
+    bad[1, :, 1] = bad[2, :, 2] = True
+    assert np.isnan(y[bad]).all()
+    fin = np.isfinite(ref) & ~bad
+    np.testing.assert_allclose(y[fin], ref[fin], rtol=1e-4, atol=1e-6)
+    assert (y[~fin & ~bad] == ref[~fin & ~bad]).all()
 
 
 @pytest.mark.parametrize("log", [0, 1])

@@ -17,6 +17,13 @@ typedef _Float16 mk_half;
 typedef void (*mk_range_fn)(void *ctx, long begin, long end);
 void mk_parallel_for(long n, long grain, mk_range_fn fn, void *ctx);
 int mk_cpu_threads(void);             // effective thread count (>= 1)
+// Waking the pool costs a few microseconds: a task should carry at least this many
+// element-operations. mk_grain(work per item) = items per task (>= 1).
+#define MK_MIN_TASK_WORK 16384L
+static inline long mk_grain(long work_per_item) {
+    long g = MK_MIN_TASK_WORK / (work_per_item > 0 ? work_per_item : 1);
+    return g < 1 ? 1 : g;
+}
 
 /* ---- float16 <-> float32 blocks (mk_cpu_convert.c) */
 void mk_h2f(const mk_half *src, float *dst, long n);

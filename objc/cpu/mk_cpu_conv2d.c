@@ -280,7 +280,7 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
 
     if (Cg == 1 && a->groups > 1) {
         dw_ctx t = {a, dtype, x, w, bias, y, 0};
-        mk_parallel_for((long)a->N * a->K, 1, dw_range, &t);
+        mk_parallel_for((long)a->N * a->K, mk_grain(PQ * a->R * a->S), dw_range, &t);
         return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory") : MK_OK;
     }
 
@@ -341,7 +341,7 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
         mk_h2f(w, wf, (long)a->K * CRS);
         t.w = wf;
     }
-    mk_parallel_for((long)a->groups * t.blocks, 1, conv_range, &t);
+    mk_parallel_for((long)a->groups * t.blocks, mk_grain(Kg * CRS * ncol), conv_range, &t);
     mk_free(wf);
     return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory for im2col")
                     : MK_OK;

@@ -213,7 +213,7 @@ mk_status mk_cpu_batch_norm(const mk_batch_norm_args *a, int dtype, const void *
     }
     bn_ctx t = {a, dtype, x, y, mean, rstd, weight, bias, 0};
     if (a->training) {
-        mk_parallel_for(a->C, 1, bn_stats_range, &t);
+        mk_parallel_for(a->C, mk_grain(2 * count), bn_stats_range, &t);
         for (int c = 0; c < a->C && !t.failed; c++) {
             float var = rstd[c];
             if (a->has_running) {
@@ -230,7 +230,7 @@ mk_status mk_cpu_batch_norm(const mk_batch_norm_args *a, int dtype, const void *
             rstd[c] = 1.0f / sqrtf(running_var[c] + a->eps);
         }
     }
-    if (!t.failed) mk_parallel_for((long)a->N * a->C, 1, bn_apply_range, &t);
+    if (!t.failed) mk_parallel_for((long)a->N * a->C, mk_grain(a->HW), bn_apply_range, &t);
     mk_free(mean); mk_free(rstd);
     return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_batch_norm: out of memory") : MK_OK;
 }

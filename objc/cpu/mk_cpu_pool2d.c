@@ -1,6 +1,8 @@
 // mk_cpu_pool2d.c: max / avg pooling over NCHW planes, one plane per task.
 // For each output row the taps (r, s) are visited in turn and the output columns whose
 // input lies inside the plane are updated as one straight loop (vectorised by the compiler).
+// Few output columns (global pooling, 7x7 -> 1x1) would make that loop a handful of
+// iterations per tap: there each output reduces its window directly, span by span.
 // Divisors follow torch (see mk_pool2d_args in metal/mk_args.h).
 #include "mk_cpu.h"
 #include <math.h>
@@ -34,7 +36,39 @@ typedef struct {
     int failed;
 } pool_ctx;
 
-MK_MULTIVERSION static void pool_plane(const pool_ctx *t, const float *xp, float *yp) {
+// sum / max of n contiguous floats in 8 independent lanes: vectorised, fixed order.
+// max: NaN wins, as in torch (once a lane is NaN it stays NaN).
+static inline float span_sum(const float *x, long n) {
+    float acc[8] = {0};
+    long i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] += x[i + k];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+#define MAXNAN(m, v) (((v) > (m) || (v) != (v)) ? (v) : (m))
+static inline float span_max(const float *x, long n, float m) {
+    float acc[8];
+    for (int k = 0; k < 8; k++) acc[k] = m;
+    long i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) acc[k] = MAXNAN(acc[k], x[i + k]);
+    for (int k = 0; k < 8; k++) m = MAXNAN(m, acc[k]);
+    for (; i < n; i++) m = MAXNAN(m, x[i]);
+    return m;
+}
+
+// per output column q the taps' column range: lo[s] <= q < hi[s] (no divisions in the loops)
+static void tap_ranges(const mk_pool2d_args *a, int *lo, int *hi) {
+    for (int s = 0; s < a->kw; s++)
+        col_range(s * a->dil_w - a->pad_w, a->stride_w, a->W, a->Q, lo + s, hi + s);
+}
+
+// row sweep: for each tap, one straight loop over the output columns (wide outputs)
+MK_MULTIVERSION static void pool_plane_rows(const pool_ctx *t, const float *xp, float *yp,
+                                            const int *lo, const int *hi) {
     const mk_pool2d_args *a = t->a;
     int Q = a->Q, W = a->W, sw = a->stride_w;
     int is_max = a->mode == MK_POOL_MAX;
@@ -46,17 +80,11 @@ MK_MULTIVERSION static void pool_plane(const pool_ctx *t, const float *xp, float
             int ih = p * a->stride_h - a->pad_h + r * a->dil_h;
             if (ih < 0 || ih >= a->H) continue;
             for (int s = 0; s < a->kw; s++) {
-                int off = s * a->dil_w - a->pad_w, lo, hi;
-                col_range(off, sw, W, Q, &lo, &hi);
-                const float *xr = xp + (long)ih * W + off;
+                const float *xr = xp + (long)ih * W + (s * a->dil_w - a->pad_w);
                 if (is_max) {
-                    // NaN wins, as in torch
-                    for (int q = lo; q < hi; q++) {
-                        float v = xr[(long)q * sw];
-                        yr[q] = (v > yr[q] || v != v) ? v : yr[q];
-                    }
+                    for (int q = lo[s]; q < hi[s]; q++) yr[q] = MAXNAN(yr[q], xr[(long)q * sw]);
                 } else {
-                    for (int q = lo; q < hi; q++) yr[q] += xr[(long)q * sw];
+                    for (int q = lo[s]; q < hi[s]; q++) yr[q] += xr[(long)q * sw];
                 }
             }
         }
@@ -67,11 +95,67 @@ MK_MULTIVERSION static void pool_plane(const pool_ctx *t, const float *xp, float
     }
 }
 
+// window by window: each output reduces its window in registers (narrow outputs)
+MK_MULTIVERSION static void pool_plane_windows(const pool_ctx *t, const float *xp, float *yp) {
+    const mk_pool2d_args *a = t->a;
+    int Q = a->Q, W = a->W;
+    int is_max = a->mode == MK_POOL_MAX;
+    for (int p = 0; p < a->P; p++) {
+        int h0 = p * a->stride_h - a->pad_h;
+        for (int q = 0; q < Q; q++) {
+            int w0 = q * a->stride_w - a->pad_w;
+            float acc = is_max ? -INFINITY : 0.0f;
+            if (a->dil_w == 1) {
+                int c0 = w0 < 0 ? 0 : w0, c1 = w0 + a->kw > W ? W : w0 + a->kw;
+                if (c1 > c0 && a->dil_h == 1 && c0 == 0 && c1 == W) {
+                    // the window spans whole rows: its rows are one contiguous span
+                    int r0 = h0 < 0 ? 0 : h0, r1 = h0 + a->kh > a->H ? a->H : h0 + a->kh;
+                    if (r1 > r0) {
+                        const float *xr = xp + (long)r0 * W;
+                        long n = (long)(r1 - r0) * W;
+                        acc = is_max ? span_max(xr, n, acc) : span_sum(xr, n);
+                    }
+                } else if (c1 > c0) {
+                    for (int r = 0; r < a->kh; r++) {
+                        int ih = h0 + r * a->dil_h;
+                        if (ih < 0 || ih >= a->H) continue;
+                        const float *xr = xp + (long)ih * W + c0;
+                        acc = is_max ? span_max(xr, c1 - c0, acc) : acc + span_sum(xr, c1 - c0);
+                    }
+                }
+            } else {
+                for (int r = 0; r < a->kh; r++) {
+                    int ih = h0 + r * a->dil_h;
+                    if (ih < 0 || ih >= a->H) continue;
+                    for (int s = 0; s < a->kw; s++) {
+                        int iw = w0 + s * a->dil_w;
+                        if (iw < 0 || iw >= W) continue;
+                        float v = xp[(long)ih * W + iw];
+                        acc = is_max ? MAXNAN(acc, v) : acc + v;
+                    }
+                }
+            }
+            yp[(long)p * Q + q] = is_max ? acc : acc * (t->div_h[p] * t->inv_div_w[q]);
+        }
+    }
+}
+
+// Few output columns: the row sweep's loops would be a handful of iterations per tap
+#define WINDOW_MAX_Q 8
+
+static void pool_plane(const pool_ctx *t, const float *xp, float *yp, const int *lo, const int *hi) {
+    if (t->a->Q <= WINDOW_MAX_Q) pool_plane_windows(t, xp, yp);
+    else pool_plane_rows(t, xp, yp, lo, hi);
+}
+
 static void pool_range(void *vc, long b, long e) {
     pool_ctx *t = vc;
     const mk_pool2d_args *a = t->a;
     long HW = (long)a->H * a->W, PQ = (long)a->P * a->Q;
     float *xs = NULL, *ys = NULL;
+    int *lo = mk_alloc((size_t)a->kw * 2 * sizeof(int)), *hi = lo ? lo + a->kw : NULL;
+    if (!lo) { t->failed = 1; return; }
+    tap_ranges(a, lo, hi);
     if (t->dtype == MK_F16) {
         xs = mk_alloc((size_t)HW * 4);
         ys = mk_alloc((size_t)PQ * 4);
@@ -79,15 +163,15 @@ static void pool_range(void *vc, long b, long e) {
     }
     for (long i = b; i < e; i++) {
         if (t->dtype == MK_F32) {
-            pool_plane(t, (const float *)t->x + i * HW, (float *)t->y + i * PQ);
+            pool_plane(t, (const float *)t->x + i * HW, (float *)t->y + i * PQ, lo, hi);
         } else {
             mk_h2f((const mk_half *)t->x + i * HW, xs, HW);
-            pool_plane(t, xs, ys);
+            pool_plane(t, xs, ys, lo, hi);
             mk_f2h(ys, (mk_half *)t->y + i * PQ, PQ);
         }
     }
 done:
-    mk_free(xs); mk_free(ys);
+    mk_free(xs); mk_free(ys); mk_free(lo);
 }
 
 mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y) {
@@ -130,7 +214,8 @@ mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void 
         }
     }
     pool_ctx t = {a, dtype, x, y, inv_w, div_h, 0};
-    mk_parallel_for(planes, 1, pool_range, &t);
+    long per_plane = (long)a->H * a->W + (long)a->P * a->Q * a->kh * a->kw;
+    mk_parallel_for(planes, mk_grain(per_plane), pool_range, &t);
     mk_free(div_h); mk_free(inv_w);
     return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_pool2d: out of memory") : MK_OK;
 }

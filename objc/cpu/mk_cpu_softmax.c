@@ -1,7 +1,9 @@
 // mk_cpu_softmax.c: softmax / log_softmax of x viewed as (outer, n, inner) along n.
 // Numerically stable: the maximum is subtracted first. Contiguous rows (inner == 1) run
 // three straight passes per row; strided rows (inner > 1) run the same passes over a block
-// of inner columns at a time so that every pass reads contiguous memory.
+// of inner columns at a time so that every pass reads contiguous memory. A few inner
+// columns (inner < SMALL_INNER) would leave those passes a few scalar iterations long:
+// there the (n, inner) block is transposed to inner contiguous rows in scratch instead.
 #include "mk_cpu.h"
 #include "mk_cpu_vecmath.h"
 #include <math.h>
@@ -48,19 +50,26 @@ MK_MULTIVERSION static void softmax_row(const float *x, float *y, long n, int lo
     }
 }
 
-// a (n, B) block with row stride ld (float32, in place allowed); m, s: B floats of scratch
+#define SUM_BLOCK 256   // rows summed into a partial sum first: long columns stay accurate
+
+// a (n, B) block with row stride ld (float32, in place allowed); m, s, ps: B floats of scratch
 MK_MULTIVERSION static void softmax_cols(const float *x, float *y, long n, long B, long ld, int log_mode,
-                         float *m, float *s) {
+                         float *m, float *s, float *ps) {
     for (long j = 0; j < B; j++) { m[j] = -INFINITY; s[j] = 0.0f; }
     for (long i = 0; i < n; i++) {
         const float *r = x + i * ld;
         for (long j = 0; j < B; j++) m[j] = (r[j] > m[j] || r[j] != r[j]) ? r[j] : m[j];
     }
-    for (long i = 0; i < n; i++) {
-        const float *r = x + i * ld;
-        float *o = y + i * ld;
-        if (log_mode) for (long j = 0; j < B; j++) s[j] += mk_expf(r[j] - m[j]);
-        else for (long j = 0; j < B; j++) { float e = mk_expf(r[j] - m[j]); o[j] = e; s[j] += e; }
+    for (long i0 = 0; i0 < n; i0 += SUM_BLOCK) {
+        long i1 = n - i0 < SUM_BLOCK ? n : i0 + SUM_BLOCK;
+        for (long j = 0; j < B; j++) ps[j] = 0.0f;
+        for (long i = i0; i < i1; i++) {
+            const float *r = x + i * ld;
+            float *o = y + i * ld;
+            if (log_mode) for (long j = 0; j < B; j++) ps[j] += mk_expf(r[j] - m[j]);
+            else for (long j = 0; j < B; j++) { float e = mk_expf(r[j] - m[j]); o[j] = e; ps[j] += e; }
+        }
+        for (long j = 0; j < B; j++) s[j] += ps[j];
     }
     if (log_mode) {
         for (long j = 0; j < B; j++) s[j] = m[j] + logf(s[j]);
@@ -100,11 +109,37 @@ static void rows_range(void *vc, long b, long e) {
     mk_free(buf);
 }
 
+#define SMALL_INNER 16
+#define SMALL_INNER_MAX_FLOATS (1L << 18)   // scratch per task (1 MiB)
+
+// small inner: per outer, gather the (n, inner) block into inner rows, softmax them, scatter
+static void small_inner_range(void *vc, long b, long e) {
+    sm_ctx *t = vc;
+    long n = t->a->n, inner = t->a->inner;
+    int f16 = t->dtype == MK_F16;
+    float *buf = mk_alloc((size_t)n * inner * 4);
+    if (!buf) { t->failed = 1; return; }
+    for (long o = b; o < e; o++) {
+        long base = o * n * inner;
+        for (long i = 0; i < n; i++)
+            for (long j = 0; j < inner; j++)
+                buf[j * n + i] = f16 ? (float)((const mk_half *)t->x)[base + i * inner + j]
+                                     : ((const float *)t->x)[base + i * inner + j];
+        for (long j = 0; j < inner; j++) softmax_row(buf + j * n, buf + j * n, n, t->a->log);
+        for (long i = 0; i < n; i++)
+            for (long j = 0; j < inner; j++) {
+                if (f16) ((mk_half *)t->y)[base + i * inner + j] = (mk_half)buf[j * n + i];
+                else ((float *)t->y)[base + i * inner + j] = buf[j * n + i];
+            }
+    }
+    mk_free(buf);
+}
+
 static void cols_range(void *vc, long b, long e) {
     sm_ctx *t = vc;
     long n = t->a->n, inner = t->a->inner, B = t->block;
     int f16 = t->dtype == MK_F16;
-    float *ms = mk_alloc((size_t)2 * B * 4), *buf = f16 ? mk_alloc((size_t)n * B * 4) : NULL;
+    float *ms = mk_alloc((size_t)3 * B * 4), *buf = f16 ? mk_alloc((size_t)n * B * 4) : NULL;
     if (!ms || (f16 && !buf)) { t->failed = 1; mk_free(ms); mk_free(buf); return; }
     for (long task = b; task < e; task++) {
         long o = task / t->nblocks, j0 = (task % t->nblocks) * B;
@@ -112,11 +147,11 @@ static void cols_range(void *vc, long b, long e) {
         long base = o * n * inner + j0;
         if (!f16) {
             softmax_cols((const float *)t->x + base, (float *)t->y + base, n, w, inner,
-                         t->a->log, ms, ms + B);
+                         t->a->log, ms, ms + B, ms + 2 * B);
         } else {
             for (long i = 0; i < n; i++)
                 mk_h2f((const mk_half *)t->x + base + i * inner, buf + i * w, w);
-            softmax_cols(buf, buf, n, w, w, t->a->log, ms, ms + B);
+            softmax_cols(buf, buf, n, w, w, t->a->log, ms, ms + B, ms + 2 * B);
             for (long i = 0; i < n; i++)
                 mk_f2h(buf + i * w, (mk_half *)t->y + base + i * inner, w);
         }
@@ -133,17 +168,16 @@ mk_status mk_cpu_softmax(const mk_softmax_args *a, int dtype, const void *x, voi
     MK_CHECK_PTR(x); MK_CHECK_PTR(y);
     sm_ctx t = {a, dtype, x, y, 0, 0, 0};
     if (a->inner == 1) {
-        long grain = 32768 / a->n;
-        mk_parallel_for(a->outer, grain < 1 ? 1 : grain, rows_range, &t);
+        mk_parallel_for(a->outer, mk_grain(a->n), rows_range, &t);
+    } else if (a->inner < SMALL_INNER && (long)a->n * a->inner <= SMALL_INNER_MAX_FLOATS) {
+        mk_parallel_for(a->outer, mk_grain((long)a->n * a->inner), small_inner_range, &t);
     } else {
         long B = a->inner < 256 ? a->inner : 256;
         // float16 staging holds n*B floats: keep it within ~1 MiB when rows are long
         while (dtype == MK_F16 && B > 16 && (long)a->n * B > (1 << 18)) B /= 2;
         t.block = B;
         t.nblocks = (a->inner + B - 1) / B;
-        long work = a->n * B;
-        long grain = 32768 / work;
-        mk_parallel_for((long)a->outer * t.nblocks, grain < 1 ? 1 : grain, cols_range, &t);
+        mk_parallel_for((long)a->outer * t.nblocks, mk_grain(a->n * B), cols_range, &t);
     }
     return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_softmax: out of memory") : MK_OK;
 }

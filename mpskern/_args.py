@@ -23,10 +23,10 @@ def array(x, name, op):
     code = _CODES.get(x.dtype)
     if code is None:
         _bad_dtype(x, name, op)
+    if x.size >= INT32_LIMIT:  # before the copy: a broadcast view may be huge
+        too_big(name, x.shape, op)
     if not x.flags.c_contiguous:
         x = np.ascontiguousarray(x)
-    if x.size >= INT32_LIMIT:
-        too_big(name, x.shape, op)
     return x, code
 
 

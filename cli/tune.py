@@ -188,13 +188,20 @@ def _list(console, tdb):
     if not len(d):
         console.print(f"{path}: no entries yet (run mpskern tune OP)")
         return
-    t = Table(title=path)
-    for col in ("device", "backend", "op", "dtype", "shape", "configuration", "ms", "speedup",
-                "date"):
-        t.add_column(col)
+    # one table per device (the device name as its title) and short cells kept whole, so
+    # the listing stays readable in an 80-column terminal
+    groups = {}
     for e in d.entries:
-        sp = f"{e.default_time_ms / e.time_ms:.2f}x" if e.time_ms and e.default_time_ms else "-"
-        t.add_row(e.device or e.architecture, e.backend, e.op, e.dtype,
-                  "x".join(map(str, e.shape)) if e.shape else (e.bucket or "*"),
-                  _fmt(e.config), _ms(e.time_ms), sp, str(e.provenance.get("date", "")))
-    console.print(t)
+        groups.setdefault((e.device or e.architecture or "any device", e.backend), []).append(e)
+    console.print(f"{path}: {len(d)} entries")
+    for (device, backend), entries in groups.items():
+        t = Table(title=f"{device} ({backend})", title_justify="left", box=box.SIMPLE_HEAD,
+                  show_edge=False, pad_edge=False, collapse_padding=True)
+        for col in ("op", "dtype", "shape", "configuration", "ms", "speedup", "date"):
+            t.add_column(col, no_wrap=col != "configuration", min_width=17 if col ==
+                         "configuration" else None)
+        for e in entries:
+            sp = f"{e.default_time_ms / e.time_ms:.2f}x" if e.time_ms and e.default_time_ms else "-"
+            t.add_row(e.op, e.dtype, "x".join(map(str, e.shape)) if e.shape else (e.bucket or "*"),
+                      _fmt(e.config), _ms(e.time_ms), sp, str(e.provenance.get("date", ""))[:10])
+        console.print(t)

@@ -20,3 +20,24 @@ def test_bad_tune_options_name_the_option(extra, msg, monkeypatch, tmp_path):
     assert r.exit_code == 2, r.output
     assert msg in r.output and "tuning conv2d" not in r.output, r.output
     assert not (tmp_path / "t.json").exists()
+
+
+def test_list_is_readable_in_80_columns(monkeypatch, tmp_path):
+    """--list cut every cell to 'mpske…', 'float…' in an 80-column terminal."""
+    import json
+    monkeypatch.setenv("COLUMNS", "80")
+    path = tmp_path / "t.json"
+    entry = {"op": "conv2d", "dtype": "float16", "backend": "sim", "family": "apple8",
+             "device": "mpskern simulator (apple8)", "architecture": "",
+             "config": {"variant": "simd", "BM": 64, "BN": 64, "BK": 16, "WM": 2, "WN": 2},
+             "shape": [1, 64, 3136, 576], "bucket": "1x64x4096x1024", "time_ms": 12.5,
+             "default_time_ms": 20.0, "provenance": {"date": "2026-11-29T18:00:00Z"}}
+    path.write_text(json.dumps({"format": "mpskern-tuning-db", "version": 1,
+                                "entries": [entry]}))
+    r = CliRunner().invoke(app, ["tune", "--list", "--db", str(path)])
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output, r.output
+    for cell in ("mpskern simulator (apple8) (sim)", "conv2d", "float16", "1x64x3136x576",
+                 "variant=simd", "12.5", "1.60x", "2026-11-29"):
+        assert cell in r.output, (cell, r.output)
+    assert max(len(line) for line in r.output.splitlines()) <= 80

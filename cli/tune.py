@@ -54,8 +54,8 @@ def tune(
     db: Optional[str] = typer.Option(None, help="The tuning database file (default: "
                                                 "$MPSKERN_TUNING_DB, else the user cache dir)."),
 ):
-    """Autotune an op's tile configuration for this GPU and store it in the tuning
-    database; dispatch then uses it for this device, op, dtype and shape."""
+    # one line: rich keeps a docstring's line breaks, mid-sentence in the command list
+    """Autotune an op's tile configuration for this GPU and store it in the tuning database; dispatch then uses it for this device, op, dtype and shape."""  # noqa: E501
     from mpskern.tuning import db as tdb
     from mpskern.tuning import problems
 

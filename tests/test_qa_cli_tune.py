@@ -41,3 +41,12 @@ def test_list_is_readable_in_80_columns(monkeypatch, tmp_path):
                  "variant=simd", "12.5", "1.60x", "2026-11-29"):
         assert cell in r.output, (cell, r.output)
     assert max(len(line) for line in r.output.splitlines()) <= 80
+
+
+def test_tune_help_in_the_command_list_is_not_broken_mid_sentence(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    r = CliRunner().invoke(app, ["--help"])
+    lines = [ln.strip("│ ").rstrip() for ln in r.output.splitlines()]
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("tune "))
+    # the broken docstring gave a line holding only "the tuning", then "database; ..."
+    assert all(len(ln) > 40 for ln in lines[i:i + 2]), r.output

@@ -1,5 +1,6 @@
 # _native_gpu.pxi (included by _native.pyx): GPU devices (Metal, simulator), buffers,
 # libraries, pipelines and dispatch through the device-generic part of the C ABI.
+cimport cython
 from libc.stdlib cimport malloc, free
 
 _KINDS = {"metal": MK_DEVICE_METAL, "sim": MK_DEVICE_SIM}
@@ -157,6 +158,9 @@ cdef class Device:
             free(list_)
 
 
+# no_gc_clear: the GC must not drop .device/.library before __dealloc__ frees the
+# handle through them (the handle's device is used to free it).
+@cython.no_gc_clear
 cdef class Buffer:
     cdef mk_buffer* ptr
     cdef readonly Device device
@@ -196,6 +200,7 @@ cdef class Buffer:
             self.ptr = NULL
 
 
+@cython.no_gc_clear
 cdef class Library:
     cdef mk_library* ptr
     cdef readonly Device device
@@ -234,6 +239,7 @@ cdef class Library:
             self.ptr = NULL
 
 
+@cython.no_gc_clear
 cdef class Pipeline:
     cdef mk_pipeline* ptr
     cdef readonly Library library

@@ -1,5 +1,5 @@
-"""`mpskern selftest`: every op x dtype x backend against the cpu backend (and a float64
-reference where there is one) on a few small shapes, odd sizes included. The first command
+"""`mpskern selftest`: every op x dtype x backend against the cpu backend and the float64
+reference (mpskern/reference.py) on a few small shapes, odd sizes included. The first command
 to run on a new machine, and what to paste into a bug report: the header names the
 machine, the GPU and its family, the OS and the versions. Exit status 1 on any failure."""
 import math
@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mpskern import backends
-from mpskern.bench import check
+from mpskern.reference import max_error, tolerance
 from mpskern.cli.app import app
 from mpskern.cli.selftest_cases import CASES
 
@@ -55,7 +55,7 @@ def run(names, dtypes=DTYPES, seed=0, cases=CASES, progress=None):
         for dt in dtypes:
             rng = np.random.default_rng(seed)
             call, ref, reduction = case.build(rng, np.dtype(dt))
-            tol = check.tolerance(dt, reduction)
+            tol = tolerance(dt, reduction)
             cpu, cpu_err = _outcome(lambda: call("cpu"))
             for be in names:
                 out, err = (cpu, cpu_err) if be == "cpu" else _outcome(lambda: call(be))
@@ -64,8 +64,8 @@ def run(names, dtypes=DTYPES, seed=0, cases=CASES, progress=None):
                 if err:
                     rows.append(Row(case.op, case.label, dt, be, err[0], None, None, tol, err[1]))
                     continue
-                e_ref = check.max_error(out, ref) if ref is not None else None
-                e_cpu = check.max_error(out, cpu) if be != "cpu" and cpu is not None else None
+                e_ref = max_error(out, ref) if ref is not None else None
+                e_cpu = max_error(out, cpu) if be != "cpu" and cpu is not None else None
                 ok = (e_ref is None or e_ref <= tol) and (e_cpu is None or e_cpu <= 2 * tol)
                 note = ""
                 if be == "cpu" and ref is None:

@@ -1,21 +1,20 @@
-"""float64 numpy references for every op, and the helpers the op tests share.
-
-The references are written independently of mpskern/shapes.py (output sizes come from
-enumerating windows, not from the library's formulas), so a wrong shape rule shows up
-as a mismatch. They take the op's inputs (already rounded to the tested dtype) and
-compute in float64.
+"""The helpers the op tests share: the backend fixture, random inputs, assert_close. The
+float64 references themselves live in mpskern/reference.py (shared with the benchmark,
+the tuner and `mpskern selftest`) and are re-exported here as refs.conv2d etc.
 
 Backends under test: MPSKERN_TEST_BACKENDS (comma separated, default "cpu"), e.g.
 MPSKERN_TEST_BACKENDS=cpu,sim pytest -q tests/test_ops_softmax.py. Keep test shapes small:
 the simulator is slow.
 """
-import math
 import os
 
 import numpy as np
 import pytest
 
 from mpskern import backends
+from mpskern.reference import (  # noqa: F401  (re-exported: refs.conv2d, ...)
+    avg_pool2d, batch_norm, conv2d, gemm, group_norm, layer_norm, log_softmax, matmul,
+    max_error, max_pool2d, rms_norm, softmax, tolerance, window_starts)
 
 BACKENDS = [b for b in os.environ.get("MPSKERN_TEST_BACKENDS", "cpu").split(",") if b]
 DTYPES = [np.float32, np.float16]
@@ -46,13 +45,11 @@ def rand(shape, dtype, rng, lo=-1.0, hi=1.0):
     return rng.uniform(lo, hi, size=shape).astype(dtype)
 
 
-def tol(dtype):
-    return 1e-4 if np.dtype(dtype) == np.float32 else 1e-2
-
-
 def assert_close(got, ref, dtype, terms=1, what=""):
-    """|got - ref| <= tol * (|ref| + scale), where scale grows with sqrt(terms), the
-    number of products summed into one output (reductions lose accuracy that way)."""
+    """dtype, shape and the non-finite positions agree, and on the finite entries
+    max |got - ref| / max |ref| <= mpskern.reference.tolerance(dtype, terms), terms being
+    the number of products summed into one output (reductions lose accuracy that way):
+    the rule the benchmark, the tuner and selftest check with."""
     got = np.asarray(got)
     assert got.dtype == np.dtype(dtype), f"{what}: dtype {got.dtype}, expected {np.dtype(dtype)}"
     assert got.shape == ref.shape, f"{what}: shape {got.shape}, expected {ref.shape}"
@@ -61,220 +58,7 @@ def assert_close(got, ref, dtype, terms=1, what=""):
     g = got.astype(np.float64)
     assert np.all(np.isfinite(g) == np.isfinite(ref)), f"{what}: non-finite values differ"
     fin = np.isfinite(ref)
-    scale = max(1.0, float(np.abs(ref[fin]).max(initial=0.0))) * max(1.0, math.sqrt(terms) / 4)
-    err = np.abs(g[fin] - ref[fin])
-    bound = tol(dtype) * (np.abs(ref[fin]) + scale)
-    worst = float((err - bound).max(initial=-1.0))
-    assert worst <= 0, (f"{what}: max error {float(err.max()):.3g} exceeds the tolerance "
-                        f"(tol {tol(dtype)}, scale {scale:.3g})")
-
-
-def f64(*xs):
-    return [None if x is None else np.asarray(x, dtype=np.float64) for x in xs]
-
-
-# -- matmul / gemm -------------------------------------------------------------------------
-def matmul(a, b):
-    a, b = f64(a, b)
-    return np.asarray(a @ b)
-
-
-def gemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
-    a, b, c = f64(a, b, c)
-    if trans_a:
-        a = np.swapaxes(a, -1, -2)
-    if trans_b:
-        b = np.swapaxes(b, -1, -2)
-    y = alpha * (a @ b)
-    if c is not None and beta != 0:
-        y = y + beta * c
-    return y
-
-
-# -- conv2d --------------------------------------------------------------------------------
-def _two(v):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-
-
-def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    x, w, bias = f64(x, w, bias)
-    unbatched = x.ndim == 3
-    if unbatched:
-        x = x[None]
-    N, C, H, W = x.shape
-    K, Cg, R, S = w.shape
-    sh, sw = _two(stride)
-    dh, dw = _two(dilation)
-    if padding == "valid":
-        pads = ((0, 0), (0, 0))
-    elif padding == "same":  # torch: total d*(k-1), the extra one at the end
-        th, tw = dh * (R - 1), dw * (S - 1)
-        pads = ((th // 2, th - th // 2), (tw // 2, tw - tw // 2))
-    else:
-        ph, pw = _two(padding)
-        pads = ((ph, ph), (pw, pw))
-    xp = np.pad(x, ((0, 0), (0, 0)) + pads)
-    Hp, Wp = xp.shape[2:]
-    P = len(range(0, Hp - dh * (R - 1), sh))
-    Q = len(range(0, Wp - dw * (S - 1), sw))
-    y = np.zeros((N, K, P, Q))
-    Kg = K // groups
-    for g in range(groups):
-        xg = xp[:, g * Cg:(g + 1) * Cg]
-        wg = w[g * Kg:(g + 1) * Kg]
-        for r in range(R):
-            for s in range(S):
-                patch = xg[:, :, r * dh: r * dh + (P - 1) * sh + 1: sh,
-                           s * dw: s * dw + (Q - 1) * sw + 1: sw]
-                y[:, g * Kg:(g + 1) * Kg] += np.einsum("ncpq,kc->nkpq", patch, wg[:, :, r, s])
-    if bias is not None:
-        y += bias[None, :, None, None]
-    return y[0] if unbatched else y
-
-
-# -- pooling -------------------------------------------------------------------------------
-def _starts(n, k, s, p, d, ceil_mode):
-    """Window starts (in unpadded coordinates) along one axis, by enumeration: a window
-    must fit in the padded input, except that ceil_mode admits one more partial window
-    as long as it starts inside the input or its left padding."""
-    eff = d * (k - 1) + 1
-    starts = []
-    i = 0
-    while True:
-        st = i * s - p
-        fits = st + eff <= n + p
-        if fits or (ceil_mode and st < n and (i - 1) * s - p + eff < n + p):
-            starts.append(st)
-            i += 1
-            if not fits:
-                break
-        else:
-            break
-    return starts
-
-
-def _pool(x, kernel_size, stride, padding, dilation, ceil_mode, reduce):
-    x = np.asarray(x, np.float64)
-    unbatched = x.ndim == 3
-    if unbatched:
-        x = x[None]
-    N, C, H, W = x.shape
-    kh, kw = _two(kernel_size)
-    sh, sw = _two(stride if stride is not None else kernel_size)
-    ph, pw = _two(padding)
-    dh, dw = _two(dilation)
-    hs = _starts(H, kh, sh, ph, dh, ceil_mode)
-    ws = _starts(W, kw, sw, pw, dw, ceil_mode)
-    y = np.empty((N, C, len(hs), len(ws)))
-    for i, h0 in enumerate(hs):
-        for j, w0 in enumerate(ws):
-            y[:, :, i, j] = reduce(x, h0, w0, kh, kw, dh, dw, ph, pw, H, W)
-    return y[0] if unbatched else y
-
-
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    def red(x, h0, w0, kh, kw, dh, dw, ph, pw, H, W):
-        rows = [h0 + a * dh for a in range(kh) if 0 <= h0 + a * dh < H]
-        cols = [w0 + b * dw for b in range(kw) if 0 <= w0 + b * dw < W]
-        # a window wholly in the padding (possible with dilation) is -inf, as torch
-        return x[:, :, rows][:, :, :, cols].max(axis=(2, 3), initial=-np.inf)
-    return _pool(x, kernel_size, stride, padding, dilation, ceil_mode, red)
-
-
-def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
-               divisor_override=None):
-    def red(x, h0, w0, kh, kw, dh, dw, ph, pw, H, W):
-        # torch: the count_include_pad window is clipped to the padded extent only
-        h1, w1 = min(h0 + kh, H + ph), min(w0 + kw, W + pw)
-        padded_count = (h1 - h0) * (w1 - w0)
-        a0, a1, b0, b1 = max(h0, 0), min(h1, H), max(w0, 0), min(w1, W)
-        total = x[:, :, a0:a1, b0:b1].sum(axis=(2, 3))
-        if divisor_override:
-            div = divisor_override
-        elif count_include_pad:
-            div = padded_count
-        else:
-            div = (a1 - a0) * (b1 - b0)
-        return total / div
-    return _pool(x, kernel_size, stride, padding, 1, ceil_mode, red)
-
-
-# -- softmax -------------------------------------------------------------------------------
-def softmax(x, axis=-1):
-    x = np.asarray(x, np.float64)
-    z = x - x.max(axis=axis, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=axis, keepdims=True)
-
-
-def log_softmax(x, axis=-1):
-    x = np.asarray(x, np.float64)
-    z = x - x.max(axis=axis, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
-
-
-# -- normalisation -------------------------------------------------------------------------
-def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
-    x, weight, bias = f64(x, weight, bias)
-    k = len(normalized_shape) if isinstance(normalized_shape, (tuple, list)) else 1
-    axes = tuple(range(x.ndim - k, x.ndim))
-    mu = x.mean(axis=axes, keepdims=True)
-    var = ((x - mu) ** 2).mean(axis=axes, keepdims=True)
-    y = (x - mu) / np.sqrt(var + eps)
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
-    return y
-
-
-def rms_norm(x, normalized_shape, weight=None, eps=None):
-    dt = np.asarray(x).dtype
-    x, weight = f64(x, weight)
-    if eps is None:
-        eps = float(np.finfo(dt).eps)
-    k = len(normalized_shape) if isinstance(normalized_shape, (tuple, list)) else 1
-    axes = tuple(range(x.ndim - k, x.ndim))
-    y = x / np.sqrt((x * x).mean(axis=axes, keepdims=True) + eps)
-    return y * weight if weight is not None else y
-
-
-def _per_channel(v, ndim):
-    return v.reshape((1, -1) + (1,) * (ndim - 2))
-
-
-def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
-    x, weight, bias = f64(x, weight, bias)
-    N, C = x.shape[:2]
-    g = x.reshape(N, num_groups, -1)
-    mu = g.mean(axis=2, keepdims=True)
-    var = ((g - mu) ** 2).mean(axis=2, keepdims=True)
-    y = ((g - mu) / np.sqrt(var + eps)).reshape(x.shape)
-    if weight is not None:
-        y = y * _per_channel(weight, x.ndim)
-    if bias is not None:
-        y = y + _per_channel(bias, x.ndim)
-    return y
-
-
-def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
-               momentum=0.1, eps=1e-5):
-    """(y, new_running_mean, new_running_var); the running stats are returned updated
-    (training) or unchanged, never modified in place."""
-    x, rm, rv, weight, bias = f64(x, running_mean, running_var, weight, bias)
-    axes = (0,) + tuple(range(2, x.ndim))
-    if training:
-        n = x.size // x.shape[1]
-        mu = x.mean(axis=axes)
-        var = ((x - _per_channel(mu, x.ndim)) ** 2).mean(axis=axes)
-        if rm is not None:
-            rm = (1 - momentum) * rm + momentum * mu
-            rv = (1 - momentum) * rv + momentum * var * n / (n - 1)
-    else:
-        mu, var = rm, rv
-    y = (x - _per_channel(mu, x.ndim)) / np.sqrt(_per_channel(var, x.ndim) + eps)
-    if weight is not None:
-        y = y * _per_channel(weight, x.ndim)
-    if bias is not None:
-        y = y + _per_channel(bias, x.ndim)
-    return y, rm, rv
+    assert np.array_equal(g[~fin], ref[~fin], equal_nan=True), f"{what}: infinities differ in sign"
+    err, bound = max_error(g[fin], ref[fin]), tolerance(dtype, terms)
+    assert err <= bound, (f"{what}: max error {err:.3g} (relative to max |ref|) exceeds the "
+                          f"tolerance {bound:.3g} ({np.dtype(dtype).name}, {terms} terms)")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from mpskern import costs, peaks
-from mpskern.bench import check, ops, presets, reference, runner, schema, targets
+from mpskern import costs, peaks, reference
+from mpskern.bench import ops, presets, runner, schema, targets
 
 
 class FakeTarget(targets.Target):
@@ -114,7 +114,7 @@ def test_reference_conv_and_pool_against_loops():
     w = rng.standard_normal((6, 2, 3, 2))
     b = rng.standard_normal(6)
     st, pad, dil, g = 2, 1, 2, 2
-    y = reference.conv2d(x, w, b, st, pad, dil, g)
+    y = reference.conv2d(x, w, b, stride=st, padding=pad, dilation=dil, groups=g)
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     want = np.zeros(y.shape)
     for n in range(2):
@@ -130,8 +130,8 @@ def test_reference_conv_and_pool_against_loops():
                     want[n, k, p, q] = acc
     np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12)
     x = rng.standard_normal((1, 2, 5, 5))
-    m = reference.pool2d(x, 3, 2, 1, "max")
-    a = reference.pool2d(x, 3, 2, 1, "avg")
+    m = reference.max_pool2d(x, 3, 2, 1)
+    a = reference.avg_pool2d(x, 3, 2, 1)
     xm = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
     xa = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
     for p in range(3):
@@ -150,20 +150,22 @@ def test_reference_norms():
     assert abs(z.mean()) < 1e-12 and abs(z.var() - 1) < 1e-9
     s = reference.softmax(x.reshape(12, 8) * 50)
     np.testing.assert_allclose(s.sum(-1), 1.0)
-    np.testing.assert_allclose(reference.softmax(x.reshape(12, 8), log=True),
+    np.testing.assert_allclose(reference.log_softmax(x.reshape(12, 8)),
                                np.log(reference.softmax(x.reshape(12, 8))), atol=1e-12)
 
 
 def test_check_tolerance_and_error():
-    assert check.tolerance("float16", 1) > check.tolerance("float32", 1)
-    assert check.tolerance("float32", 10000) > check.tolerance("float32", 1)
+    assert reference.tolerance("float16", 1) > reference.tolerance("float32", 1)
+    assert reference.tolerance("float32", 10000) > reference.tolerance("float32", 1)
+    assert reference.tolerance("float32", 10 ** 6) == 1e-4      # the ceiling
+    assert reference.tolerance("float16", 10 ** 6) == 5e-3
     ref = np.array([1.0, -2.0, 4.0])
-    assert check.max_error(np.float32(ref), ref) == 0
-    assert math.isclose(check.max_error(ref + [0, 0.04, 0], ref), 0.01)
-    assert check.max_error(np.array([1, np.nan, 4]), ref) == math.inf
-    assert check.max_error(ref[:2], ref) == math.inf
+    assert reference.max_error(np.float32(ref), ref) == 0
+    assert math.isclose(reference.max_error(ref + [0, 0.04, 0], ref), 0.01)
+    assert reference.max_error(np.array([1, np.nan, 4]), ref) == math.inf
+    assert reference.max_error(ref[:2], ref) == math.inf
     with pytest.raises(ValueError, match="no tolerance"):
-        check.tolerance("float64")
+        reference.tolerance("float64")
 
 
 # -- runner and schema ----------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """conv2d kernels (metal/conv2d.metal) on the simulator through the GPU encoder
 (mpskern/gpu_ops/conv2d.py): implicit GEMM (simd and tiled) for every shipped tile
 configuration and dtype, the depthwise kernel, and the 1x1-as-GEMM path, against the
-float64 references of tests/refs.py, in two fiber orders (bit-identical) and under the
+float64 references of mpskern/reference.py, in two fiber orders (bit-identical) and under the
 checking mode. Shapes stay small: the simulator is slow."""
 import numpy as np
 import pytest
@@ -11,7 +11,7 @@ from mpskern.gpu_ops import conv2d as conv_op
 from mpskern.tuning import spaces
 from test_gpu_gemm import DTYPES, TILE_KEYS, UNIT, shipped_tiles, tiles_id
 
-refs = pytest.importorskip("refs", reason="tests/refs.py (float64 references) not on this branch yet")
+refs = pytest.importorskip("refs", reason="tests/refs.py not on this branch yet")
 
 CODE = {np.dtype(np.float32): _native.F32, np.dtype(np.float16): _native.F16}
 SFX = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}

@@ -1,6 +1,6 @@
 """metal/norm.metal on the simulator: layer_norm / rms_norm, group_norm and batch_norm
 (inference and training), every kernel x dtype x shipped configuration against the
-float64 references of tests/refs.py, in two fiber orders, and under the checking mode
+float64 references of mpskern/reference.py, in two fiber orders, and under the checking mode
 (which must report nothing). Shapes are small: the simulator is slow."""
 import numpy as np
 import pytest

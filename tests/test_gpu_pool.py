@@ -1,6 +1,6 @@
 """metal/pool.metal on the simulator: max/avg pool2d with every option (kernel, stride,
 padding, dilation, ceil_mode, count_include_pad, divisor_override), every kernel x dtype
-x shipped configuration against the float64 references of tests/refs.py, in two fiber
+x shipped configuration against the float64 references of mpskern/reference.py, in two fiber
 orders, and under the checking mode (which must report nothing)."""
 import numpy as np
 import pytest

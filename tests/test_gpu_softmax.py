@@ -1,5 +1,5 @@
 """metal/softmax.metal on the simulator: every kernel x dtype x shipped configuration
-against the float64 references of tests/refs.py, in two fiber orders, and under the
+against the float64 references of mpskern/reference.py, in two fiber orders, and under the
 checking mode (which must report nothing). Shapes are small: the simulator is slow."""
 import numpy as np
 import pytest

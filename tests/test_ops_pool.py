@@ -61,7 +61,7 @@ def test_output_sizes_match_torch(n, k, s, p, ceil, expect):
     """Known torch output sizes, checked on both the library's rule and the reference's."""
     from mpskern.shapes import pool_output_size
     assert pool_output_size(n, k, s, p, 1, ceil) == expect
-    assert len(refs._starts(n, k, s, p, 1, ceil)) == expect
+    assert len(refs.window_starts(n, k, s, p, 1, ceil)) == expect
 
 
 def test_max_pool_padding_never_wins(backend):

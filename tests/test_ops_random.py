@@ -14,7 +14,7 @@ COUNT = 60
 def _pool_valid(H, W, k, s, p, d, ceil):
     if p > k // 2:
         return False
-    return all(len(refs._starts(n, k, s, p, d, ceil)) >= 1 for n in (H, W))
+    return all(len(refs.window_starts(n, k, s, p, d, ceil)) >= 1 for n in (H, W))
 
 
 @pytest.mark.parametrize("seed", range(COUNT))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mpskern.bench import reference as ref
+from mpskern import reference as ref
 
 EPS = 1e-5
 
@@ -169,8 +169,7 @@ class Conv2d(OpSpec):
 
     def reference(self, i):
         p = i["p"]
-        return ref.conv2d(i["x"], i["w"], i["b"], p["stride"], p["padding"], p["dilation"],
-                          p["groups"])
+        return ref.conv2d(i["x"], i["w"], i["b"], **p)
 
     def struct_args(self, s, out_shape):
         return dict(N=s["N"], C=s["C"], H=s["H"], W=s["W"], K=s["K"], R=s["R"], S=s["S"],
@@ -203,7 +202,7 @@ class Matmul(OpSpec):
         return torch.matmul(t["a"], t["b"])
 
     def reference(self, i):
-        return np.matmul(i["a"].astype(np.float64), i["b"].astype(np.float64))
+        return ref.matmul(i["a"], i["b"])
 
     def struct_args(self, s, out_shape):
         return dict(batch=s["batch"], M=s["M"], N=s["N"], K=s["K"])
@@ -247,7 +246,7 @@ class Gemm(OpSpec):
 
     def reference(self, i):
         p = i["p"]
-        return ref.gemm(i["a"], i["b"], i["c"], p["alpha"], p["beta"], p["trans_a"], p["trans_b"])
+        return ref.gemm(i["a"], i["b"], i["c"], **p)
 
     def struct_args(self, s, out_shape):
         return dict(batch=1, M=s["M"], N=s["N"], K=s["K"], has_c=s["c"])
@@ -289,8 +288,7 @@ class Pool2d(OpSpec):
         return getattr(F, self.name)(t["x"], **t["p"])
 
     def reference(self, i):
-        p = i["p"]
-        return ref.pool2d(i["x"], p["kernel_size"], p["stride"], p["padding"], self.mode)
+        return getattr(ref, self.name)(i["x"], **i["p"])
 
     def struct_args(self, s, out_shape):
         return dict(N=s["N"], C=s["C"], H=s["H"], W=s["W"], P=out_shape[2], Q=out_shape[3],
@@ -334,7 +332,7 @@ class Softmax(Rows):
         return getattr(F, self.name)(t["x"], dim=-1)
 
     def reference(self, i):
-        return ref.softmax(i["x"], log=self.log)
+        return getattr(ref, self.name)(i["x"], axis=-1)
 
     def struct_args(self, s, out_shape):
         return dict(outer=s["rows"], n=s["n"], inner=1, log=int(self.log))
@@ -361,7 +359,7 @@ class LayerNorm(Rows):
                             t["b"].to(t["x"].dtype), eps=EPS)
 
     def reference(self, i):
-        return ref.layer_norm(i["x"], i["w"], i["b"], EPS)
+        return ref.layer_norm(i["x"], (i["x"].shape[-1],), i["w"], i["b"], EPS)
 
     def struct_args(self, s, out_shape):
         return dict(rows=s["rows"], n=s["n"], kind=0, has_weight=1, has_bias=1)
@@ -380,7 +378,7 @@ class RmsNorm(Rows):
         return F.rms_norm(t["x"], (t["x"].shape[-1],), t["w"].to(t["x"].dtype), eps=EPS)
 
     def reference(self, i):
-        return ref.rms_norm(i["x"], i["w"], EPS)
+        return ref.rms_norm(i["x"], (i["x"].shape[-1],), i["w"], EPS)
 
     def struct_args(self, s, out_shape):
         return dict(rows=s["rows"], n=s["n"], kind=1, has_weight=1, has_bias=0)
@@ -408,7 +406,7 @@ class BatchNorm(OpSpec):
         return F.batch_norm(t["x"], t["m"], t["v"], t["w"], t["b"], training=False, eps=EPS)
 
     def reference(self, i):
-        return ref.batch_norm(i["x"], i["m"], i["v"], i["w"], i["b"], EPS)
+        return ref.batch_norm(i["x"], i["m"], i["v"], i["w"], i["b"], training=False, eps=EPS)[0]
 
     def struct_args(self, s, out_shape):
         return dict(N=s["N"], C=s["C"], HW=s["H"] * s["W"], training=0, has_running=1,

@@ -12,9 +12,10 @@ import zlib
 import numpy as np
 
 from mpskern import costs, peaks
-from mpskern.bench import check, provenance, schema, stats, timing
+from mpskern.bench import provenance, schema, stats, timing
 from mpskern.bench.ops import spec as get_spec
 from mpskern.bench.targets import as_numpy
+from mpskern.reference import max_error, tolerance
 
 DTYPES = ("float32", "float16")
 
@@ -44,7 +45,7 @@ def run(op, shapes, dtypes, targets, *, budget=0.5, run_id=None, preset="custom"
             inp = sp.inputs(shape, dtype, _rng(op, sp.key(shape), dtype))
             want = sp.reference(inp)
             cost = costs.for_op(op, sp.struct_args(shape, want.shape), np.dtype(dtype).itemsize)
-            tol = check.tolerance(dtype, sp.reduction(shape))
+            tol = tolerance(dtype, sp.reduction(shape))
             case = []
             for t in targets:
                 if on_case:
@@ -91,7 +92,7 @@ def _one(sp, t, shape, label, dtype, inp, want, cost, tol, budget, min_samples):
         fn = t.bind(sp, inp, want.shape, dtype)
         got = as_numpy(fn, fn())
         r.update(config=_safe(t.config), zero_copy=_safe(t.zero_copy))
-        err = check.max_error(got, want)
+        err = max_error(got, want)
         r["max_err"] = err
         if not err <= tol:
             r.update(status="check_failed",

@@ -12,10 +12,14 @@ DT = {np.float32: _native.F32, np.float16: _native.F16}
 
 @pytest.fixture(scope="module")
 def sim():
+    """The sim backend with default options (forward order, unchecked), restored after."""
     ok, why = backends.availability("sim")
     if not ok:
         pytest.skip(f"sim unavailable: {why}")
-    return backends.get("sim")
+    be = backends.get("sim")
+    be.set_sim_options()
+    yield be
+    be.set_sim_options()
 
 
 @contextlib.contextmanager

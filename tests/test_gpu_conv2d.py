@@ -6,26 +6,16 @@ checking mode. Shapes stay small: the simulator is slow."""
 import numpy as np
 import pytest
 
-from mpskern import _native, backends
+from mpskern import _native
+from simtools import sim  # noqa: F401  (fixture)
 from mpskern.gpu_ops import conv2d as conv_op
 from mpskern.tuning import spaces
 from test_gpu_gemm import DTYPES, TILE_KEYS, UNIT, shipped_tiles, tiles_id
 
-refs = pytest.importorskip("refs", reason="tests/refs.py not on this branch yet")
+import refs
 
 CODE = {np.dtype(np.float32): _native.F32, np.dtype(np.float16): _native.F16}
 SFX = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
-
-
-@pytest.fixture(scope="module")
-def sim():
-    ok, why = backends.availability("sim")
-    if not ok:
-        pytest.skip(f"simulator unavailable: {why}")
-    be = backends.get("sim")
-    be.set_sim_options()
-    yield be
-    be.set_sim_options()
 
 
 def pair(v):

@@ -7,7 +7,8 @@ runs about 1000x slower than a GPU."""
 import numpy as np
 import pytest
 
-from mpskern import _native, backends
+from mpskern import _native
+from simtools import sim  # noqa: F401  (fixture)
 from mpskern.gpu_ops import gemm as gemm_op
 from mpskern.tuning import db, spaces
 
@@ -38,17 +39,6 @@ def shipped_tiles(op):
 
 def tiles_id(t):
     return "{}x{}x{}_{}x{}".format(*t)
-
-
-@pytest.fixture(scope="module")
-def sim():
-    ok, why = backends.availability("sim")
-    if not ok:
-        pytest.skip(f"simulator unavailable: {why}")
-    be = backends.get("sim")
-    be.set_sim_options()
-    yield be
-    be.set_sim_options()
 
 
 # ------------------------------------------------------------------------------ helpers

@@ -50,3 +50,18 @@ def test_tune_help_in_the_command_list_is_not_broken_mid_sentence(monkeypatch):
     i = next(k for k, ln in enumerate(lines) if ln.startswith("tune "))
     # the broken docstring gave a line holding only "the tuning", then "database; ..."
     assert all(len(ln) > 40 for ln in lines[i:i + 2]), r.output
+
+
+def test_an_unwritable_database_fails_before_the_search(monkeypatch, tmp_path):
+    """Was: the whole search ran, then '[Errno 2] No such file or directory: ...'."""
+    monkeypatch.setenv("COLUMNS", "250")
+    blocker = tmp_path / "file"
+    blocker.write_text("")                      # a file where the folder should be
+    db = blocker / "sub" / "tuning.json"
+    r = CliRunner().invoke(app, ["tune", "gemm", "--backend", "sim", "--shape", "8x8x8",
+                                 "--budget", "1", "--db", str(db)])
+    assert r.exit_code == 2, r.output
+    assert f"cannot write the tuning database {db}" in r.output, r.output
+    assert "best" not in r.output, r.output     # no candidate was timed
+    r = CliRunner().invoke(app, ["tune", "--merge", str(db), "--db", str(db)])
+    assert r.exit_code == 2

@@ -310,6 +310,18 @@ def target(path=None):
     if os.path.isdir(path):
         raise ValueError(f"the tuning database path {path} is a directory; set "
                          f"{ENV_PATH} (or --db) to a file path such as {path}/tuning.json")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:  # a real probe file: os.access says yes to root, also where nothing can be created
+        os.makedirs(folder, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".tuning-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+        why = None
+    except OSError as e:
+        why = e.strerror or str(e)
+    if why:
+        raise ValueError(f"cannot write the tuning database {path}: folder {folder}: {why}; "
+                         f"set {ENV_PATH} (or --db) to a file in a writable folder")
     return path
 
 

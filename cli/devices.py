@@ -1,9 +1,13 @@
 """`mpskern devices`: every backend, available or not, and why (mpskern.devices())."""
+import os
+
 from rich.console import Console
 from rich.table import Table
 
 import mpskern
 from mpskern.cli.app import app
+
+_WIDE = 140  # narrower consoles get the details as lines under the table
 
 
 def _gib(n):
@@ -13,13 +17,22 @@ def _gib(n):
 @app.command()
 def devices():
     """List every backend: available or not, and why; device, GPU family, memory, peaks."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=160)    # piped or pasted: whole lines; a terminal: its width
+    wide = console.width >= _WIDE
     t = Table(title="mpskern backends")
-    for col in ("backend", "available", "device", "family", "memory", "peak FP32", "peak BW",
-                "details"):
-        t.add_column(col)
-    for d in mpskern.devices():
-        t.add_row(d.backend, "yes" if d.available else "no", d.name if d.available else "-",
-                  f"Apple{d.family}" if d.family else "-", _gib(d.memory),
-                  f"{d.peak_gflops_fp32:.0f} GFLOP/s" if d.peak_gflops_fp32 else "-",
-                  f"{d.peak_gbps:.0f} GB/s" if d.peak_gbps else "-", d.reason)
-    Console(width=160).print(t)
+    cols = ("backend", "available", "device", "family", "memory", "peak FP32", "peak BW")
+    for col in cols + (("details",) if wide else ()):
+        t.add_column(col, no_wrap=col not in ("device", "details"))
+    devs = mpskern.devices()
+    for d in devs:
+        row = [d.backend, "yes" if d.available else "no", d.name if d.available else "-",
+               f"Apple{d.family}" if d.family else "-", _gib(d.memory),
+               f"{d.peak_gflops_fp32:.0f} GFLOP/s" if d.peak_gflops_fp32 else "-",
+               f"{d.peak_gbps:.0f} GB/s" if d.peak_gbps else "-"]
+        t.add_row(*(row + ([d.reason] if wide else [])))
+    console.print(t)
+    if not wide:
+        for d in devs:
+            console.print(f"{d.backend}: {d.reason}", highlight=False)

@@ -75,10 +75,10 @@ def bench(
     shape: Optional[List[str]] = typer.Option(None, "--shape", "-s",
                                               help="Your own shape (repeatable); replaces --preset."),
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", "-d",
-                                              help="float32 / float16 (repeatable) [default: float32]."),
+                                              help="float32 / float16 (repeatable) \\[default: float32]."),
     backend: Optional[List[str]] = typer.Option(
         None, "--backend", "-b", help="cpu, metal, mps, sim, torch-cpu, torch-mps, mlx "
-        "(repeatable) [default: every available one except sim, plus installed peers]."),
+        "(repeatable) \\[default: every available one except sim, plus installed peers]."),
     budget: float = typer.Option(0.5, "--budget", help="Seconds of sampling per case."),
     out: str = typer.Option("results", "--out", "-o",
                             help="Folder for bench.jsonl (appended), or a .jsonl file."),

@@ -18,7 +18,7 @@ HELP = ("Write an HTML and Markdown report with figures from bench results.\n\n"
 @app.command(help=HELP)
 def report(
     paths: Optional[List[str]] = typer.Argument(
-        None, help="bench.jsonl files or folders holding them [default: NEW of --compare]."),
+        None, help="bench.jsonl files or folders holding them \\[default: NEW of --compare]."),
     out: str = typer.Option("results/report", "--out", "-o", help="Folder for the report."),
     compare: Optional[Tuple[str, str]] = typer.Option(
         None, "--compare", help="OLD NEW: results to compare (files or folders)."),
@@ -31,6 +31,10 @@ def report(
     from mpskern.report import data, render
 
     err = Console(stderr=True)
+    if not (0 <= threshold < float("inf")):   # (also refuses nan)
+        err.print(f"[red]error:[/red] --threshold must be a finite fraction >= 0 (e.g. 0.05 for "
+                  f"5%), got {threshold}")
+        raise typer.Exit(2)
     if compare is not None and None in compare:
         compare = None
     if not paths and compare is None:

@@ -16,6 +16,8 @@ def compare(old, new, threshold=THRESHOLD):
     """DataFrame of matched cases with old/new medians, ratio (new/old) and verdict:
     regression, improvement, same (within noise), broken (was ok, now failing),
     fixed, or only-old / only-new."""
+    if not 0 <= threshold < float("inf"):
+        raise ValueError(f"threshold must be a finite fraction >= 0, got {threshold}")
     o, n = latest(old), latest(new)
     m = o.merge(n, on=CASE, how="outer", suffixes=("_old", "_new"), indicator=True)
     out = []

@@ -112,25 +112,36 @@ static void rows_range(void *vc, long b, long e) {
 #define SMALL_INNER 16
 #define SMALL_INNER_MAX_FLOATS (1L << 18)   // scratch per task (1 MiB)
 
+// (n, inner) with row stride inner <-> inner rows of n (float32 or float16 storage)
+MK_MULTIVERSION static void gather_cols(const void *x, int f16, long n, long inner, float *buf) {
+    for (long j = 0; j < inner; j++) {
+        float *o = buf + j * n;
+        if (f16) { const mk_half *h = (const mk_half *)x + j; for (long i = 0; i < n; i++) o[i] = (float)h[i * inner]; }
+        else { const float *f = (const float *)x + j; for (long i = 0; i < n; i++) o[i] = f[i * inner]; }
+    }
+}
+
+MK_MULTIVERSION static void scatter_cols(const float *buf, long n, long inner, int f16, void *y) {
+    for (long j = 0; j < inner; j++) {
+        const float *r = buf + j * n;
+        if (f16) { mk_half *h = (mk_half *)y + j; for (long i = 0; i < n; i++) h[i * inner] = (mk_half)r[i]; }
+        else { float *f = (float *)y + j; for (long i = 0; i < n; i++) f[i * inner] = r[i]; }
+    }
+}
+
 // small inner: per outer, gather the (n, inner) block into inner rows, softmax them, scatter
 static void small_inner_range(void *vc, long b, long e) {
     sm_ctx *t = vc;
     long n = t->a->n, inner = t->a->inner;
     int f16 = t->dtype == MK_F16;
+    size_t es = mk_dsize(t->dtype);
     float *buf = mk_alloc((size_t)n * inner * 4);
     if (!buf) { t->failed = 1; return; }
     for (long o = b; o < e; o++) {
         long base = o * n * inner;
-        for (long i = 0; i < n; i++)
-            for (long j = 0; j < inner; j++)
-                buf[j * n + i] = f16 ? (float)((const mk_half *)t->x)[base + i * inner + j]
-                                     : ((const float *)t->x)[base + i * inner + j];
+        gather_cols((const char *)t->x + base * es, f16, n, inner, buf);
         for (long j = 0; j < inner; j++) softmax_row(buf + j * n, buf + j * n, n, t->a->log);
-        for (long i = 0; i < n; i++)
-            for (long j = 0; j < inner; j++) {
-                if (f16) ((mk_half *)t->y)[base + i * inner + j] = (mk_half)buf[j * n + i];
-                else ((float *)t->y)[base + i * inner + j] = buf[j * n + i];
-            }
+        scatter_cols(buf, n, inner, f16, (char *)t->y + base * es);
     }
     mk_free(buf);
 }

@@ -6,6 +6,7 @@
 // Divisors follow torch (see mk_pool2d_args in metal/mk_args.h).
 #include "mk_cpu.h"
 #include <math.h>
+#include <string.h>
 
 // number of taps start + t*d (0 <= t < k) inside [lo, hi)
 static int count_taps(int start, int k, int d, int lo, int hi) {
@@ -36,13 +37,19 @@ typedef struct {
     int failed;
 } pool_ctx;
 
-// sum / max of n contiguous floats in 8 independent lanes: vectorised, fixed order.
+// sum / max of n contiguous floats in 8 independent lanes (GCC/clang vector extension:
+// the auto-vectoriser left the lane array scalar), fixed order.
 // max: NaN wins, as in torch (once a lane is NaN it stays NaN).
+typedef float mk_v8f __attribute__((vector_size(32)));
+typedef int32_t mk_v8i __attribute__((vector_size(32)));
+
+// a macro, not a function: a vector-returning function warns about the non-AVX ABI
+#define LOAD8(v, x) memcpy(&(v), (x), sizeof(v))
+
 static inline float span_sum(const float *x, long n) {
-    float acc[8] = {0};
+    mk_v8f acc = {0};
     long i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] += x[i + k];
+    for (; i + 8 <= n; i += 8) { mk_v8f v; LOAD8(v, x + i); acc += v; }
     float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     for (; i < n; i++) s += x[i];
     return s;
@@ -50,11 +57,14 @@ static inline float span_sum(const float *x, long n) {
 
 #define MAXNAN(m, v) (((v) > (m) || (v) != (v)) ? (v) : (m))
 static inline float span_max(const float *x, long n, float m) {
-    float acc[8];
-    for (int k = 0; k < 8; k++) acc[k] = m;
+    mk_v8f acc = {m, m, m, m, m, m, m, m};
     long i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] = MAXNAN(acc[k], x[i + k]);
+    for (; i + 8 <= n; i += 8) {
+        mk_v8f v;
+        LOAD8(v, x + i);
+        mk_v8i take = (v > acc) | (v != v);
+        acc = (mk_v8f)(((mk_v8i)v & take) | ((mk_v8i)acc & ~take));
+    }
     for (int k = 0; k < 8; k++) m = MAXNAN(m, acc[k]);
     for (; i < n; i++) m = MAXNAN(m, x[i]);
     return m;

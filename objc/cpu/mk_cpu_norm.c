@@ -5,12 +5,13 @@
 #include "mk_cpu_vecmath.h"
 #include <math.h>
 
-// y = x * scale + shift over n elements (float32 in; float32 out, or float16 out through
-// tmp, which may be x itself)
-MK_MULTIVERSION static void affine_out(const float *x, long n, float scale, float shift,
-                                       int dtype, void *y, float *tmp) {
+// y = (x - mean) * scale + shift over n elements (float32 in; float32 out, or float16 out
+// through tmp, which may be x itself). Centring first: x*scale + (shift - mean*scale)
+// cancels badly when |mean*scale| is large (a constant group gave 2e-3 instead of 0).
+MK_MULTIVERSION static void affine_out(const float *x, long n, float mean, float scale,
+                                       float shift, int dtype, void *y, float *tmp) {
     float *o = dtype == MK_F32 ? y : tmp;
-    for (long i = 0; i < n; i++) o[i] = x[i] * scale + shift;
+    for (long i = 0; i < n; i++) o[i] = (x[i] - mean) * scale + shift;
     if (dtype == MK_F16) mk_f2h(tmp, y, n);
 }
 
@@ -108,8 +109,8 @@ MK_MULTIVERSION static void group_range(void *vc, long b, long e) {
         int c0 = (int)(i % a->groups) * Cg;
         for (int c = 0; c < Cg; c++) {
             float scale = rstd * (t->w ? t->w[c0 + c] : 1.0f);
-            float shift = (t->b ? t->b[c0 + c] : 0.0f) - mean * scale;
-            affine_out(x + c * HW, HW, scale, shift, t->dtype,
+            float shift = t->b ? t->b[c0 + c] : 0.0f;
+            affine_out(x + c * HW, HW, mean, scale, shift, t->dtype,
                        (char *)t->y + (off + c * HW) * mk_dsize(t->dtype), buf ? buf + c * HW : NULL);
         }
     }
@@ -180,8 +181,8 @@ static void bn_apply_range(void *vc, long b, long e) {
     for (long p = b; p < e; p++) {
         int c = (int)(p % a->C);
         float scale = t->rstd[c] * (t->w ? t->w[c] : 1.0f);
-        float shift = (t->b ? t->b[c] : 0.0f) - t->mean[c] * scale;
-        affine_out(plane_f32(t, p, buf), HW, scale, shift, t->dtype,
+        float shift = t->b ? t->b[c] : 0.0f;
+        affine_out(plane_f32(t, p, buf), HW, t->mean[c], scale, shift, t->dtype,
                    (char *)t->y + p * HW * mk_dsize(t->dtype), buf);
     }
     mk_free(buf);

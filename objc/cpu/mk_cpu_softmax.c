@@ -38,8 +38,9 @@ MK_MULTIVERSION static void softmax_row(const float *x, float *y, long n, int lo
     }
     // an all -inf row leaves m = -inf, s = 0: the output is NaN, as torch gives
     if (log_mode) {
-        float c = m + logf(s);
-        for (long i = 0; i < n; i++) y[i] = x[i] - c;
+        // (x - m) - log(s), not x - (m + log(s)): m + log(s) rounds to m's ulp (5e-4 at 1e4)
+        float ls = logf(s);
+        for (long i = 0; i < n; i++) y[i] = (x[i] - m) - ls;
         return;
     }
     for (long i = 0, b = 0; i < n; i += blk, b++) {
@@ -72,9 +73,9 @@ MK_MULTIVERSION static void softmax_cols(const float *x, float *y, long n, long 
         for (long j = 0; j < B; j++) s[j] += ps[j];
     }
     if (log_mode) {
-        for (long j = 0; j < B; j++) s[j] = m[j] + logf(s[j]);
+        for (long j = 0; j < B; j++) s[j] = logf(s[j]);   // (x - m) - log(s), as in softmax_row
         for (long i = 0; i < n; i++)
-            for (long j = 0; j < B; j++) y[i * ld + j] = x[i * ld + j] - s[j];
+            for (long j = 0; j < B; j++) y[i * ld + j] = (x[i * ld + j] - m[j]) - s[j];
     } else {
         for (long j = 0; j < B; j++) s[j] = 1.0f / s[j];
         for (long i = 0; i < n; i++)

@@ -29,18 +29,6 @@ def backend(request):
     return request.param
 
 
-def run(fn, *args, **kw):
-    """Call an op; while a backend still has the skeleton's placeholder kernels (message
-    "not implemented yet") the test is skipped rather than failed. Any other
-    NotImplementedError fails."""
-    try:
-        return fn(*args, **kw)
-    except NotImplementedError as e:
-        if "not implemented yet" in str(e):
-            pytest.skip(f"kernel not on this branch yet: {e}")
-        raise
-
-
 def rand(shape, dtype, rng, lo=-1.0, hi=1.0):
     return rng.uniform(lo, hi, size=shape).astype(dtype)
 

@@ -27,7 +27,7 @@ MATMUL_SHAPES = [
 def test_matmul(backend, dtype, sa, sb):
     rng = np.random.default_rng(1)
     a, b = refs.rand(sa, dtype, rng), refs.rand(sb, dtype, rng)
-    got = refs.run(mpskern.matmul, a, b, backend=backend)
+    got = mpskern.matmul(a, b, backend=backend)
     ref = refs.matmul(a, b)
     assert np.shape(got) == np.matmul(a, b).shape
     refs.assert_close(np.asarray(got), ref, dtype, terms=sa[-1], what=f"matmul {sa}@{sb}")
@@ -35,7 +35,7 @@ def test_matmul(backend, dtype, sa, sb):
 
 def test_matmul_scalar_result_is_numpy_scalar(backend):
     a = np.arange(4, dtype=np.float32)
-    got = refs.run(mpskern.matmul, a, a, backend=backend)
+    got = mpskern.matmul(a, a, backend=backend)
     assert np.ndim(got) == 0 and got.dtype == np.float32 and float(got) == 14.0
 
 
@@ -65,7 +65,7 @@ def _gemm_operands(M, N, K, ta, tb, cform, batch, dtype, rng):
 def test_gemm(backend, dtype, M, N, K, ta, tb, alpha, beta, cform, batch):
     rng = np.random.default_rng(2)
     a, b, c = _gemm_operands(M, N, K, ta, tb, cform, batch, dtype, rng)
-    got = refs.run(mpskern.gemm, a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb,
+    got = mpskern.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb,
                    backend=backend)
     ref = refs.gemm(a, b, c, alpha, beta, ta, tb)
     refs.assert_close(got, ref, dtype, terms=K, what="gemm")
@@ -77,7 +77,7 @@ def test_gemm_c_aliases_out(backend, dtype):
     rng = np.random.default_rng(3)
     a, b, c = refs.rand((5, 6), dtype, rng), refs.rand((6, 7), dtype, rng), refs.rand((5, 7), dtype, rng)
     ref = refs.gemm(a, b, c, 1.0, 0.5)
-    got = refs.run(mpskern.gemm, a, b, c, beta=0.5, backend=backend, out=c)
+    got = mpskern.gemm(a, b, c, beta=0.5, backend=backend, out=c)
     assert got is c
     refs.assert_close(c, ref, dtype, terms=6, what="gemm out=c")
 
@@ -85,7 +85,7 @@ def test_gemm_c_aliases_out(backend, dtype):
 def test_gemm_batched_b_broadcast(backend):
     rng = np.random.default_rng(4)
     a, b = refs.rand((3, 4, 5), np.float32, rng), refs.rand((5, 6), np.float32, rng)
-    got = refs.run(mpskern.gemm, a, b, backend=backend)
+    got = mpskern.gemm(a, b, backend=backend)
     refs.assert_close(got, refs.gemm(a, b), np.float32, terms=5, what="gemm batch bcast")
 
 

@@ -18,7 +18,7 @@ def test_layer_norm(backend, dtype, shape, ns, affine):
     nshape = (ns,) if isinstance(ns, int) else ns
     w = refs.rand(nshape, np.float32, rng) if affine else None
     b = refs.rand(nshape, dtype, rng) if affine else None   # input dtype accepted too
-    got = refs.run(mpskern.layer_norm, x, ns, w, b, 1e-5, backend=backend)
+    got = mpskern.layer_norm(x, ns, w, b, 1e-5, backend=backend)
     refs.assert_close(got, refs.layer_norm(x, ns, w, b, 1e-5), dtype, what="layer_norm")
 
 
@@ -29,14 +29,14 @@ def test_rms_norm(backend, dtype, shape, ns, eps, affine):
     rng = np.random.default_rng(10)
     x = refs.rand(shape, dtype, rng, -2, 2)
     w = refs.rand((ns,) if isinstance(ns, int) else ns, np.float32, rng) if affine else None
-    got = refs.run(mpskern.rms_norm, x, ns, w, eps, backend=backend)
+    got = mpskern.rms_norm(x, ns, w, eps, backend=backend)
     refs.assert_close(got, refs.rms_norm(x, ns, w, eps), dtype, what="rms_norm")
 
 
 def test_rms_norm_default_eps_is_dtype_eps(backend):
     """A tiny row makes eps dominate: float16's eps (9.8e-4) is not float32's (1.2e-7)."""
     x = np.full((1, 4), 1e-3, np.float16)
-    got = refs.run(mpskern.rms_norm, x, 4, backend=backend)
+    got = mpskern.rms_norm(x, 4, backend=backend)
     ref = refs.rms_norm(x, 4)
     assert abs(ref[0, 0] - 1.0) > 0.2  # the test can tell the eps apart
     refs.assert_close(got, ref, np.float16, what="rms_norm eps")
@@ -50,7 +50,7 @@ def test_group_norm(backend, dtype, shape, groups, affine):
     x = refs.rand(shape, dtype, rng, -2, 3)
     w = refs.rand((shape[1],), np.float32, rng) if affine else None
     b = refs.rand((shape[1],), np.float32, rng) if affine else None
-    got = refs.run(mpskern.group_norm, x, groups, w, b, backend=backend)
+    got = mpskern.group_norm(x, groups, w, b, backend=backend)
     refs.assert_close(got, refs.group_norm(x, groups, w, b), dtype, what="group_norm")
 
 
@@ -65,7 +65,7 @@ def test_batch_norm(backend, dtype, shape, training):
     rv = refs.rand((C,), np.float32, rng, 0.5, 2.0)
     w, b = refs.rand((C,), np.float32, rng), refs.rand((C,), np.float32, rng)
     ref_y, ref_rm, ref_rv = refs.batch_norm(x, rm, rv, w, b, training, 0.2, 1e-5)
-    got = refs.run(mpskern.batch_norm, x, rm, rv, w, b, training, 0.2, 1e-5, backend=backend)
+    got = mpskern.batch_norm(x, rm, rv, w, b, training, 0.2, 1e-5, backend=backend)
     refs.assert_close(got, ref_y, dtype, what="batch_norm y")
     refs.assert_close(rm, ref_rm, np.float32, what="running_mean")   # updated in place
     refs.assert_close(rv, ref_rv, np.float32, what="running_var")
@@ -78,7 +78,7 @@ def test_batch_norm_training_updates_float16_and_strided_running_stats(backend):
     rv_store = np.ones(6, np.float32)
     rv = rv_store[::2]                     # non-contiguous view: updated through the view
     _, ref_rm, ref_rv = refs.batch_norm(x, rm, rv, training=True)
-    refs.run(mpskern.batch_norm, x, rm, rv, training=True, backend=backend)
+    mpskern.batch_norm(x, rm, rv, training=True, backend=backend)
     refs.assert_close(rm, ref_rm, np.float16, what="running_mean f16")
     refs.assert_close(rv_store[::2], ref_rv, np.float32, what="running_var view")
     assert np.all(rv_store[1::2] == 1.0)
@@ -86,7 +86,7 @@ def test_batch_norm_training_updates_float16_and_strided_running_stats(backend):
 
 def test_batch_norm_training_without_running_stats(backend):
     x = refs.rand((5, 2, 3), np.float32, np.random.default_rng(14))
-    got = refs.run(mpskern.batch_norm, x, None, None, training=True, backend=backend)
+    got = mpskern.batch_norm(x, None, None, training=True, backend=backend)
     refs.assert_close(got, refs.batch_norm(x, None, None, training=True)[0], np.float32)
 
 
@@ -94,5 +94,5 @@ def test_batch_norm_inference_with_read_only_stats(backend):
     x = refs.rand((2, 3, 4), np.float32, np.random.default_rng(15))
     rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
     rm.flags.writeable = rv.flags.writeable = False
-    got = refs.run(mpskern.batch_norm, x, rm, rv, backend=backend)
+    got = mpskern.batch_norm(x, rm, rv, backend=backend)
     refs.assert_close(got, refs.batch_norm(x, rm, rv)[0], np.float32)

@@ -7,6 +7,8 @@ mpskern/gpu_ops/<op>.py and call `pipeline`, `wrap` and `run` below.
 """
 import hashlib
 import importlib
+import platform
+import sys
 import threading
 
 from mpskern import _native
@@ -27,6 +29,10 @@ class GpuBackend(Backend):
         n, why = _native.device_count(self.name)
         if n > 0:
             return True, self.device.info()["name"]
+        if self.name == "metal" and sys.platform != "darwin":   # the C reason is about the build
+            why = (f"metal needs macOS on Apple silicon; this is {platform.system()} "
+                   f"{platform.machine()} (mpskern's Metal kernels run here in the simulator: "
+                   f"backend='sim')")
         return False, why
 
     @property

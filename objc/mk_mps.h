@@ -40,6 +40,23 @@ MPSShape *mk_mps_shape(int n, const int64_t *dims);
 #define MK_SHAPE(...) mk_mps_shape((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
                                    (int64_t[]){__VA_ARGS__})
 
+// An MKGraph of G with its input placeholders and output tensors (in mk_mps_graph_run's order).
+static inline MKGraph *mk_mps_graph_of(MPSGraph *G, NSArray *ins, NSArray *outs) {
+    MKGraph *r = [MKGraph new];
+    r.graph = G;
+    r.inputs = ins;
+    r.outputs = outs;
+    return r;
+}
+
+// Casts into and out of float32, where the graph computes (no-ops for float32 tensors).
+static inline MPSGraphTensor *mk_mps_to32(MPSGraph *G, MPSGraphTensor *v) {
+    return v.dataType == MPSDataTypeFloat32 ? v : [G castTensor:v toType:MPSDataTypeFloat32 name:@"f32"];
+}
+static inline MPSGraphTensor *mk_mps_from32(MPSGraph *G, MPSGraphTensor *v, MPSDataType dt) {
+    return dt == MPSDataTypeFloat32 ? v : [G castTensor:v toType:dt name:@"out"];
+}
+
 // A zero-size result: nothing to run, timing zero.
 static inline mk_status mk_mps_nothing(mk_timing *t) {
     if (t) t->gpu_ms = t->wall_ms = 0;

@@ -68,17 +68,12 @@ mk_status mk_mps_conv2d(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buf
             if (a->has_bias) {
                 MPSGraphTensor *tb = [G placeholderWithShape:MK_SHAPE(a->K) dataType:MPSDataTypeFloat32 name:@"bias"];
                 [ins addObject:tb];
-                MPSGraphTensor *y32 = dt == MPSDataTypeFloat32 ? ty : [G castTensor:ty toType:MPSDataTypeFloat32 name:@"y32"];
-                y32 = [G additionWithPrimaryTensor:y32
+                MPSGraphTensor *y32 = [G additionWithPrimaryTensor:mk_mps_to32(G, ty)
                                    secondaryTensor:[G reshapeTensor:tb withShape:MK_SHAPE(1, a->K, 1, 1) name:nil]
                                               name:@"biased"];
-                ty = dt == MPSDataTypeFloat32 ? y32 : [G castTensor:y32 toType:dt name:@"y"];
+                ty = mk_mps_from32(G, y32, dt);
             }
-            MKGraph *r = [MKGraph new];
-            r.graph = G;
-            r.inputs = ins;
-            r.outputs = @[ty];
-            return r;
+            return mk_mps_graph_of(G, ins, @[ty]);
         });
         if (!g) return MK_ERR_UNSUPPORTED;
         mk_buffer *in[3] = {x, w, bias};

@@ -7,21 +7,17 @@
 // buffers (through scratch buffers, since the graph also reads them).
 #import "mk_mps.h"
 
-static MPSGraphTensor *to32(MPSGraph *G, MPSGraphTensor *v) {
-    return v.dataType == MPSDataTypeFloat32 ? v : [G castTensor:v toType:MPSDataTypeFloat32 name:@"f32"];
+// Runs a graph whose inputs are x, then the weight and the bias where present (the order the
+// layer/rms and group norm graphs add their placeholders in).
+static mk_status run_affine(mk_device *d, MKGraph *g, mk_buffer *x, mk_buffer *weight,
+                            mk_buffer *bias, mk_buffer *y, mk_timing *t, const char *op) {
+    mk_buffer *in[3] = {x}, *out[1] = {y};
+    int k = 1;
+    if (weight) in[k++] = weight;
+    if (bias) in[k++] = bias;
+    return mk_mps_graph_run(d, g, in, out, t, op);
 }
 
-static MPSGraphTensor *from32(MPSGraph *G, MPSGraphTensor *v, MPSDataType dt) {
-    return dt == MPSDataTypeFloat32 ? v : [G castTensor:v toType:dt name:@"out"];
-}
-
-static MKGraph *graph_of(MPSGraph *G, NSArray *ins, NSArray *outs) {
-    MKGraph *r = [MKGraph new];
-    r.graph = G;
-    r.inputs = ins;
-    r.outputs = outs;
-    return r;
-}
 
 /* ---------------------------------------------------------------- layer / rms */
 
@@ -48,7 +44,7 @@ mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_b
             MPSGraphTensor *tw = nil, *tb = nil;
             if (a->has_weight) [ins addObject:(tw = [G placeholderWithShape:MK_SHAPE(1, a->n) dataType:MPSDataTypeFloat32 name:@"w"])];
             if (a->has_bias) [ins addObject:(tb = [G placeholderWithShape:MK_SHAPE(1, a->n) dataType:MPSDataTypeFloat32 name:@"b"])];
-            MPSGraphTensor *v = to32(G, tx);
+            MPSGraphTensor *v = mk_mps_to32(G, tx);
             if (a->kind == MK_NORM_LAYER) {
                 MPSGraphTensor *mean = [G meanOfTensor:v axes:@[@1] name:@"mean"];
                 MPSGraphTensor *var = [G varianceOfTensor:v meanTensor:mean axes:@[@1] name:@"var"];
@@ -63,14 +59,10 @@ mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_b
                 if (tw) v = [G multiplicationWithPrimaryTensor:v secondaryTensor:tw name:nil];
                 if (tb) v = [G additionWithPrimaryTensor:v secondaryTensor:tb name:nil];
             }
-            return graph_of(G, ins, @[from32(G, v, dt)]);
+            return mk_mps_graph_of(G, ins, @[mk_mps_from32(G, v, dt)]);
         });
         if (!g) return MK_ERR_UNSUPPORTED;
-        mk_buffer *in[3] = {x}, *out[1] = {y};
-        int k = 1;
-        if (a->has_weight) in[k++] = weight;
-        if (a->has_bias) in[k++] = bias;
-        return mk_mps_graph_run(d, g, in, out, t, op);
+        return run_affine(d, g, x, a->has_weight ? weight : NULL, a->has_bias ? bias : NULL, y, t, op);
     }
 }
 
@@ -99,7 +91,7 @@ mk_status mk_mps_group_norm(mk_device *d, const mk_group_norm_args *a, int dtype
             MPSGraphTensor *tw = nil, *tb = nil;
             if (a->has_weight) [ins addObject:(tw = [G placeholderWithShape:MK_SHAPE(1, a->C, 1) dataType:MPSDataTypeFloat32 name:@"w"])];
             if (a->has_bias) [ins addObject:(tb = [G placeholderWithShape:MK_SHAPE(1, a->C, 1) dataType:MPSDataTypeFloat32 name:@"b"])];
-            MPSGraphTensor *v = [G reshapeTensor:to32(G, tx)
+            MPSGraphTensor *v = [G reshapeTensor:mk_mps_to32(G, tx)
                                        withShape:MK_SHAPE(a->N, a->groups, (int64_t)(a->C / a->groups) * a->HW) name:nil];
             MPSGraphTensor *mean = [G meanOfTensor:v axes:@[@2] name:@"mean"];
             MPSGraphTensor *var = [G varianceOfTensor:v meanTensor:mean axes:@[@2] name:@"var"];
@@ -108,14 +100,10 @@ mk_status mk_mps_group_norm(mk_device *d, const mk_group_norm_args *a, int dtype
             v = [G reshapeTensor:v withShape:MK_SHAPE(a->N, a->C, a->HW) name:nil];
             if (tw) v = [G multiplicationWithPrimaryTensor:v secondaryTensor:tw name:nil];
             if (tb) v = [G additionWithPrimaryTensor:v secondaryTensor:tb name:nil];
-            return graph_of(G, ins, @[from32(G, v, dt)]);
+            return mk_mps_graph_of(G, ins, @[mk_mps_from32(G, v, dt)]);
         });
         if (!g) return MK_ERR_UNSUPPORTED;
-        mk_buffer *in[3] = {x}, *out[1] = {y};
-        int k = 1;
-        if (a->has_weight) in[k++] = weight;
-        if (a->has_bias) in[k++] = bias;
-        return mk_mps_graph_run(d, g, in, out, t, op);
+        return run_affine(d, g, x, a->has_weight ? weight : NULL, a->has_bias ? bias : NULL, y, t, op);
     }
 }
 
@@ -155,7 +143,7 @@ mk_status mk_mps_batch_norm(mk_device *d, const mk_batch_norm_args *a, int dtype
             }
             if (a->has_weight) [ins addObject:(tw = [G placeholderWithShape:cshape dataType:MPSDataTypeFloat32 name:@"w"])];
             if (a->has_bias) [ins addObject:(tb = [G placeholderWithShape:cshape dataType:MPSDataTypeFloat32 name:@"b"])];
-            MPSGraphTensor *v = to32(G, tx), *mean, *var;
+            MPSGraphTensor *v = mk_mps_to32(G, tx), *mean, *var;
             if (a->training) {
                 mean = [G meanOfTensor:v axes:@[@0, @2] name:@"mean"];                       // (1, C, 1)
                 var = [G varianceOfTensor:v meanTensor:mean axes:@[@0, @2] name:@"var"];     // biased
@@ -166,7 +154,7 @@ mk_status mk_mps_batch_norm(mk_device *d, const mk_batch_norm_args *a, int dtype
             }
             v = [G normalizationWithTensor:v meanTensor:mean varianceTensor:var gammaTensor:tw betaTensor:tb
                                    epsilon:a->eps name:@"batch_norm"];
-            NSMutableArray *outs = [NSMutableArray arrayWithObject:from32(G, v, dt)];
+            NSMutableArray *outs = [NSMutableArray arrayWithObject:mk_mps_from32(G, v, dt)];
             if (update && trm && trv) {
                 MPSGraphTensor *m = [G constantWithScalar:a->momentum dataType:MPSDataTypeFloat32];
                 MPSGraphTensor *keep = [G constantWithScalar:1.0 - (double)a->momentum dataType:MPSDataTypeFloat32];
@@ -182,7 +170,7 @@ mk_status mk_mps_batch_norm(mk_device *d, const mk_batch_norm_args *a, int dtype
                                              secondaryTensor:[G multiplicationWithPrimaryTensor:bv secondaryTensor:m name:nil]
                                                         name:@"new_rv"]];
             }
-            return graph_of(G, ins, outs);
+            return mk_mps_graph_of(G, ins, outs);
         });
         if (!g) return MK_ERR_UNSUPPORTED;
         mk_buffer *in[5] = {x}, *out[3] = {y, running_mean, running_var};

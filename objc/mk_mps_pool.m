@@ -48,7 +48,7 @@ mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buf
             MPSDataType dt = mk_mps_dtype(dtype);
             MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->N, a->C, a->H, a->W) dataType:dt name:@"x"];
             MPSGraphTensor *v = tx;
-            if (avg && dt != MPSDataTypeFloat32) v = [G castTensor:v toType:MPSDataTypeFloat32 name:@"x32"];
+            if (avg) v = mk_mps_to32(G, v);
             if (a->pad_h || a->pad_w || pb || pr)
                 v = [G padTensor:v withPaddingMode:MPSGraphPaddingModeConstant
                      leftPadding:MK_SHAPE(0, 0, a->pad_h, a->pad_w) rightPadding:MK_SHAPE(0, 0, pb, pr)
@@ -77,13 +77,9 @@ mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buf
                                                  dataType:MPSDataTypeFloat32];
                 v = [G multiplicationWithPrimaryTensor:v secondaryTensor:window name:@"sum"];
                 v = [G divisionWithPrimaryTensor:v secondaryTensor:div name:@"mean"];
-                if (dt != MPSDataTypeFloat32) v = [G castTensor:v toType:dt name:@"y"];
+                v = mk_mps_from32(G, v, dt);
             }
-            MKGraph *r = [MKGraph new];
-            r.graph = G;
-            r.inputs = @[tx];
-            r.outputs = @[v];
-            return r;
+            return mk_mps_graph_of(G, @[tx], @[v]);
         });
         if (!g) return MK_ERR_UNSUPPORTED;
         mk_buffer *in[1] = {x}, *out[1] = {y};

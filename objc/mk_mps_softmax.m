@@ -20,7 +20,7 @@ mk_status mk_mps_softmax(mk_device *d, const mk_softmax_args *a, int dtype, mk_b
             MPSGraph *G = [MPSGraph new];
             MPSDataType dt = mk_mps_dtype(dtype);
             MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->outer, a->n, a->inner) dataType:dt name:@"x"];
-            MPSGraphTensor *v = dt == MPSDataTypeFloat32 ? tx : [G castTensor:tx toType:MPSDataTypeFloat32 name:@"x32"];
+            MPSGraphTensor *v = mk_mps_to32(G, tx);
             if (a->log) {
                 MPSGraphTensor *m = [G reductionMaximumWithTensor:v axis:1 name:@"max"];
                 MPSGraphTensor *s = [G subtractionWithPrimaryTensor:v secondaryTensor:m name:@"shifted"];
@@ -29,12 +29,7 @@ mk_status mk_mps_softmax(mk_device *d, const mk_softmax_args *a, int dtype, mk_b
             } else {
                 v = [G softMaxWithTensor:v axis:1 name:@"softmax"];
             }
-            if (dt != MPSDataTypeFloat32) v = [G castTensor:v toType:dt name:@"y"];
-            MKGraph *r = [MKGraph new];
-            r.graph = G;
-            r.inputs = @[tx];
-            r.outputs = @[v];
-            return r;
+            return mk_mps_graph_of(G, @[tx], @[mk_mps_from32(G, v, dt)]);
         });
         if (!g) return MK_ERR_UNSUPPORTED;
         mk_buffer *in[1] = {x}, *out[1] = {y};

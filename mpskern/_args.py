@@ -96,6 +96,16 @@ def real(v, name, op):
         raise TypeError(f"{op}: {name} must be a real number, got {v!r}") from None
 
 
+def flag(v, name, op):
+    """A yes/no option: bool, numpy bool or the integers 0/1. Anything else (an array, a
+    string such as "False", None) is a TypeError rather than Python's truthiness."""
+    if v is True or v is False:
+        return v
+    if isinstance(v, (np.bool_, int, np.integer)) and not isinstance(v, np.ndarray) and v in (0, 1):
+        return bool(v)
+    raise TypeError(f"{op}: {name} must be True or False, got {v!r}")
+
+
 def check_size(shape, name, op):
     n = 1
     for s in shape:

@@ -19,3 +19,29 @@ def test_too_big_broadcast_view_is_refused_before_any_copy(monkeypatch):
     monkeypatch.setattr(np, "ascontiguousarray", lambda *a, **k: pytest.fail("copied first"))
     with pytest.raises(ValueError, match=r"softmax: x with shape \(65536, 32768\) has 2\*\*31"):
         mk.softmax(huge, backend="cpu")
+
+
+A = np.arange(6, dtype=np.float32).reshape(2, 3)
+X = np.arange(2 * 3 * 4 * 4, dtype=np.float32).reshape(2, 3, 4, 4)
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda v: mk.gemm(A, A, trans_a=v, backend="cpu"), "trans_a"),
+    (lambda v: mk.gemm(A, A.T, trans_b=v, backend="cpu"), "trans_b"),
+    (lambda v: mk.max_pool2d(X, 2, ceil_mode=v, backend="cpu"), "ceil_mode"),
+    (lambda v: mk.avg_pool2d(X, 2, count_include_pad=v, backend="cpu"), "count_include_pad"),
+    (lambda v: mk.batch_norm(X, None, None, training=v, backend="cpu"), "training")])
+@pytest.mark.parametrize("bad", [np.array([True, False]), "False", None, 2])
+def test_yes_no_options_refuse_non_booleans(call, name, bad):
+    """Was: numpy's 'truth value of an array is ambiguous' for an array flag, and a silent
+    True for the string "False"."""
+    with pytest.raises(TypeError, match=f"{name} must be True or False, got"):
+        call(bad)
+
+
+def test_yes_no_options_take_numpy_bools_and_0_1():
+    ref = mk.gemm(A, A, trans_a=True, backend="cpu")
+    for v in (np.bool_(True), 1, np.int64(1)):
+        np.testing.assert_array_equal(mk.gemm(A, A, trans_a=v, backend="cpu"), ref)
+    np.testing.assert_array_equal(mk.max_pool2d(X, 3, ceil_mode=np.bool_(False), backend="cpu"),
+                                  mk.max_pool2d(X, 3, ceil_mode=0, backend="cpu"))

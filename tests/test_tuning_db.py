@@ -138,6 +138,22 @@ def test_merge_a_shared_file(tmp_path, user_db):
         db.merge(str(tmp_path / "junk.json"))
 
 
+def test_merge_names_malformed_entries(tmp_path, user_db):
+    """Was: a file of only malformed entries said 'merged 0' and nothing else."""
+    good = json.loads(db.dump([tuned_entry()]))
+    bad = dict(good["entries"][0], config="not a dict")
+    only_bad = tmp_path / "bad.json"
+    only_bad.write_text(json.dumps(dict(good, entries=[bad, bad])))
+    with pytest.raises(ValueError, match="none of its 2 entries is usable"):
+        db.merge(str(only_bad))
+    assert len(db.user_db()) == 0
+    mixed = tmp_path / "mixed.json"
+    mixed.write_text(json.dumps(dict(good, entries=[good["entries"][0], bad])))
+    with pytest.warns(db.TuningDatabaseWarning, match="ignoring 1 malformed entry"):
+        assert db.merge(str(mixed)) == 1
+    assert len(db.user_db()) == 1
+
+
 def test_missing_user_file_is_silent(user_db):
     with warnings.catch_warnings():
         warnings.simplefilter("error")

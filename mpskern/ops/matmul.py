@@ -97,7 +97,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, bac
                              "batches of them (use matmul for other ranks)")
     alpha = _args.real(alpha, "alpha", op)
     beta = _args.real(beta, "beta", op)
-    ta, tb = bool(trans_a), bool(trans_b)
+    ta, tb = _args.flag(trans_a, "trans_a", op), _args.flag(trans_b, "trans_b", op)
     c_user = c
     M, K = a.shape[-1:-3:-1] if ta else a.shape[-2:]
     K2, N = b.shape[-1:-3:-1] if tb else b.shape[-2:]

@@ -101,7 +101,7 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     updated in place: r = (1 - momentum) * r + momentum * stat, unbiased variance."""
     op = "batch_norm"
     x, code, N, C, HW = _channels(x, op)
-    training = bool(training)
+    training = _args.flag(training, "training", op)
     if (running_mean is None) != (running_var is None):
         raise ValueError(f"{op}: pass both running_mean and running_var or neither")
     if running_mean is None and not training:

@@ -33,7 +33,7 @@ def _pool(op, mode, x, kernel_size, stride, padding, dilation, ceil_mode, count_
     unbatched = x.ndim == 3
     N, C, H, W = (1,) + x.shape if unbatched else x.shape
     (kh, kw), (sh, sw), (ph, pw), (dh, dw), (P, Q) = pool_shape(
-        op, (H, W), kernel_size, stride, padding, dilation, bool(ceil_mode))
+        op, (H, W), kernel_size, stride, padding, dilation, _args.flag(ceil_mode, "ceil_mode", op))
     div = 0
     if divisor_override is not None:
         try:
@@ -51,7 +51,7 @@ def _pool(op, mode, x, kernel_size, stride, padding, dilation, ceil_mode, count_
         return _args.finish(y, out)
     args = {"N": N, "C": C, "H": H, "W": W, "P": P, "Q": Q, "kh": kh, "kw": kw,
             "stride_h": sh, "stride_w": sw, "pad_h": ph, "pad_w": pw, "dil_h": dh, "dil_w": dw,
-            "mode": mode, "count_include_pad": int(bool(count_include_pad)), "divisor": div,
+            "mode": mode, "count_include_pad": int(_args.flag(count_include_pad, "count_include_pad", op)), "divisor": div,
             "pad_h_end": ph, "pad_w_end": pw}
     be.pool2d(args, code, x, y)
     return _args.finish(y, out)

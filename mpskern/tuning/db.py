@@ -387,5 +387,9 @@ def merge(src_path, dst_path=None):
     if src.problem or not os.path.exists(src_path):
         raise ValueError(f"cannot merge {src_path}: it is "
                          f"{src.problem or 'missing'}")
+    if src.bad_entries and not src.entries:
+        raise ValueError(f"cannot merge {src_path}: none of its {len(src.bad_entries)} "
+                         f"entries is usable (first: {src.bad_entries[0]})")
+    _warn_problems(src, "database to merge")    # some entries malformed: merge the rest
     save(src.entries, dst_path)
     return len(src.entries)

@@ -72,12 +72,24 @@ def test_shape_grammar_positional_keys_defaults():
     ("matmul", "0", "must be > 0"),
     ("matmul", "1,2,3,4,5", "too many values"),
     ("max_pool2d", "1,8,16,16,3,2,2", "at most half"),
+    ("avg_pool2d", "1,8,16,16,3,dil=2", "avg_pool2d has no dilation"),
+    ("max_pool2d", "1,8,16,16,3,ceil=2", "ceil=2 must be 0 or 1"),
+    ("max_pool2d", "1,8,4,4,3,pad=1,dil=3", "larger than the padded input"),
     ("group_norm", "1,30,4,4,G=4", "G=4 must divide C=30"),
 ])
 def test_shape_grammar_errors(op, text, msg):
     with pytest.raises(ValueError, match=msg) as e:
         ops.spec(op).parse(text)
     assert str(e.value).startswith(op + ":")               # names the op
+
+
+def test_pool_fields_added_later_keep_old_keys():
+    """dil and ceil came after results were saved: at their defaults they stay out of the
+    shape key, so `report --compare` still matches rows of older runs."""
+    sp = ops.spec("max_pool2d")
+    assert sp.key(sp.parse("1,64,112,112,3,2,1")) == "N=1,C=64,H=112,W=112,k=3,stride=2,pad=1"
+    s = sp.parse("1,64,112,112,3,2,1,dil=2,ceil=1")
+    assert sp.key(s).endswith("pad=1,dil=2,ceil=1") and sp.label(s).endswith("d2 ceil")
 
 
 def test_every_preset_is_valid_and_the_default_conv_preset_is_small():

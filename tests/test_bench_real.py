@@ -26,6 +26,16 @@ def test_every_op_on_cpu(op):
         assert r["median_ms"] > 0 and r["speedup_vs_cpu"] == 1.0 and r["timer"] == "wall"
 
 
+@pytest.mark.parametrize("op, text", [("max_pool2d", "2,3,9,9,3,2,1,dil=2,ceil=1"),
+                                      ("avg_pool2d", "2,3,10,10,3,2,1,ceil=1")])
+def test_pool_options_checked_on_cpu_and_sim(op, text):
+    """dilation and ceil_mode reach the kernels: the float64 check runs on each backend."""
+    sp = ops.spec(op)
+    tg = [targets.make("cpu")] + ([targets.make("sim")] if backends.availability("sim")[0] else [])
+    rows = runner.run(op, [("opts", sp.parse(text))], ["float32"], tg, budget=0.01, min_samples=3)
+    assert [r["status"] for r in rows] == ["ok"] * len(tg), [r["error"] for r in rows]
+
+
 def test_cli_json_real_cpu_and_sim(tmp_path):
     from mpskern.cli.main import app
     be = ["-b", "cpu"] + (["-b", "sim"] if backends.availability("sim")[0] else [])

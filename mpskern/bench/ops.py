@@ -259,9 +259,11 @@ class Pool2d(OpSpec):
     mode = "max"
     fields = (Field("N", 1), Field("C", None), Field("H", None), Field("W", "H", "(default H)"),
               Field("k", None, "square window"), Field("stride", "k", "(default k)"),
-              Field("pad", 0))
+              Field("pad", 0), Field("dil", 1, "dilation (max_pool2d only)"),
+              Field("ceil", 0, "ceil_mode 0/1"))
     example = "1,64,112,112,3,2,1"
-    zero_ok = frozenset({"pad"})
+    zero_ok = frozenset({"pad", "ceil"})
+    _LATER = {"dil": 1, "ceil": 0}     # fields added later: left out of keys at their default
 
     @property
     def name(self):
@@ -269,17 +271,31 @@ class Pool2d(OpSpec):
 
     def validate(self, s):
         super().validate(s)
-        if 2 * s["pad"] > s["k"]:
-            raise ValueError(f"{self.name}: pad={s['pad']} must be at most half the window k={s['k']}")
-        if min(s["H"], s["W"]) + 2 * s["pad"] < s["k"]:
+        if self.mode == "avg" and s["dil"] != 1:
+            raise ValueError(f"{self.name}: dil={s['dil']}: avg_pool2d has no dilation "
+                             "(torch's neither); use max_pool2d or dil=1")
+        if s["ceil"] not in (0, 1):
+            raise ValueError(f"{self.name}: ceil={s['ceil']} must be 0 or 1")
+        span = s["dil"] * (s["k"] - 1) + 1       # the window's extent on the input
+        if 2 * s["pad"] > span:
+            raise ValueError(f"{self.name}: pad={s['pad']} must be at most half the window "
+                             f"k={s['k']}" + (f" (dil={s['dil']}: extent {span})" if s["dil"] > 1 else ""))
+        if min(s["H"], s["W"]) + 2 * s["pad"] < span:
             raise ValueError(f"{self.name}: window k={s['k']} is larger than the padded input")
 
+    def key(self, s):
+        return ",".join(f"{k}={v}" for k, v in s.items() if self._LATER.get(k, v + 1) != v)
+
     def label(self, s):
-        return f"{s['N']}x{s['C']}x{s['H']}x{s['W']} k{s['k']}s{s['stride']}p{s['pad']}"
+        d = f" d{s['dil']}" if s["dil"] > 1 else ""
+        c = " ceil" if s["ceil"] else ""
+        return f"{s['N']}x{s['C']}x{s['H']}x{s['W']} k{s['k']}s{s['stride']}p{s['pad']}{d}{c}"
 
     def inputs(self, s, dtype, rng):
-        return dict(x=_normal(rng, (s["N"], s["C"], s["H"], s["W"]), dtype),
-                    p=dict(kernel_size=s["k"], stride=s["stride"], padding=s["pad"]))
+        p = dict(kernel_size=s["k"], stride=s["stride"], padding=s["pad"], ceil_mode=bool(s["ceil"]))
+        if self.mode == "max":
+            p["dilation"] = s["dil"]
+        return dict(x=_normal(rng, (s["N"], s["C"], s["H"], s["W"]), dtype), p=p)
 
     def call(self, mod, i, backend, out):
         return getattr(mod, self.name)(i["x"], backend=backend, out=out, **i["p"])

@@ -109,6 +109,9 @@ PRESETS = {
         "small": _POOL_RESNET[:4],
         "resnet50": _POOL_RESNET,
         "vgg": _POOL_VGG,
+        "options": [("stem 3x3/2 ceil_mode @112 c64", dict(C=64, H=112, k=3, stride=2, ceil=1)),
+                    ("3x3/2 pad 1 ceil_mode @57 c128", dict(C=128, H=57, k=3, stride=2, pad=1,
+                                                           ceil=1))],
         "tiny": [("tiny 3x3/2", dict(C=8, H=16, k=3, stride=2, pad=1))],
     },
     "softmax": {

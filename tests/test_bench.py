@@ -72,7 +72,7 @@ def test_shape_grammar_positional_keys_defaults():
     ("matmul", "0", "must be > 0"),
     ("matmul", "1,2,3,4,5", "too many values"),
     ("max_pool2d", "1,8,16,16,3,2,2", "at most half"),
-    ("avg_pool2d", "1,8,16,16,3,dil=2", "avg_pool2d has no dilation"),
+    ("avg_pool2d", "1,8,16,16,3,dil=2", "unknown shape field 'dil'"),
     ("max_pool2d", "1,8,16,16,3,ceil=2", "ceil=2 must be 0 or 1"),
     ("max_pool2d", "1,8,4,4,3,pad=1,dil=3", "larger than the padded input"),
     ("group_norm", "1,30,4,4,G=4", "G=4 must divide C=30"),

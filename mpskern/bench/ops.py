@@ -259,7 +259,7 @@ class Pool2d(OpSpec):
     mode = "max"
     fields = (Field("N", 1), Field("C", None), Field("H", None), Field("W", "H", "(default H)"),
               Field("k", None, "square window"), Field("stride", "k", "(default k)"),
-              Field("pad", 0), Field("dil", 1, "dilation (max_pool2d only)"),
+              Field("pad", 0), Field("dil", 1, "dilation"),
               Field("ceil", 0, "ceil_mode 0/1"))
     example = "1,64,112,112,3,2,1"
     zero_ok = frozenset({"pad", "ceil"})
@@ -271,15 +271,13 @@ class Pool2d(OpSpec):
 
     def validate(self, s):
         super().validate(s)
-        if self.mode == "avg" and s["dil"] != 1:
-            raise ValueError(f"{self.name}: dil={s['dil']}: avg_pool2d has no dilation "
-                             "(torch's neither); use max_pool2d or dil=1")
         if s["ceil"] not in (0, 1):
             raise ValueError(f"{self.name}: ceil={s['ceil']} must be 0 or 1")
-        span = s["dil"] * (s["k"] - 1) + 1       # the window's extent on the input
+        dil = s.get("dil", 1)
+        span = dil * (s["k"] - 1) + 1            # the window's extent on the input
         if 2 * s["pad"] > span:
             raise ValueError(f"{self.name}: pad={s['pad']} must be at most half the window "
-                             f"k={s['k']}" + (f" (dil={s['dil']}: extent {span})" if s["dil"] > 1 else ""))
+                             f"k={s['k']}" + (f" (dil={dil}: extent {span})" if dil > 1 else ""))
         if min(s["H"], s["W"]) + 2 * s["pad"] < span:
             raise ValueError(f"{self.name}: window k={s['k']} is larger than the padded input")
 
@@ -287,7 +285,7 @@ class Pool2d(OpSpec):
         return ",".join(f"{k}={v}" for k, v in s.items() if self._LATER.get(k, v + 1) != v)
 
     def label(self, s):
-        d = f" d{s['dil']}" if s["dil"] > 1 else ""
+        d = f" d{s['dil']}" if s.get("dil", 1) > 1 else ""
         c = " ceil" if s["ceil"] else ""
         return f"{s['N']}x{s['C']}x{s['H']}x{s['W']} k{s['k']}s{s['stride']}p{s['pad']}{d}{c}"
 
@@ -320,6 +318,7 @@ class MaxPool2d(Pool2d):
 
 class AvgPool2d(Pool2d):
     mode = "avg"
+    fields = tuple(f for f in Pool2d.fields if f.name != "dil")   # torch's has no dilation
 
 
 class Rows(OpSpec):

@@ -45,6 +45,12 @@ void mk_sgemm_par(int trans_a, int trans_b, int M, int N, int K, float alpha, co
                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
 void mk_blas_set_threads(int n);
 
+/* ---- conv2d by Winograd F(m x m, 3x3), m = 4 or 2 (mk_cpu_winograd.c): for
+   mk_winograd_applies() convolutions (3x3, stride 1, dilation 1); mk_cpu_conv2d chooses. */
+int mk_winograd_applies(const mk_conv2d_args *a);
+mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, const void *x,
+                                 const void *w, const float *bias, void *y);
+
 /* ---- x86-64: hot loops are compiled for AVX-512, AVX2+FMA+F16C and the baseline, and the
    loader picks one (GCC's function multiversioning; the build stays portable, no
    -march=native). Elsewhere (arm64: NEON is the baseline) a plain function.

@@ -4,8 +4,13 @@
 //   an L2-sized buffer + one single-threaded GEMM (1x1 stride-1 float32 reads the input
 //   in place). A block is a run of output rows of one image, or whole images when an image
 //   is small (late ResNet layers), so the GEMM stays wide.
+//   3x3 stride-1 dilation-1 with enough channels: Winograd F(4x4, 3x3), mk_cpu_winograd.c
 // float16: input rows and weights are converted to float32 (float32 accumulation).
+// MPSKERN_CPU_CONV (read per call) forces an algorithm, for tests and benchmarks: auto
+// (default), gemm (never Winograd), winograd / winograd2 (F(4x4) / F(2x2) wherever it
+// applies; the other convolutions still take the paths above).
 #include "mk_cpu.h"
+#include <stdlib.h>
 #include <string.h>
 
 #define COL_BLOCK_FLOATS (1 << 18)   // im2col block (1 MiB): stays in L2 for the GEMM
@@ -252,6 +257,28 @@ done:
     if (wk != wf) mk_free(wk);
 }
 
+// Winograd tile size m (4 or 2) for this convolution, 0 for the paths above; -1 after
+// setting the error for an unknown MPSKERN_CPU_CONV
+static int winograd_choice(const mk_conv2d_args *a) {
+    const char *e = getenv("MPSKERN_CPU_CONV");
+    int forced = 0;
+    if (e && *e && strcmp(e, "auto") != 0) {
+        if (!strcmp(e, "gemm")) return 0;
+        else if (!strcmp(e, "winograd")) forced = 4;
+        else if (!strcmp(e, "winograd2")) forced = 2;
+        else {
+            mk_set_error(MK_ERR_INVALID, "MPSKERN_CPU_CONV=%s: expected auto, gemm, winograd "
+                         "or winograd2 (unset means auto)", e);
+            return -1;
+        }
+    }
+    if (!mk_winograd_applies(a)) return 0;
+    if (forced) return forced;
+    int Cg = a->C / a->groups, Kg = a->K / a->groups;
+    // measured (docs/cpu-kernels.md): Winograd wins from 32 channels on images of 14x14 up
+    return Cg >= 32 && Kg >= 32 && (long)a->P * a->Q >= 14 * 14 ? 4 : 0;
+}
+
 static mk_status check_args(const mk_conv2d_args *a) {
     MK_CHECK_NONNEG(a->N); MK_CHECK_NONNEG(a->C); MK_CHECK_NONNEG(a->H); MK_CHECK_NONNEG(a->W);
     MK_CHECK_NONNEG(a->K); MK_CHECK_POS(a->R); MK_CHECK_POS(a->S);
@@ -277,6 +304,8 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     if (a->C > 0) { MK_CHECK_PTR(x); MK_CHECK_PTR(w); }
     if (a->has_bias) MK_CHECK_PTR(bias); else bias = NULL;
     int Cg = a->C / a->groups;
+    int wino = winograd_choice(a);
+    if (wino < 0) return MK_ERR_INVALID;
 
     if (Cg == 1 && a->groups > 1) {
         dw_ctx t = {a, dtype, x, w, bias, y, 0};
@@ -296,6 +325,7 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
         }
         return MK_OK;
     }
+    if (wino) return mk_cpu_conv2d_winograd(a, wino, dtype, x, w, bias, y);
     int pointwise = a->R == 1 && a->S == 1 && a->stride_h == 1 && a->stride_w == 1 &&
                     a->pad_h == 0 && a->pad_w == 0 && a->P == a->H && a->Q == a->W;
     // block size: about COL_BLOCK_FLOATS of im2col but at least MIN_COLS columns (a narrow

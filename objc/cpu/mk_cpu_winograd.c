@@ -1,0 +1,298 @@
+// mk_cpu_winograd.c: 3x3 stride-1 dilation-1 conv2d by Winograd minimal filtering,
+// F(m x m, 3x3) with m = 4 (the default) or 2. docs/cpu-kernels.md has the derivation,
+// the error measurements and why m = 4 with the points {0, 1, -1, 1/2, -2, inf}.
+//
+// Per output tile of m x m pixels the a x a input tile d (a = m + 2) and each filter g are
+// transformed, V = B^T d B and U = G g G^T; the a*a products U.V summed over the input
+// channels are, per transform position, one GEMM [K x C] x [C x tiles]; the output tile
+// is A^T M A (+ bias). That is a*a*C*K multiplications per m*m outputs instead of 9*m*m*C*K
+// (4x fewer at m = 4, 2.25x at m = 2).
+//
+// Work: U for the whole call first (parallel over output channels; never cached across
+// calls: the caller may change the weights in place). Then tasks of (group, block of tile
+// rows, block of output channels), each on its own buffers: input transform of the block
+// -> a*a GEMMs (single-threaded BLAS) -> output transform + bias straight into y, so a
+// block's transformed input and products stay in the core's cache. float16 is converted
+// to float32 row by row in the transforms; everything accumulates in float32.
+#include "mk_cpu.h"
+#include <string.h>
+
+#define BLOCK_BYTES (1L << 20)   // transformed input + products of one task: about L2
+
+// The transforms, derived in docs/cpu-kernels.md from the interpolation points
+// (m = 4: {0, 1, -1, 1/2, -2, inf}; m = 2: {0, 1, -1, inf}). B^T and A^T are written out in
+// bt4/at4/bt2/at2 below; rows of B^T were scaled to small integers, the inverse scale
+// moved into G (the filter side). G as tables (row i: the taps' weights):
+static const float G4[6][3] = {
+    {1.0f / 2, 0, 0}, {1.0f / 6, 1.0f / 6, 1.0f / 6}, {1.0f / 6, -1.0f / 6, 1.0f / 6},
+    {16.0f / 15, 8.0f / 15, 4.0f / 15}, {1.0f / 30, -1.0f / 15, 2.0f / 15}, {0, 0, 1.0f / 2}};
+static const float G2[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
+
+typedef struct {
+    const mk_conv2d_args *a;
+    int dtype, m, al;            // tile m x m, transform size al = m + 2
+    const void *x, *w;
+    const float *bias;
+    void *y;
+    float *U;                    // [group][al*al][Kg][Cg]
+    int TH, TW, Wb;              // tiles per column / row; transformed row length TW*m + 2
+    long units;                  // tile rows over the batch: N * TH
+    int ub, Kb;                  // tile rows per block, output channels per block
+    long nblocks, nkb;
+    int failed;
+} wino_ctx;
+
+/* ---- filter transform: U[pos][k][c] = (G g G^T)[pos], vectorised over c */
+static inline __attribute__((always_inline)) void
+filter_k(const wino_ctx *t, int al, const float (*G)[3], long gk, float *w9, float *tmp) {
+    const mk_conv2d_args *a = t->a;
+    int Cg = a->C / a->groups, Kg = a->K / a->groups;
+    long g = gk / Kg, k = gk % Kg;
+    // w9[rs][c]: the filter taps of output channel gk, one row per tap
+    if (t->dtype == MK_F32) {
+        const float *src = (const float *)t->w + gk * Cg * 9;
+        for (int c = 0; c < Cg; c++)
+            for (int rs = 0; rs < 9; rs++) w9[rs * Cg + c] = src[c * 9 + rs];
+    } else {
+        const mk_half *src = (const mk_half *)t->w + gk * Cg * 9;
+        for (int c = 0; c < Cg; c++)
+            for (int rs = 0; rs < 9; rs++) w9[rs * Cg + c] = (float)src[c * 9 + rs];
+    }
+    // tmp[i][s] = sum_r G[i][r] w9[r][s]
+    for (int i = 0; i < al; i++)
+        for (int s = 0; s < 3; s++) {
+            float *d = tmp + (i * 3 + s) * Cg;
+            const float *w0 = w9 + s * Cg, *w1 = w9 + (3 + s) * Cg, *w2 = w9 + (6 + s) * Cg;
+            float g0 = G[i][0], g1 = G[i][1], g2 = G[i][2];
+            for (int c = 0; c < Cg; c++) d[c] = g0 * w0[c] + g1 * w1[c] + g2 * w2[c];
+        }
+    float *Ug = t->U + g * (long)al * al * Kg * Cg;
+    for (int i = 0; i < al; i++)
+        for (int j = 0; j < al; j++) {
+            float *d = Ug + ((long)(i * al + j) * Kg + k) * Cg;
+            const float *t0 = tmp + (i * 3) * Cg, *t1 = t0 + Cg, *t2 = t1 + Cg;
+            float g0 = G[j][0], g1 = G[j][1], g2 = G[j][2];
+            for (int c = 0; c < Cg; c++) d[c] = g0 * t0[c] + g1 * t1[c] + g2 * t2[c];
+        }
+}
+
+MK_MULTIVERSION static void filter_range4(const wino_ctx *t, long b, long e, float *w9, float *tmp) {
+    for (long gk = b; gk < e; gk++) filter_k(t, 6, G4, gk, w9, tmp);
+}
+MK_MULTIVERSION static void filter_range2(const wino_ctx *t, long b, long e, float *w9, float *tmp) {
+    for (long gk = b; gk < e; gk++) filter_k(t, 4, G2, gk, w9, tmp);
+}
+
+static void filter_range(void *vc, long b, long e) {
+    wino_ctx *t = vc;
+    int Cg = t->a->C / t->a->groups;
+    float *w9 = mk_alloc((size_t)9 * Cg * 4), *tmp = mk_alloc((size_t)3 * t->al * Cg * 4);
+    if (!w9 || !tmp) t->failed = 1;
+    else if (t->m == 4) filter_range4(t, b, e, w9, tmp);
+    else filter_range2(t, b, e, w9, tmp);
+    mk_free(w9); mk_free(tmp);
+}
+
+/* ---- the 1D transforms, written out (the 2D ones apply them along columns, then rows):
+   o[j*os] = sum_l BT[j][l] d[l*s] and o[j*os] = sum_l AT[j][l] v[l*s] */
+static inline __attribute__((always_inline)) void
+bt4(const float *d, long s, float *o, long os) {
+    float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s], d5 = d[5 * s];
+    o[0] = 2 * d0 - 3 * d1 - 4 * d2 + 3 * d3 + 2 * d4;
+    o[os] = -2 * d1 + d2 + 5 * d3 + 2 * d4;
+    o[2 * os] = -2 * d1 + 5 * d2 - d3 - 2 * d4;
+    o[3 * os] = 2 * d1 + d2 - 2 * d3 - d4;
+    o[4 * os] = d1 - 2 * d2 - d3 + 2 * d4;
+    o[5 * os] = 2 * d1 - 3 * d2 - 4 * d3 + 3 * d4 + 2 * d5;
+}
+static inline __attribute__((always_inline)) void
+at4(const float *v, long s, float *o, long os) {
+    float v0 = v[0], v1 = v[s], v2 = v[2 * s], v3 = v[3 * s], v4 = v[4 * s], v5 = v[5 * s];
+    float p = v1 + v2, q = v1 - v2;
+    o[0] = v0 + p + v3 + v4;
+    o[os] = q + 0.5f * v3 - 2 * v4;
+    o[2 * os] = p + 0.25f * v3 + 4 * v4;
+    o[3 * os] = q + 0.125f * v3 - 8 * v4 + v5;
+}
+static inline __attribute__((always_inline)) void
+bt2(const float *d, long s, float *o, long os) {
+    float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s];
+    o[0] = d0 - d2;
+    o[os] = d1 + d2;
+    o[2 * os] = d2 - d1;
+    o[3 * os] = d3 - d1;
+}
+static inline __attribute__((always_inline)) void
+at2(const float *v, long s, float *o, long os) {
+    float v0 = v[0], v1 = v[s], v2 = v[2 * s], v3 = v[3 * s];
+    o[0] = v0 + v1 + v2;
+    o[os] = v1 - v2 + v3;
+}
+typedef void (*tf1d)(const float *, long, float *, long);
+
+/* ---- input transform of one tile row (unit) for one channel:
+   V[pos][c][tile0 + tx] = (B^T d B)[pos] of tile tx */
+static inline __attribute__((always_inline)) void
+input_unit(const wino_ctx *t, int m, int al, tf1d bt, int g, long unit, int c, float *rows,
+           float *tr, float *V, long ldv, long tile0) {
+    const mk_conv2d_args *a = t->a;
+    int Cg = a->C / a->groups, Wb = t->Wb, TW = t->TW;
+    long n = unit / t->TH;
+    int ty = (int)(unit % t->TH);
+    long HW = (long)a->H * a->W;
+    long xoff = (n * a->C + (long)g * Cg + c) * HW;
+    // the al input rows of this tile row, zero-padded to Wb columns
+    for (int i = 0; i < al; i++) {
+        float *r = rows + i * Wb;
+        int ih = ty * m - a->pad_h + i;
+        if (ih < 0 || ih >= a->H) { memset(r, 0, (size_t)Wb * 4); continue; }
+        int lo = a->pad_w, hi = a->pad_w + a->W;            // columns holding input
+        for (int x = 0; x < lo; x++) r[x] = 0.0f;
+        if (t->dtype == MK_F32)
+            memcpy(r + lo, (const float *)t->x + xoff + (long)ih * a->W, (size_t)a->W * 4);
+        else
+            mk_h2f((const mk_half *)t->x + xoff + (long)ih * a->W, r + lo, a->W);
+        for (int x = hi; x < Wb; x++) r[x] = 0.0f;
+    }
+    // along columns: tr[i][x] = sum_k BT[i][k] rows[k][x]
+    for (int x = 0; x < Wb; x++) bt(rows + x, Wb, tr + x, Wb);
+    // along rows: V[i*al + j][tx] = sum_l BT[j][l] tr[i][tx*m + l]
+    long js = (long)Cg * ldv;
+    for (int i = 0; i < al; i++) {
+        const float *s = tr + i * Wb;
+        float *d = V + ((long)i * al * Cg + c) * ldv + tile0;
+        for (int tx = 0; tx < TW; tx++) bt(s + tx * m, 1, d + tx, js);
+    }
+}
+
+/* ---- output transform of one tile row for one output channel k: y rows ty*m .. ty*m+m-1
+   = A^T M A + bias, where Mk[pos * pstride + tile] holds channel k's products */
+static inline __attribute__((always_inline)) void
+output_unit(const wino_ctx *t, int m, int al, tf1d at, int g, long unit, int k,
+            const float *Mk, long pstride, long tile0, float *sv, float *orow) {
+    const mk_conv2d_args *a = t->a;
+    int Kg = a->K / a->groups, TW = t->TW, Q = a->Q;
+    long n = unit / t->TH;
+    int ty = (int)(unit % t->TH);
+    // along columns: sv[r][l][tx] = sum_i AT[r][i] M[i*al + l][tile0 + tx]
+    for (int l = 0; l < al; l++) {
+        const float *src = Mk + (long)l * pstride + tile0;
+        float *d = sv + (long)l * TW;
+        for (int tx = 0; tx < TW; tx++) at(src + tx, al * pstride, d + tx, (long)al * TW);
+    }
+    long kg = (long)g * Kg + k;
+    float bias = t->bias ? t->bias[kg] : 0.0f;
+    long PQ = (long)a->P * Q;
+    long yoff = (n * a->K + kg) * PQ;
+    // along rows, + bias (rows past P belong to the last tile's overhang)
+    for (int r = 0; r < m; r++) {
+        int p = ty * m + r;
+        if (p >= a->P) break;
+        const float *s = sv + (long)r * al * TW;
+        for (int tx = 0; tx < TW; tx++) at(s + tx, TW, orow + tx * m, 1);
+        for (int x = 0; x < Q; x++) orow[x] += bias;
+        if (t->dtype == MK_F32) memcpy((float *)t->y + yoff + (long)p * Q, orow, (size_t)Q * 4);
+        else mk_f2h(orow, (mk_half *)t->y + yoff + (long)p * Q, Q);
+    }
+}
+
+typedef struct { float *rows, *tr, *V, *M, *sv, *orow; } bufs;
+
+static inline __attribute__((always_inline)) void
+task_body(const wino_ctx *t, int m, int al, tf1d bt, tf1d at,
+          long task, bufs *bf) {
+    const mk_conv2d_args *a = t->a;
+    int Cg = a->C / a->groups, Kg = a->K / a->groups, TW = t->TW;
+    long per_g = t->nblocks * t->nkb;
+    int g = (int)(task / per_g);
+    long blk = task % per_g / t->nkb, kb = task % t->nkb;
+    long u0 = blk * t->ub, u1 = u0 + t->ub < t->units ? u0 + t->ub : t->units;
+    long T = (u1 - u0) * TW;                     // tiles in this block (GEMM width)
+    int k0 = (int)(kb * t->Kb), k1 = k0 + t->Kb < Kg ? k0 + t->Kb : Kg;
+    long Kb = k1 - k0;
+    for (long u = u0; u < u1; u++)
+        for (int c = 0; c < Cg; c++)
+            input_unit(t, m, al, bt, g, u, c, bf->rows, bf->tr, bf->V, T, (u - u0) * TW);
+    // per transform position: M[pos] (Kb x T) = U[pos] (Kb x Cg) V[pos] (Cg x T)
+    const float *Ug = t->U + (long)g * al * al * Kg * Cg;
+    for (int pos = 0; pos < al * al; pos++)
+        mk_sgemm(0, 0, (int)Kb, (int)T, Cg, 1.0f, Ug + ((long)pos * Kg + k0) * Cg, Cg,
+                 bf->V + (long)pos * Cg * T, (int)T, 0.0f, bf->M + (long)pos * Kb * T, (int)T);
+    for (int k = k0; k < k1; k++)
+        for (long u = u0; u < u1; u++)
+            output_unit(t, m, al, at, g, u, k, bf->M + (long)(k - k0) * T, Kb * T,
+                        (u - u0) * TW, bf->sv, bf->orow);
+}
+
+MK_MULTIVERSION static void tasks4(const wino_ctx *t, long b, long e, bufs *bf) {
+    for (long i = b; i < e; i++) task_body(t, 4, 6, bt4, at4, i, bf);
+}
+MK_MULTIVERSION static void tasks2(const wino_ctx *t, long b, long e, bufs *bf) {
+    for (long i = b; i < e; i++) task_body(t, 2, 4, bt2, at2, i, bf);
+}
+
+static void task_range(void *vc, long b, long e) {
+    wino_ctx *t = vc;
+    const mk_conv2d_args *a = t->a;
+    int Cg = a->C / a->groups;
+    long T = (long)t->ub * t->TW, A2 = (long)t->al * t->al;
+    bufs bf = {mk_alloc((size_t)t->al * t->Wb * 4), mk_alloc((size_t)t->al * t->Wb * 4),
+               mk_alloc((size_t)A2 * Cg * T * 4), mk_alloc((size_t)A2 * t->Kb * T * 4),
+               mk_alloc((size_t)t->al * t->al * t->TW * 4), mk_alloc((size_t)t->TW * t->m * 4)};
+    if (!bf.rows || !bf.tr || !bf.V || !bf.M || !bf.sv || !bf.orow) t->failed = 1;
+    else if (t->m == 4) tasks4(t, b, e, &bf);
+    else tasks2(t, b, e, &bf);
+    mk_free(bf.rows); mk_free(bf.tr); mk_free(bf.V); mk_free(bf.M); mk_free(bf.sv);
+    mk_free(bf.orow);
+}
+
+int mk_winograd_applies(const mk_conv2d_args *a) {
+    return a->R == 3 && a->S == 3 && a->stride_h == 1 && a->stride_w == 1 && a->dil_h == 1 &&
+           a->dil_w == 1 && a->P == a->H + 2 * a->pad_h - 2 && a->Q == a->W + 2 * a->pad_w - 2;
+}
+
+mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, const void *x,
+                                 const void *w, const float *bias, void *y) {
+    int G = a->groups, Cg = a->C / G, Kg = a->K / G;
+    int al = m + 2;
+    long A2 = (long)al * al;
+    wino_ctx t = {a, dtype, m, al, x, w, bias, y, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    t.TH = (a->P + m - 1) / m;
+    t.TW = (a->Q + m - 1) / m;
+    t.Wb = t.TW * m + 2;
+    t.units = (long)a->N * t.TH;
+    // blocks of tile rows: transformed input + products about BLOCK_BYTES
+    long unit_bytes = A2 * t.TW * (Cg + Kg) * 4;
+    long ub = BLOCK_BYTES / unit_bytes;
+    if (ub < 1) ub = 1;
+    if (ub > t.units) ub = t.units;
+    long want = 2L * mk_cpu_threads();
+    long nblocks = (t.units + ub - 1) / ub;
+    long nkb = 1;
+    if ((long)G * nblocks < want) {
+        // too few blocks for the threads: split the output channels (each part redoes the
+        // cheap input transform) while parts keep >= 32 channels, else cut blocks smaller
+        nkb = (want + G * nblocks - 1) / (G * nblocks);
+        if (nkb > Kg / 32) nkb = Kg / 32 > 0 ? Kg / 32 : 1;
+        if ((long)G * nblocks * nkb < want) {
+            long nb = (want + G * nkb - 1) / (G * nkb);
+            ub = (t.units + nb - 1) / nb;
+            if (ub < 1) ub = 1;
+            nblocks = (t.units + ub - 1) / ub;
+        }
+    }
+    t.ub = (int)ub;
+    t.nblocks = nblocks;
+    t.nkb = nkb;
+    t.Kb = (int)((Kg + nkb - 1) / nkb);
+    if (nkb > 1) t.Kb = (t.Kb + 15) & ~15;
+    t.nkb = (Kg + t.Kb - 1) / t.Kb;
+    t.U = mk_alloc((size_t)G * A2 * Kg * Cg * 4);
+    if (!t.U) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory (Winograd weights)");
+    mk_parallel_for((long)G * Kg, mk_grain(A2 * Cg * 3), filter_range, &t);
+    if (!t.failed)
+        mk_parallel_for((long)G * t.nblocks * t.nkb, 1, task_range, &t);
+    mk_free(t.U);
+    return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory (Winograd)")
+                    : MK_OK;
+}

@@ -1,0 +1,164 @@
+"""The cpu backend's Winograd conv2d (objc/cpu/mk_cpu_winograd.c), forced with
+MPSKERN_CPU_CONV=winograd (F(4x4,3x3), the one auto uses) or winograd2 (F(2x2,3x3)),
+against the float64 reference and the one tolerance rule, with margin: the error must stay
+within a quarter of the bound (docs/cpu-kernels.md has the measurements). Also: edge tiles
+and every tile position, float16, bias, the forced-path variable's errors, and which path
+auto takes (observed as bitwise agreement with a forced path, not by timing)."""
+import numpy as np
+import pytest
+
+import mpskern
+import refs
+
+MARGIN = 4          # Winograd must stay within tolerance / MARGIN
+ALGOS = ["winograd", "winograd2"]
+
+
+def conv(monkeypatch, algo, x, w, b=None, padding=1, groups=1):
+    monkeypatch.setenv("MPSKERN_CPU_CONV", algo)
+    return mpskern.conv2d(x, w, b, 1, padding, 1, groups, backend="cpu")
+
+
+def inputs(kind, xs, ws, dtype, rng):
+    x = rng.uniform(-1, 1, xs)
+    w = rng.uniform(-1, 1, ws)
+    if kind == "positive":          # no cancellation anywhere: the largest outputs
+        x, w = np.abs(x), np.abs(w)
+    elif kind == "range":           # values over 2^-10 .. 2^10 (float16: 2^-5 .. 2^5)
+        e = 10 if dtype == np.float32 else 5
+        x = x * 2.0 ** rng.integers(-e, e + 1, xs)
+        w = w * 2.0 ** rng.integers(-e // 2, e // 2 + 1, ws)
+    return x.astype(dtype), w.astype(dtype)
+
+
+def check(got, x, w, b, padding, groups, dtype, what):
+    ref = refs.conv2d(x, w, b, 1, padding, 1, groups)
+    terms = w.shape[1] * 9
+    refs.assert_close(got, ref, dtype, terms=terms, what=what)
+    err, bound = refs.max_error(got, ref), refs.tolerance(dtype, terms)
+    assert err <= bound / MARGIN, f"{what}: error {err:.3g} is over a quarter of {bound:.3g}"
+
+
+# (x shape, K, padding, groups, bias)
+SHAPES = [
+    ((2, 64, 20, 20), 64, 1, 1, True),        # ResNet-like, a whole number of tiles
+    ((1, 512, 7, 7), 512, 1, 1, False),       # late ResNet layer: tiles overhang
+    ((1, 1024, 5, 6), 16, 1, 1, True),        # long reductions, non-square
+    ((3, 5, 9, 13), 7, 0, 1, True),           # odd sizes, no padding, few channels
+    ((1, 8, 6, 17), 9, 1, 1, False),          # N = 1, non-square
+    ((2, 4, 1, 1), 3, 1, 1, True),            # one pixel: only padding around it
+    ((1, 6, 3, 3), 5, 0, 1, False),           # one output pixel
+    ((1, 6, 5, 4), 4, 2, 1, True),            # padding 2: output larger than the input
+    ((2, 16, 10, 11), 8, 1, 2, True),         # groups: each group its own transforms
+]
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("kind", ["uniform", "positive", "range"])
+@pytest.mark.parametrize("xs,K,padding,groups,has_bias", SHAPES)
+def test_float32(monkeypatch, algo, kind, xs, K, padding, groups, has_bias):
+    rng = np.random.default_rng(7)
+    x, w = inputs(kind, xs, (K, xs[1] // groups, 3, 3), np.float32, rng)
+    b = rng.uniform(-1, 1, K).astype(np.float32) if has_bias else None
+    got = conv(monkeypatch, algo, x, w, b, padding, groups)
+    check(got, x, w, b, padding, groups, np.float32, f"{algo} {kind} {xs}")
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("kind", ["uniform", "positive", "range"])
+@pytest.mark.parametrize("xs,K,padding", [((2, 64, 14, 14), 32, 1), ((1, 256, 9, 7), 8, 0),
+                                          ((1, 3, 11, 5), 4, 1)])
+def test_float16(monkeypatch, algo, kind, xs, K, padding):
+    rng = np.random.default_rng(8)
+    x, w = inputs(kind, xs, (K, xs[1], 3, 3), np.float16, rng)
+    b = rng.uniform(-1, 1, K).astype(np.float32)
+    got = conv(monkeypatch, algo, x, w, b, padding)
+    check(got, x, w, b, padding, 1, np.float16, f"{algo} float16 {kind} {xs}")
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("padding", [0, 1])
+def test_every_tile_position(monkeypatch, algo, padding):
+    """Image i holds a single 1 at pixel i: its output is the flipped filter around that
+    pixel, so every input position (tile interior, tile edges, image borders) is seen."""
+    H, W, C, K = 9, 11, 3, 4
+    rng = np.random.default_rng(9)
+    x = np.zeros((H * W, C, H, W), np.float32)
+    for i in range(H * W):
+        x[i, i % C, i // W, i % W] = 1.0
+    w = rng.uniform(-1, 1, (K, C, 3, 3)).astype(np.float32)
+    got = conv(monkeypatch, algo, x, w, None, padding)
+    check(got, x, w, None, padding, 1, np.float32, f"{algo} impulses pad {padding}")
+
+
+def test_reads_the_weights_every_call(monkeypatch):
+    """No transformed weights are kept between calls: changing w in place changes y."""
+    rng = np.random.default_rng(10)
+    x = rng.uniform(-1, 1, (1, 32, 8, 8)).astype(np.float32)
+    w = rng.uniform(-1, 1, (32, 32, 3, 3)).astype(np.float32)
+    conv(monkeypatch, "winograd", x, w)
+    w *= -2.0
+    got = conv(monkeypatch, "winograd", x, w)
+    check(got, x, w, None, 1, 1, np.float32, "after an in-place weight change")
+
+
+def path_results(monkeypatch, x, w, stride=1, padding=1, dilation=1, groups=1):
+    out = {}
+    for algo in ("auto", "gemm", "winograd"):
+        monkeypatch.setenv("MPSKERN_CPU_CONV", algo)
+        out[algo] = mpskern.conv2d(x, w, None, stride, padding, dilation, groups, backend="cpu")
+    monkeypatch.delenv("MPSKERN_CPU_CONV")
+    out["unset"] = mpskern.conv2d(x, w, None, stride, padding, dilation, groups, backend="cpu")
+    return out
+
+
+@pytest.mark.parametrize("xs,K", [((2, 64, 28, 28), 64), ((1, 128, 14, 14), 128),
+                                  ((1, 256, 14, 14), 256)])
+def test_auto_takes_winograd_for_resnet_3x3(monkeypatch, xs, K):
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-1, 1, xs).astype(np.float32)
+    w = rng.uniform(-1, 1, (K, xs[1], 3, 3)).astype(np.float32)
+    r = path_results(monkeypatch, x, w)
+    assert not np.array_equal(r["gemm"], r["winograd"])    # the paths are distinguishable
+    assert np.array_equal(r["auto"], r["winograd"])
+    assert np.array_equal(r["unset"], r["winograd"])
+
+
+@pytest.mark.parametrize("xs,K,stride,padding,dilation,groups", [
+    ((1, 3, 32, 32), 16, 1, 1, 1, 1),       # few input channels: im2col + GEMM wins
+    ((1, 64, 16, 16), 64, 2, 1, 1, 1),      # strided: Winograd does not apply
+    ((1, 64, 16, 16), 64, 1, 2, 2, 1),      # dilated: does not apply
+    ((1, 64, 16, 16), 64, 1, 1, 1, 16),     # 4 channels per group
+])
+def test_auto_keeps_gemm(monkeypatch, xs, K, stride, padding, dilation, groups):
+    rng = np.random.default_rng(12)
+    x = rng.uniform(-1, 1, xs).astype(np.float32)
+    w = rng.uniform(-1, 1, (K, xs[1] // groups, 3, 3)).astype(np.float32)
+    r = path_results(monkeypatch, x, w, stride, padding, dilation, groups)
+    assert np.array_equal(r["auto"], r["gemm"])
+    assert np.array_equal(r["unset"], r["gemm"])
+    if stride > 1 or dilation > 1:      # forced Winograd where it cannot apply: im2col
+        assert np.array_equal(r["winograd"], r["gemm"])
+
+
+@pytest.mark.parametrize("value", ["fast", "Winograd", "gemm ", "1"])
+def test_unknown_forced_path_is_an_error(monkeypatch, value):
+    x = np.ones((1, 2, 4, 4), np.float32)
+    w = np.ones((2, 2, 3, 3), np.float32)
+    monkeypatch.setenv("MPSKERN_CPU_CONV", value)
+    with pytest.raises(ValueError, match="MPSKERN_CPU_CONV") as e:
+        mpskern.conv2d(x, w, padding=1, backend="cpu")
+    assert "auto, gemm, winograd" in str(e.value)
+    # every conv checks it, including paths Winograd never takes (1x1, depthwise)
+    with pytest.raises(ValueError, match="MPSKERN_CPU_CONV"):
+        mpskern.conv2d(x, w[:, :, :1, :1], backend="cpu")
+
+
+def test_empty_value_means_auto(monkeypatch):
+    rng = np.random.default_rng(13)
+    x = rng.uniform(-1, 1, (1, 64, 12, 12)).astype(np.float32)
+    w = rng.uniform(-1, 1, (64, 64, 3, 3)).astype(np.float32)
+    monkeypatch.setenv("MPSKERN_CPU_CONV", "")
+    empty = mpskern.conv2d(x, w, padding=1, backend="cpu")
+    monkeypatch.setenv("MPSKERN_CPU_CONV", "auto")
+    assert np.array_equal(empty, mpskern.conv2d(x, w, padding=1, backend="cpu"))

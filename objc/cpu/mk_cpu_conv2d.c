@@ -275,8 +275,8 @@ static int winograd_choice(const mk_conv2d_args *a) {
     if (!mk_winograd_applies(a)) return 0;
     if (forced) return forced;
     int Cg = a->C / a->groups, Kg = a->K / a->groups;
-    // measured (docs/cpu-kernels.md): Winograd wins from 32 channels on images of 14x14 up
-    return Cg >= 32 && Kg >= 32 && (long)a->P * a->Q >= 14 * 14 ? 4 : 0;
+    // measured (docs/cpu-kernels.md): Winograd wins from 32 channels on images of 7x7 up
+    return Cg >= 32 && Kg >= 32 && (long)a->P * a->Q >= 7 * 7 ? 4 : 0;
 }
 
 static mk_status check_args(const mk_conv2d_args *a) {

@@ -17,7 +17,11 @@
 #include "mk_cpu.h"
 #include <string.h>
 
-#define BLOCK_BYTES (1L << 20)   // transformed input + products of one task: about L2
+// cache budgets (measured on Zen 4, 1 MiB L2): a tile block's transformed input + products,
+// and a channel block's transformed filters, stay in L2 next to the GEMM's own panels
+#define BLOCK_BYTES (1L << 19)
+#define FILTER_BLOCK_BYTES (1L << 19)
+#define V_LIMIT (6L << 20)
 
 // The transforms, derived in docs/cpu-kernels.md from the interpolation points
 // (m = 4: {0, 1, -1, 1/2, -2, inf}; m = 2: {0, 1, -1, inf}). B^T and A^T are written out in
@@ -34,7 +38,8 @@ typedef struct {
     const void *x, *w;
     const float *bias;
     void *y;
-    float *U;                    // [group][al*al][Kg][Cg]
+    float *U;                    // [group][al*al][Kg][Cg], or NULL: tasks transform their own
+    float *V;                    // [group][al*al][Cg][all tiles], or NULL: tasks transform theirs
     int TH, TW, Wb;              // tiles per column / row; transformed row length TW*m + 2
     long units;                  // tile rows over the batch: N * TH
     int ub, Kb;                  // tile rows per block, output channels per block
@@ -42,12 +47,13 @@ typedef struct {
     int failed;
 } wino_ctx;
 
-/* ---- filter transform: U[pos][k][c] = (G g G^T)[pos], vectorised over c */
+/* ---- filter transform of output channel gk: dst[pos * ldk * Cg + c] = (G g G^T)[pos] of
+   input channel c, vectorised over c */
 static inline __attribute__((always_inline)) void
-filter_k(const wino_ctx *t, int al, const float (*G)[3], long gk, float *w9, float *tmp) {
+filter_k(const wino_ctx *t, int al, const float (*G)[3], long gk, float *w9, float *tmp,
+         float *dst, long ldk) {
     const mk_conv2d_args *a = t->a;
-    int Cg = a->C / a->groups, Kg = a->K / a->groups;
-    long g = gk / Kg, k = gk % Kg;
+    int Cg = a->C / a->groups;
     // w9[rs][c]: the filter taps of output channel gk, one row per tap
     if (t->dtype == MK_F32) {
         const float *src = (const float *)t->w + gk * Cg * 9;
@@ -66,30 +72,35 @@ filter_k(const wino_ctx *t, int al, const float (*G)[3], long gk, float *w9, flo
             float g0 = G[i][0], g1 = G[i][1], g2 = G[i][2];
             for (int c = 0; c < Cg; c++) d[c] = g0 * w0[c] + g1 * w1[c] + g2 * w2[c];
         }
-    float *Ug = t->U + g * (long)al * al * Kg * Cg;
     for (int i = 0; i < al; i++)
         for (int j = 0; j < al; j++) {
-            float *d = Ug + ((long)(i * al + j) * Kg + k) * Cg;
+            float *d = dst + (long)(i * al + j) * ldk * Cg;
             const float *t0 = tmp + (i * 3) * Cg, *t1 = t0 + Cg, *t2 = t1 + Cg;
             float g0 = G[j][0], g1 = G[j][1], g2 = G[j][2];
             for (int c = 0; c < Cg; c++) d[c] = g0 * t0[c] + g1 * t1[c] + g2 * t2[c];
         }
 }
 
-MK_MULTIVERSION static void filter_range4(const wino_ctx *t, long b, long e, float *w9, float *tmp) {
-    for (long gk = b; gk < e; gk++) filter_k(t, 6, G4, gk, w9, tmp);
-}
-MK_MULTIVERSION static void filter_range2(const wino_ctx *t, long b, long e, float *w9, float *tmp) {
-    for (long gk = b; gk < e; gk++) filter_k(t, 4, G2, gk, w9, tmp);
+MK_MULTIVERSION static void filter_some(const wino_ctx *t, long gk0, long gk1, float *w9,
+                                        float *tmp, float *dst, long ldk) {
+    int Cg = t->a->C / t->a->groups;
+    for (long gk = gk0; gk < gk1; gk++, dst += Cg) {
+        if (t->m == 4) filter_k(t, 6, G4, gk, w9, tmp, dst, ldk);
+        else filter_k(t, 4, G2, gk, w9, tmp, dst, ldk);
+    }
 }
 
+// the whole call's U (filter transform shared by every task)
 static void filter_range(void *vc, long b, long e) {
     wino_ctx *t = vc;
-    int Cg = t->a->C / t->a->groups;
+    const mk_conv2d_args *a = t->a;
+    int Cg = a->C / a->groups, Kg = a->K / a->groups;
     float *w9 = mk_alloc((size_t)9 * Cg * 4), *tmp = mk_alloc((size_t)3 * t->al * Cg * 4);
     if (!w9 || !tmp) t->failed = 1;
-    else if (t->m == 4) filter_range4(t, b, e, w9, tmp);
-    else filter_range2(t, b, e, w9, tmp);
+    else
+        for (long gk = b; gk < e; gk++)
+            filter_some(t, gk, gk + 1, w9, tmp,
+                        t->U + (gk / Kg * t->al * t->al * Kg + gk % Kg) * (long)Cg, Kg);
     mk_free(w9); mk_free(tmp);
 }
 
@@ -196,28 +207,36 @@ output_unit(const wino_ctx *t, int m, int al, tf1d at, int g, long unit, int k,
     }
 }
 
-typedef struct { float *rows, *tr, *V, *M, *sv, *orow; } bufs;
+typedef struct { float *rows, *tr, *V, *M, *sv, *orow, *U, *w9, *ftmp; } bufs;
 
 static inline __attribute__((always_inline)) void
-task_body(const wino_ctx *t, int m, int al, tf1d bt, tf1d at,
-          long task, bufs *bf) {
+input_units(const wino_ctx *t, int m, int al, tf1d bt, int g, long u0, long u1, int c0,
+            int c1, float *V, long ldv, bufs *bf) {
+    for (long u = u0; u < u1; u++)
+        for (int c = c0; c < c1; c++)
+            input_unit(t, m, al, bt, g, u, c, bf->rows, bf->tr, V, ldv, (u - u0) * t->TW);
+}
+
+static inline __attribute__((always_inline)) void
+task_body(const wino_ctx *t, int m, int al, tf1d bt, tf1d at, long task, bufs *bf) {
     const mk_conv2d_args *a = t->a;
     int Cg = a->C / a->groups, Kg = a->K / a->groups, TW = t->TW;
-    long per_g = t->nblocks * t->nkb;
+    long A2 = (long)al * al, per_g = t->nblocks * t->nkb;
     int g = (int)(task / per_g);
     long blk = task % per_g / t->nkb, kb = task % t->nkb;
     long u0 = blk * t->ub, u1 = u0 + t->ub < t->units ? u0 + t->ub : t->units;
     long T = (u1 - u0) * TW;                     // tiles in this block (GEMM width)
     int k0 = (int)(kb * t->Kb), k1 = k0 + t->Kb < Kg ? k0 + t->Kb : Kg;
     long Kb = k1 - k0;
-    for (long u = u0; u < u1; u++)
-        for (int c = 0; c < Cg; c++)
-            input_unit(t, m, al, bt, g, u, c, bf->rows, bf->tr, bf->V, T, (u - u0) * TW);
+    const float *V = t->V ? t->V + (long)g * A2 * Cg * T : bf->V;
+    if (!t->V) input_units(t, m, al, bt, g, u0, u1, 0, Cg, bf->V, T, bf);
+    const float *U = t->U ? t->U + ((long)g * A2 * Kg + k0) * Cg : bf->U;
+    long ldk = t->U ? Kg : Kb;
+    if (!t->U) filter_some(t, (long)g * Kg + k0, (long)g * Kg + k1, bf->w9, bf->ftmp, bf->U, Kb);
     // per transform position: M[pos] (Kb x T) = U[pos] (Kb x Cg) V[pos] (Cg x T)
-    const float *Ug = t->U + (long)g * al * al * Kg * Cg;
-    for (int pos = 0; pos < al * al; pos++)
-        mk_sgemm(0, 0, (int)Kb, (int)T, Cg, 1.0f, Ug + ((long)pos * Kg + k0) * Cg, Cg,
-                 bf->V + (long)pos * Cg * T, (int)T, 0.0f, bf->M + (long)pos * Kb * T, (int)T);
+    for (int pos = 0; pos < A2; pos++)
+        mk_sgemm(0, 0, (int)Kb, (int)T, Cg, 1.0f, U + pos * ldk * Cg, Cg, V + pos * Cg * T,
+                 (int)T, 0.0f, bf->M + pos * Kb * T, (int)T);
     for (int k = k0; k < k1; k++)
         for (long u = u0; u < u1; u++)
             output_unit(t, m, al, at, g, u, k, bf->M + (long)(k - k0) * T, Kb * T,
@@ -230,6 +249,30 @@ MK_MULTIVERSION static void tasks4(const wino_ctx *t, long b, long e, bufs *bf) 
 MK_MULTIVERSION static void tasks2(const wino_ctx *t, long b, long e, bufs *bf) {
     for (long i = b; i < e; i++) task_body(t, 2, 4, bt2, at2, i, bf);
 }
+// the whole call's V: items are (group, input channel)
+MK_MULTIVERSION static void inputs_all(const wino_ctx *t, long b, long e, bufs *bf) {
+    int Cg = t->a->C / t->a->groups;
+    long A2 = (long)t->al * t->al, T = t->units * t->TW;
+    for (long i = b; i < e; i++) {
+        int g = (int)(i / Cg), c = (int)(i % Cg);
+        float *V = t->V + (long)g * A2 * Cg * T;
+        if (t->m == 4) input_units(t, 4, 6, bt4, g, 0, t->units, c, c + 1, V, T, bf);
+        else input_units(t, 2, 4, bt2, g, 0, t->units, c, c + 1, V, T, bf);
+    }
+}
+
+static void free_bufs(bufs *bf) {
+    mk_free(bf->rows); mk_free(bf->tr); mk_free(bf->V); mk_free(bf->M); mk_free(bf->sv);
+    mk_free(bf->orow); mk_free(bf->U); mk_free(bf->w9); mk_free(bf->ftmp);
+}
+
+static void input_range(void *vc, long b, long e) {
+    wino_ctx *t = vc;
+    bufs bf = {mk_alloc((size_t)t->al * t->Wb * 4), mk_alloc((size_t)t->al * t->Wb * 4)};
+    if (!bf.rows || !bf.tr) t->failed = 1;
+    else inputs_all(t, b, e, &bf);
+    free_bufs(&bf);
+}
 
 static void task_range(void *vc, long b, long e) {
     wino_ctx *t = vc;
@@ -237,13 +280,18 @@ static void task_range(void *vc, long b, long e) {
     int Cg = a->C / a->groups;
     long T = (long)t->ub * t->TW, A2 = (long)t->al * t->al;
     bufs bf = {mk_alloc((size_t)t->al * t->Wb * 4), mk_alloc((size_t)t->al * t->Wb * 4),
-               mk_alloc((size_t)A2 * Cg * T * 4), mk_alloc((size_t)A2 * t->Kb * T * 4),
-               mk_alloc((size_t)t->al * t->al * t->TW * 4), mk_alloc((size_t)t->TW * t->m * 4)};
-    if (!bf.rows || !bf.tr || !bf.V || !bf.M || !bf.sv || !bf.orow) t->failed = 1;
+               t->V ? NULL : mk_alloc((size_t)A2 * Cg * T * 4),
+               mk_alloc((size_t)A2 * t->Kb * T * 4),
+               mk_alloc((size_t)t->al * t->al * t->TW * 4), mk_alloc((size_t)t->TW * t->m * 4),
+               t->U ? NULL : mk_alloc((size_t)A2 * t->Kb * Cg * 4),
+               t->U ? NULL : mk_alloc((size_t)9 * Cg * 4),
+               t->U ? NULL : mk_alloc((size_t)3 * t->al * Cg * 4)};
+    if (!bf.rows || !bf.tr || (!t->V && !bf.V) || !bf.M || !bf.sv || !bf.orow ||
+        (!t->U && (!bf.U || !bf.w9 || !bf.ftmp)))
+        t->failed = 1;
     else if (t->m == 4) tasks4(t, b, e, &bf);
     else tasks2(t, b, e, &bf);
-    mk_free(bf.rows); mk_free(bf.tr); mk_free(bf.V); mk_free(bf.M); mk_free(bf.sv);
-    mk_free(bf.orow);
+    free_bufs(&bf);
 }
 
 int mk_winograd_applies(const mk_conv2d_args *a) {
@@ -256,43 +304,53 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
     int G = a->groups, Cg = a->C / G, Kg = a->K / G;
     int al = m + 2;
     long A2 = (long)al * al;
-    wino_ctx t = {a, dtype, m, al, x, w, bias, y, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    wino_ctx t = {a, dtype, m, al, x, w, bias, y, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     t.TH = (a->P + m - 1) / m;
     t.TW = (a->Q + m - 1) / m;
     t.Wb = t.TW * m + 2;
     t.units = (long)a->N * t.TH;
-    // blocks of tile rows: transformed input + products about BLOCK_BYTES
+    long T_all = t.units * t.TW;
+    // Two ways to cut the work; both read one of the transformed operands once per task:
+    //  by tiles: U once for the call, tasks = blocks of tile rows (BLOCK_BYTES of V + M),
+    //    each reading all of U: nblocks * |U| (large images, few channels);
+    //  by channels: V once for the call, tasks = blocks of output channels, each
+    //    transforming its own filters (FILTER_BLOCK_BYTES) and reading all of V: nkb * |V|
+    //    (small images, many channels: 512x512 U would be 37.7 MB).
+    // The smaller traffic wins, and by channels only while V stays in L3 next to the
+    // other cores' data (V_LIMIT; measured on the ResNet rows: tiles at 56 and 28, where V
+    // is 14.4 and 7.2 MB, channels at 14 and 7).
+    long want = 2L * mk_cpu_threads();
     long unit_bytes = A2 * t.TW * (Cg + Kg) * 4;
     long ub = BLOCK_BYTES / unit_bytes;
     if (ub < 1) ub = 1;
     if (ub > t.units) ub = t.units;
-    long want = 2L * mk_cpu_threads();
     long nblocks = (t.units + ub - 1) / ub;
-    long nkb = 1;
-    if ((long)G * nblocks < want) {
-        // too few blocks for the threads: split the output channels (each part redoes the
-        // cheap input transform) while parts keep >= 32 channels, else cut blocks smaller
-        nkb = (want + G * nblocks - 1) / (G * nblocks);
-        if (nkb > Kg / 32) nkb = Kg / 32 > 0 ? Kg / 32 : 1;
-        if ((long)G * nblocks * nkb < want) {
-            long nb = (want + G * nkb - 1) / (G * nkb);
-            ub = (t.units + nb - 1) / nb;
-            if (ub < 1) ub = 1;
-            nblocks = (t.units + ub - 1) / ub;
-        }
+    if ((long)G * nblocks < want) {                  // enough tasks for the threads
+        long nb = (want + G - 1) / G;
+        ub = (t.units + nb - 1) / nb;
+        nblocks = (t.units + ub - 1) / ub;
     }
-    t.ub = (int)ub;
-    t.nblocks = nblocks;
-    t.nkb = nkb;
-    t.Kb = (int)((Kg + nkb - 1) / nkb);
-    if (nkb > 1) t.Kb = (t.Kb + 15) & ~15;
-    t.nkb = (Kg + t.Kb - 1) / t.Kb;
-    t.U = mk_alloc((size_t)G * A2 * Kg * Cg * 4);
-    if (!t.U) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory (Winograd weights)");
-    mk_parallel_for((long)G * Kg, mk_grain(A2 * Cg * 3), filter_range, &t);
+    long kb = FILTER_BLOCK_BYTES / (A2 * Cg * 4) / 8 * 8;
+    if (kb < 8) kb = 8;
+    if (kb > Kg) kb = Kg;
+    long nkb = (Kg + kb - 1) / kb;
+    double by_tiles = (double)nblocks * Kg * Cg, by_channels = (double)nkb * Cg * T_all;
+    if (by_channels < by_tiles && A2 * Cg * T_all * 4 * G <= V_LIMIT) {
+        t.ub = (int)t.units; t.nblocks = 1;
+        t.Kb = (int)kb; t.nkb = nkb;
+        t.V = mk_alloc((size_t)G * A2 * Cg * T_all * 4);
+        if (!t.V) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory (Winograd input)");
+        mk_parallel_for((long)G * Cg, mk_grain(A2 * T_all * 4), input_range, &t);
+    } else {
+        t.ub = (int)ub; t.nblocks = nblocks;
+        t.Kb = Kg; t.nkb = 1;
+        t.U = mk_alloc((size_t)G * A2 * Kg * Cg * 4);
+        if (!t.U) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory (Winograd weights)");
+        mk_parallel_for((long)G * Kg, mk_grain(A2 * Cg * 3), filter_range, &t);
+    }
     if (!t.failed)
         mk_parallel_for((long)G * t.nblocks * t.nkb, 1, task_range, &t);
-    mk_free(t.U);
+    mk_free(t.U); mk_free(t.V);
     return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory (Winograd)")
                     : MK_OK;
 }

@@ -2,7 +2,7 @@
 // training with in-place running-stat updates). Statistics are two-pass (mean, then the
 // sum of squared deviations) in float32 lanes per block, combined in double across blocks.
 #include "mk_cpu.h"
-#include "mk_cpu_vecmath.h"
+#include "mk_cpu_rowvec.h"
 #include <math.h>
 
 // y = (x - mean) * scale + shift over n elements (float32 in; float32 out, or float16 out
@@ -25,9 +25,10 @@ typedef struct {
     int failed;
 } row_ctx;
 
-MK_MULTIVERSION static void rownorm_range(void *vc, long b, long e) {
+static void rownorm_range(void *vc, long b, long e) {
     row_ctx *t = vc;
     const mk_rownorm_args *a = t->a;
+    const mk_rowvec_t *rv = mk_rowvec();
     long n = a->n;
     float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)n * 4) : NULL;
     if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
@@ -37,22 +38,15 @@ MK_MULTIVERSION static void rownorm_range(void *vc, long b, long e) {
         else { mk_h2f((const mk_half *)t->x + r * n, buf, n); x = buf; }
         float mean = 0.0f, rstd;
         if (a->kind == MK_NORM_LAYER) {
-            mean = mk_vsum(x, n) / (float)n;
-            rstd = 1.0f / sqrtf(mk_vsumsq_dev(x, n, mean) / (float)n + a->eps);
+            mean = rv->sum(x, n) / (float)n;
+            rstd = 1.0f / sqrtf(rv->sumsq_dev(x, n, mean) / (float)n + a->eps);
         } else {
-            rstd = 1.0f / sqrtf(mk_vsumsq_dev(x, n, 0.0f) / (float)n + a->eps);
+            rstd = 1.0f / sqrtf(rv->sumsq_dev(x, n, 0.0f) / (float)n + a->eps);
         }
-        const float *w = t->w, *bb = t->b;
         if (t->dtype == MK_F32) {
-            float *y = (float *)t->y + r * n;
-            if (w && bb) for (long i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd * w[i] + bb[i];
-            else if (w) for (long i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd * w[i];
-            else if (bb) for (long i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd + bb[i];
-            else for (long i = 0; i < n; i++) y[i] = (x[i] - mean) * rstd;
+            rv->norm_out(x, (float *)t->y + r * n, n, mean, rstd, t->w, t->b);
         } else {                                  // x is buf: normalise in place
-            for (long i = 0; i < n; i++) buf[i] = (x[i] - mean) * rstd;
-            if (w) for (long i = 0; i < n; i++) buf[i] *= w[i];
-            if (bb) for (long i = 0; i < n; i++) buf[i] += bb[i];
+            rv->norm_out(buf, buf, n, mean, rstd, t->w, t->b);
             mk_f2h(buf, (mk_half *)t->y + r * n, n);
         }
     }
@@ -87,13 +81,14 @@ typedef struct {
     int failed;
 } gn_ctx;
 
-MK_MULTIVERSION static void group_range(void *vc, long b, long e) {
+static void group_range(void *vc, long b, long e) {
     gn_ctx *t = vc;
     const mk_group_norm_args *a = t->a;
     int Cg = a->C / a->groups;
     long HW = a->HW, blk = (long)Cg * HW;
     float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)blk * 4) : NULL;
     if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
+    const mk_rowvec_t *rv = mk_rowvec();
     for (long i = b; i < e; i++) {            // i = n * groups + g
         long off = i * blk;
         const float *x;
@@ -101,10 +96,10 @@ MK_MULTIVERSION static void group_range(void *vc, long b, long e) {
         else { mk_h2f((const mk_half *)t->x + off, buf, blk); x = buf; }
         // per-channel partial sums in float32, combined in double
         double s = 0.0;
-        for (int c = 0; c < Cg; c++) s += mk_vsum(x + c * HW, HW);
+        for (int c = 0; c < Cg; c++) s += rv->sum(x + c * HW, HW);
         float mean = (float)(s / (double)blk);
         double q = 0.0;
-        for (int c = 0; c < Cg; c++) q += mk_vsumsq_dev(x + c * HW, HW, mean);
+        for (int c = 0; c < Cg; c++) q += rv->sumsq_dev(x + c * HW, HW, mean);
         float rstd = (float)(1.0 / sqrt(q / (double)blk + a->eps));
         int c0 = (int)(i % a->groups) * Cg;
         for (int c = 0; c < Cg; c++) {
@@ -153,19 +148,20 @@ static const float *plane_f32(const bn_ctx *t, long plane, float *buf) {
 }
 
 // batch statistics of channels [b, e): mean and biased variance over N x HW
-MK_MULTIVERSION static void bn_stats_range(void *vc, long b, long e) {
+static void bn_stats_range(void *vc, long b, long e) {
     bn_ctx *t = vc;
     const mk_batch_norm_args *a = t->a;
     long HW = a->HW;
     float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)HW * 4) : NULL;
     if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
     double cnt = (double)a->N * HW;
+    const mk_rowvec_t *rv = mk_rowvec();
     for (long c = b; c < e; c++) {
         double s = 0.0, q = 0.0;
-        for (long n = 0; n < a->N; n++) s += mk_vsum(plane_f32(t, n * a->C + c, buf), HW);
+        for (long n = 0; n < a->N; n++) s += rv->sum(plane_f32(t, n * a->C + c, buf), HW);
         float mean = (float)(s / cnt);
         for (long n = 0; n < a->N; n++)
-            q += mk_vsumsq_dev(plane_f32(t, n * a->C + c, buf), HW, mean);
+            q += rv->sumsq_dev(plane_f32(t, n * a->C + c, buf), HW, mean);
         t->mean[c] = mean;
         t->rstd[c] = (float)(q / cnt);   // biased variance for now; turned into rstd later
     }

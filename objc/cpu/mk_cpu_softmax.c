@@ -6,6 +6,7 @@
 // there the (n, inner) block is transposed to inner contiguous rows in scratch instead.
 #include "mk_cpu.h"
 #include "mk_cpu_vecmath.h"
+#include "mk_cpu_rowvec.h"
 #include <math.h>
 #include <string.h>
 
@@ -15,15 +16,17 @@
 // One contiguous row; y may alias x. Block by block (a block is read from memory once for
 // its max, then again from L1): the running max m and sum s are updated (s rescaled when m
 // grows) and, for softmax, exp(x - m_then) is stored. A second pass multiplies each block
-// by exp(m_then - m) / s: one exp per element and two passes over memory.
-MK_MULTIVERSION static void softmax_row(const float *x, float *y, long n, int log_mode) {
+// by exp(m_then - m) / s: one exp per element and two passes over memory. The passes are
+// mk_rowvec's (explicit vectors at the CPU's width).
+static void softmax_row(const float *x, float *y, long n, int log_mode) {
+    const mk_rowvec_t *rv = mk_rowvec();
     long blk = (n + MAX_BLOCKS - 1) / MAX_BLOCKS;
     blk = blk < ROW_BLOCK ? ROW_BLOCK : (blk + 15) & ~15L;
     float mb[MAX_BLOCKS];          // the running max each block's stored terms are relative to
     float m = -INFINITY, s = 0.0f;
     for (long i = 0, b = 0; i < n; i += blk, b++) {
         long len = n - i < blk ? n - i : blk;
-        float bm = mk_vmax(x + i, len);
+        float bm = rv->max(x + i, len);
         mb[b] = m;
         if (bm == -INFINITY) {                     // contributes exp(-inf) = 0
             if (!log_mode) memset(y + i, 0, (size_t)len * 4);
@@ -34,20 +37,19 @@ MK_MULTIVERSION static void softmax_row(const float *x, float *y, long n, int lo
             m = bm;
         }
         mb[b] = m;
-        s += mk_vexp_sum(x + i, log_mode ? NULL : y + i, len, m);
+        s += rv->exp_sum(x + i, log_mode ? NULL : y + i, len, m);
     }
     // an all -inf row leaves m = -inf, s = 0: the output is NaN, as torch gives
     if (log_mode) {
         // (x - m) - log(s), not x - (m + log(s)): m + log(s) rounds to m's ulp (5e-4 at 1e4)
-        float ls = logf(s);
-        for (long i = 0; i < n; i++) y[i] = (x[i] - m) - ls;
+        rv->sub2(x, y, n, m, logf(s));
         return;
     }
     for (long i = 0, b = 0; i < n; i += blk, b++) {
         long len = n - i < blk ? n - i : blk;
         float f = mk_expf(mb[b] - m) / s;
         if (m == -INFINITY || m != m) f = __builtin_nanf("");
-        for (long j = 0; j < len; j++) y[i + j] *= f;
+        rv->scale(y + i, len, f);
     }
 }
 

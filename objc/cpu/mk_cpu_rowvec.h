@@ -1,0 +1,29 @@
+// mk_cpu_rowvec.h: vectorised passes over a contiguous float32 row, shared by softmax and the
+// row norms. Each is compiled at the widest width that runs well (16 floats for AVX-512,
+// 8 for AVX2 / SSE / NEON) and mk_rowvec() picks the set for this CPU once; callers go
+// through the table. Not part of the public ABI.
+#ifndef MK_CPU_ROWVEC_H
+#define MK_CPU_ROWVEC_H
+
+typedef struct {
+    // maximum of x[0..n); NaN if any element is NaN
+    float (*max)(const float *x, long n);
+    // sum of exp(x - m) for x - m <= 0 (m >= max, or NaN: then NaN); when y is not NULL also
+    // stores the terms there (y may alias x). Terms below ~1e-38 (and exp(-inf)) are 0.
+    float (*exp_sum)(const float *x, float *y, long n, float m);
+    // y[i] *= f
+    void (*scale)(float *y, long n, float f);
+    // y[i] = (x[i] - a) - b (y may alias x): log_softmax's output
+    void (*sub2)(const float *x, float *y, long n, float a, float b);
+    // sum of x, and sum of (x - c)^2
+    float (*sum)(const float *x, long n);
+    float (*sumsq_dev)(const float *x, long n, float c);
+    // y[i] = (x[i] - mean) * rstd [* w[i]] [+ b[i]] (w, b may be NULL; y may alias x)
+    void (*norm_out)(const float *x, float *y, long n, float mean, float rstd,
+                     const float *w, const float *b);
+    int width;   // floats per vector of this set (reported by tests)
+} mk_rowvec_t;
+
+const mk_rowvec_t *mk_rowvec(void);
+
+#endif

@@ -1,0 +1,183 @@
+// mk_cpu_rowvec_impl.h: the row passes of mk_cpu_rowvec.h, written once for a vector of
+// RV_W floats (GCC/clang vector extensions). mk_cpu_rowvec.c includes this file once per
+// width, with RV_W, RV_NAME(f) (a suffixed name) and RV_ATTR (the target) defined.
+// Explicit vectors because the compilers keep reduction and exp loops scalar or half-width
+// (an accumulator array ends up in memory); one fixed width per ISA because 16-float
+// vectors with comparisons fall apart into scalar code on AVX2.
+// No include guard: included once per width.
+
+// Helpers are macros, not inline functions: a function taking a vector draws GCC's notes
+// that its ABI depends on the ISA.
+typedef float RV_NAME(vf) __attribute__((vector_size(RV_W * 4)));
+typedef int32_t RV_NAME(vi) __attribute__((vector_size(RV_W * 4)));
+#define VF RV_NAME(vf)
+#define VI RV_NAME(vi)
+#define SPLAT(c) ((VF){0} + (c))
+
+// unaligned vector load / store (memcpy compiles to one move)
+#define LD(p) ({ VF v_; memcpy(&v_, (p), sizeof v_); v_; })
+#define ST(p, v) do { VF s_ = (v); memcpy((p), &s_, sizeof s_); } while (0)
+
+// exp(x) for x <= 0, lane-wise: NaN -> NaN, -inf and x below ~-87.7 -> exactly 0 (results
+// under ~1.2e-38 flush to 0), a few ulp elsewhere. x = n*ln2 + r, |r| <= ln2/2; exp(r) by a
+// degree-6 polynomial; 2^n from the exponent bits of the rounding constant's sum.
+// (bits(t) + 127) << 23 = (n + 127) << 23 as the high bits of t shift out; n = -127 (x below
+// -87.7) gives 0, which is why x is clamped at -88 and not lower. The clamp's test is false
+// for NaN: NaN passes through.
+#define EXP_NONPOS(xin) ({ \
+    VF x_ = (xin); \
+    VI lo_ = x_ < SPLAT(-88.0f); \
+    x_ = (VF)((lo_ & (VI)SPLAT(-88.0f)) | (~lo_ & (VI)x_)); \
+    VF t_ = x_ * 1.44269504088896341f + 12582912.0f;   /* 1.5*2^23 + n */ \
+    VF n_ = t_ - 12582912.0f; \
+    VF r_ = x_ - n_ * 0.693145751953125f;               /* ln2 in two parts */ \
+    r_ = r_ - n_ * 1.428606765330187045e-06f; \
+    VF p_ = SPLAT(1.3981999507e-3f); \
+    p_ = p_ * r_ + 8.3334519073e-3f; \
+    p_ = p_ * r_ + 4.1665795894e-2f; \
+    p_ = p_ * r_ + 1.6666665459e-1f; \
+    p_ = p_ * r_ + 5.0000001201e-1f; \
+    p_ = p_ * r_ + 1.0f; \
+    p_ = p_ * r_ + 1.0f; \
+    p_ * (VF)(((VI)t_ + 127) << 23); })
+
+#define HSUM(v) ({ VF h_ = (v); float s_ = 0.0f; for (int j_ = 0; j_ < RV_W; j_++) s_ += h_[j_]; s_; })
+
+// NaN-aware lane max: acc keeps the larger value; NaNs are tracked in bad
+#define RV_MAXSTEP(acc, bad, v) do { VI g_ = (v) > (acc); \
+    acc = (VF)((g_ & (VI)(v)) | (~g_ & (VI)(acc))); bad |= (v) != (v); } while (0)
+
+RV_ATTR static float RV_NAME(rv_max)(const float *x, long n) {
+    VF a0 = SPLAT(-__builtin_inff()), a1 = a0;
+    VI bad = {0};
+    long i = 0;
+    for (; i + 2 * RV_W <= n; i += 2 * RV_W) {
+        VF v0 = LD(x + i), v1 = LD(x + i + RV_W);
+        RV_MAXSTEP(a0, bad, v0);
+        RV_MAXSTEP(a1, bad, v1);
+    }
+    if (i < n && n >= RV_W) {    // the rest as one or two vectors ending at n (max is idempotent)
+        VF v0 = LD(x + n - RV_W);
+        RV_MAXSTEP(a0, bad, v0);
+        if (n - i > RV_W) { VF v1 = LD(x + i); RV_MAXSTEP(a1, bad, v1); }
+        i = n;
+    }
+    float m = -__builtin_inff();
+    int b = 0;
+    for (; i < n; i++) { m = x[i] > m ? x[i] : m; b |= x[i] != x[i]; }
+    for (int j = 0; j < RV_W; j++) {
+        m = a0[j] > m ? a0[j] : m;
+        m = a1[j] > m ? a1[j] : m;
+        b |= bad[j];
+    }
+    return b ? __builtin_nanf("") : m;
+}
+
+RV_ATTR static float RV_NAME(rv_exp_sum)(const float *x, float *y, long n, float m) {
+    VF a0 = {0}, a1 = {0}, mm = SPLAT(m);
+    long i = 0;
+    if (y) {
+        for (; i + 2 * RV_W <= n; i += 2 * RV_W) {
+            VF e0 = EXP_NONPOS(LD(x + i) - mm);
+            VF e1 = EXP_NONPOS(LD(x + i + RV_W) - mm);
+            ST(y + i, e0);
+            ST(y + i + RV_W, e1);
+            a0 += e0;
+            a1 += e1;
+        }
+    } else {
+        for (; i + 2 * RV_W <= n; i += 2 * RV_W) {
+            a0 += EXP_NONPOS(LD(x + i) - mm);
+            a1 += EXP_NONPOS(LD(x + i + RV_W) - mm);
+        }
+    }
+    for (; i < n; i += RV_W) {         // one vector, then a partial one through a buffer
+        long r = n - i < RV_W ? n - i : RV_W;
+        float buf[RV_W] = {0};
+        memcpy(buf, x + i, (size_t)r * 4);
+        VF e = EXP_NONPOS(LD(buf) - mm);
+        for (long j = r; j < RV_W; j++) e[j] = 0.0f;
+        a0 += e;
+        if (y) { ST(buf, e); memcpy(y + i, buf, (size_t)r * 4); }
+    }
+    return HSUM(a0 + a1);
+}
+
+RV_ATTR static void RV_NAME(rv_scale)(float *y, long n, float f) {
+    long i = 0;
+    for (; i + RV_W <= n; i += RV_W) ST(y + i, LD(y + i) * f);
+    for (; i < n; i++) y[i] *= f;
+}
+
+RV_ATTR static void RV_NAME(rv_sub2)(const float *x, float *y, long n, float a, float b) {
+    long i = 0;
+    for (; i + RV_W <= n; i += RV_W) ST(y + i, (LD(x + i) - a) - b);
+    for (; i < n; i++) y[i] = (x[i] - a) - b;
+}
+
+RV_ATTR static float RV_NAME(rv_sum)(const float *x, long n) {
+    VF a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    long i = 0;
+    for (; i + 4 * RV_W <= n; i += 4 * RV_W) {
+        a0 += LD(x + i);
+        a1 += LD(x + i + RV_W);
+        a2 += LD(x + i + 2 * RV_W);
+        a3 += LD(x + i + 3 * RV_W);
+    }
+    for (; i + RV_W <= n; i += RV_W) a0 += LD(x + i);
+    float s = HSUM((a0 + a1) + (a2 + a3));
+    for (; i < n; i++) s += x[i];
+    return s;
+}
+
+RV_ATTR static float RV_NAME(rv_sumsq_dev)(const float *x, long n, float c) {
+    VF a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, cc = SPLAT(c);
+    long i = 0;
+    for (; i + 4 * RV_W <= n; i += 4 * RV_W) {
+        VF d0 = LD(x + i) - cc, d1 = LD(x + i + RV_W) - cc;
+        VF d2 = LD(x + i + 2 * RV_W) - cc, d3 = LD(x + i + 3 * RV_W) - cc;
+        a0 += d0 * d0;
+        a1 += d1 * d1;
+        a2 += d2 * d2;
+        a3 += d3 * d3;
+    }
+    for (; i + RV_W <= n; i += RV_W) { VF d = LD(x + i) - cc; a0 += d * d; }
+    float s = HSUM((a0 + a1) + (a2 + a3));
+    for (; i < n; i++) { float d = x[i] - c; s += d * d; }
+    return s;
+}
+
+RV_ATTR static void RV_NAME(rv_norm_out)(const float *x, float *y, long n, float mean,
+                                         float rstd, const float *w, const float *b) {
+    long i = 0;
+    VF mv = SPLAT(mean), rv = SPLAT(rstd);
+    // one loop per affine form: no per-element test of w and b
+    if (w && b) {
+        for (; i + RV_W <= n; i += RV_W) ST(y + i, (LD(x + i) - mv) * rv * LD(w + i) + LD(b + i));
+        for (; i < n; i++) y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+    } else if (w) {
+        for (; i + RV_W <= n; i += RV_W) ST(y + i, (LD(x + i) - mv) * rv * LD(w + i));
+        for (; i < n; i++) y[i] = (x[i] - mean) * rstd * w[i];
+    } else if (b) {
+        for (; i + RV_W <= n; i += RV_W) ST(y + i, (LD(x + i) - mv) * rv + LD(b + i));
+        for (; i < n; i++) y[i] = (x[i] - mean) * rstd + b[i];
+    } else {
+        for (; i + RV_W <= n; i += RV_W) ST(y + i, (LD(x + i) - mv) * rv);
+        for (; i < n; i++) y[i] = (x[i] - mean) * rstd;
+    }
+}
+
+
+static const mk_rowvec_t RV_NAME(rowvec) = {
+    RV_NAME(rv_max), RV_NAME(rv_exp_sum), RV_NAME(rv_scale), RV_NAME(rv_sub2),
+    RV_NAME(rv_sum), RV_NAME(rv_sumsq_dev), RV_NAME(rv_norm_out), RV_W,
+};
+
+#undef VF
+#undef VI
+#undef SPLAT
+#undef LD
+#undef ST
+#undef RV_MAXSTEP
+#undef HSUM
+#undef EXP_NONPOS

@@ -139,82 +139,97 @@ at2(const float *v, long s, float *o, long os) {
     o[0] = v0 + v1 + v2;
     o[os] = v1 - v2 + v3;
 }
-typedef void (*tf1d)(const float *, long, float *, long);
+enum { BT4, AT4, BT2, AT2 };   // which transform (a compile-time constant after inlining)
+typedef int tf1d;
 
-/* ---- input transform of one tile row (unit) for one channel:
-   V[pos][c][tile0 + tx] = (B^T d B)[pos] of tile tx */
+// one thread's scratch
+typedef struct { float *rows, *D, *E, *V, *M, *orow, *U, *w9, *ftmp; } bufs;
+
+// out[t + j*os] = f(in[t + l*is]) for t < n: the 1D transform applied to n tiles at once
+// (the tile index is the contiguous one, so these loops vectorise)
 static inline __attribute__((always_inline)) void
-input_unit(const wino_ctx *t, int m, int al, tf1d bt, int g, long unit, int c, float *rows,
-           float *tr, float *V, long ldv, long tile0) {
+tf_tiles(tf1d f, const float *restrict in, long is, float *restrict out, long os, long n) {
+    // ivdep: the outputs (one row each) never overlap; without it GCC 12 gives up on the
+    // alias checks between bt4's six output rows and leaves the loop scalar
+#define MK_TILES(fn) _Pragma("GCC ivdep") for (long t = 0; t < n; t++) fn(in + t, is, out + t, os)
+    switch (f) {
+    case BT4: MK_TILES(bt4); break;
+    case AT4: MK_TILES(at4); break;
+    case BT2: MK_TILES(bt2); break;
+    default: MK_TILES(at2); break;
+    }
+#undef MK_TILES
+}
+
+/* ---- input transform of tile rows [u0, u1) for channel c:
+   V[pos][c][tile] = (B^T d B)[pos] of each tile (tiles numbered from u0's first) */
+static inline __attribute__((always_inline)) void
+input_block(const wino_ctx *t, int m, int al, tf1d bt, int g, long u0, long u1, int c,
+            float *V, long ldv, bufs *bf) {
     const mk_conv2d_args *a = t->a;
     int Cg = a->C / a->groups, Wb = t->Wb, TW = t->TW;
-    long n = unit / t->TH;
-    int ty = (int)(unit % t->TH);
-    long HW = (long)a->H * a->W;
-    long xoff = (n * a->C + (long)g * Cg + c) * HW;
-    // the al input rows of this tile row, zero-padded to Wb columns
-    for (int i = 0; i < al; i++) {
-        float *r = rows + i * Wb;
-        int ih = ty * m - a->pad_h + i;
-        if (ih < 0 || ih >= a->H) { memset(r, 0, (size_t)Wb * 4); continue; }
-        int lo = a->pad_w, hi = a->pad_w + a->W;            // columns holding input
-        for (int x = 0; x < lo; x++) r[x] = 0.0f;
-        if (t->dtype == MK_F32)
-            memcpy(r + lo, (const float *)t->x + xoff + (long)ih * a->W, (size_t)a->W * 4);
-        else
-            mk_h2f((const mk_half *)t->x + xoff + (long)ih * a->W, r + lo, a->W);
-        for (int x = hi; x < Wb; x++) r[x] = 0.0f;
+    long T = (u1 - u0) * TW, HW = (long)a->H * a->W;
+    float *D = bf->D, *E = bf->E, *r = bf->rows;
+    // D[k][l][tile] = input pixel (k, l) of the tile (zero outside the image)
+    for (long u = u0; u < u1; u++) {
+        long n = u / t->TH, tile0 = (u - u0) * TW;
+        int ty = (int)(u % t->TH);
+        long xoff = (n * a->C + (long)g * Cg + c) * HW;
+        for (int k = 0; k < al; k++) {
+            int ih = ty * m - a->pad_h + k;
+            if (ih < 0 || ih >= a->H) {
+                for (int l = 0; l < al; l++) memset(D + (k * al + l) * T + tile0, 0, (size_t)TW * 4);
+                continue;
+            }
+            int lo = a->pad_w, hi = a->pad_w + a->W;            // columns holding input
+            for (int x = 0; x < lo; x++) r[x] = 0.0f;
+            if (t->dtype == MK_F32)
+                memcpy(r + lo, (const float *)t->x + xoff + (long)ih * a->W, (size_t)a->W * 4);
+            else
+                mk_h2f((const mk_half *)t->x + xoff + (long)ih * a->W, r + lo, a->W);
+            for (int x = hi; x < Wb; x++) r[x] = 0.0f;
+            for (int l = 0; l < al; l++) {
+                float *d = D + (k * al + l) * T + tile0;
+                for (int tx = 0; tx < TW; tx++) d[tx] = r[tx * m + l];
+            }
+        }
     }
-    // along columns: tr[i][x] = sum_k BT[i][k] rows[k][x]
-    for (int x = 0; x < Wb; x++) bt(rows + x, Wb, tr + x, Wb);
-    // along rows: V[i*al + j][tx] = sum_l BT[j][l] tr[i][tx*m + l]
-    long js = (long)Cg * ldv;
-    for (int i = 0; i < al; i++) {
-        const float *s = tr + i * Wb;
-        float *d = V + ((long)i * al * Cg + c) * ldv + tile0;
-        for (int tx = 0; tx < TW; tx++) bt(s + tx * m, 1, d + tx, js);
-    }
+    // along columns: E[i][l] = sum_k BT[i][k] D[k][l]; along rows: V[i*al + j] = sum_l BT[j][l] E[i][l]
+    for (int l = 0; l < al; l++) tf_tiles(bt, D + l * T, al * T, E + l * T, al * T, T);
+    for (int i = 0; i < al; i++)
+        tf_tiles(bt, E + i * al * T, T, V + (long)i * al * Cg * ldv + (long)c * ldv,
+                 (long)Cg * ldv, T);
 }
 
-/* ---- output transform of one tile row for one output channel k: y rows ty*m .. ty*m+m-1
-   = A^T M A + bias, where Mk[pos * pstride + tile] holds channel k's products */
+/* ---- output transform of tile rows [u0, u1) for output channel k: y = A^T M A + bias,
+   where Mk[pos * pstride + tile] holds channel k's products */
 static inline __attribute__((always_inline)) void
-output_unit(const wino_ctx *t, int m, int al, tf1d at, int g, long unit, int k,
-            const float *Mk, long pstride, long tile0, float *sv, float *orow) {
+output_block(const wino_ctx *t, int m, int al, tf1d at, int g, long u0, long u1, int k,
+             const float *Mk, long pstride, bufs *bf) {
     const mk_conv2d_args *a = t->a;
     int Kg = a->K / a->groups, TW = t->TW, Q = a->Q;
-    long n = unit / t->TH;
-    int ty = (int)(unit % t->TH);
-    // along columns: sv[r][l][tx] = sum_i AT[r][i] M[i*al + l][tile0 + tx]
-    for (int l = 0; l < al; l++) {
-        const float *src = Mk + (long)l * pstride + tile0;
-        float *d = sv + (long)l * TW;
-        for (int tx = 0; tx < TW; tx++) at(src + tx, al * pstride, d + tx, (long)al * TW);
-    }
+    long T = (u1 - u0) * TW, PQ = (long)a->P * Q;
+    float *E = bf->D, *O = bf->E, *orow = bf->orow;
+    // along columns: E[r][l] = sum_i AT[r][i] M[i*al + l]; along rows: O[r][j] = sum_l AT[j][l] E[r][l]
+    for (int l = 0; l < al; l++) tf_tiles(at, Mk + l * pstride, al * pstride, E + l * T, al * T, T);
+    for (int r = 0; r < m; r++) tf_tiles(at, E + r * al * T, T, O + r * m * T, T, T);
     long kg = (long)g * Kg + k;
     float bias = t->bias ? t->bias[kg] : 0.0f;
-    long PQ = (long)a->P * Q;
-    long yoff = (n * a->K + kg) * PQ;
-    // along rows, + bias (rows past P belong to the last tile's overhang)
-    for (int r = 0; r < m; r++) {
-        int p = ty * m + r;
-        if (p >= a->P) break;
-        const float *s = sv + (long)r * al * TW;
-        for (int tx = 0; tx < TW; tx++) at(s + tx, TW, orow + tx * m, 1);
-        for (int x = 0; x < Q; x++) orow[x] += bias;
-        if (t->dtype == MK_F32) memcpy((float *)t->y + yoff + (long)p * Q, orow, (size_t)Q * 4);
-        else mk_f2h(orow, (mk_half *)t->y + yoff + (long)p * Q, Q);
+    for (long u = u0; u < u1; u++) {
+        long n = u / t->TH, tile0 = (u - u0) * TW;
+        int ty = (int)(u % t->TH);
+        long yoff = (n * a->K + kg) * PQ;
+        for (int r = 0; r < m; r++) {
+            int p = ty * m + r;
+            if (p >= a->P) break;          // the last tile row's overhang
+            for (int j = 0; j < m; j++) {
+                const float *o = O + (r * m + j) * T + tile0;
+                for (int tx = 0; tx < TW; tx++) orow[tx * m + j] = o[tx] + bias;
+            }
+            if (t->dtype == MK_F32) memcpy((float *)t->y + yoff + (long)p * Q, orow, (size_t)Q * 4);
+            else mk_f2h(orow, (mk_half *)t->y + yoff + (long)p * Q, Q);
+        }
     }
-}
-
-typedef struct { float *rows, *tr, *V, *M, *sv, *orow, *U, *w9, *ftmp; } bufs;
-
-static inline __attribute__((always_inline)) void
-input_units(const wino_ctx *t, int m, int al, tf1d bt, int g, long u0, long u1, int c0,
-            int c1, float *V, long ldv, bufs *bf) {
-    for (long u = u0; u < u1; u++)
-        for (int c = c0; c < c1; c++)
-            input_unit(t, m, al, bt, g, u, c, bf->rows, bf->tr, V, ldv, (u - u0) * t->TW);
 }
 
 static inline __attribute__((always_inline)) void
@@ -229,7 +244,8 @@ task_body(const wino_ctx *t, int m, int al, tf1d bt, tf1d at, long task, bufs *b
     int k0 = (int)(kb * t->Kb), k1 = k0 + t->Kb < Kg ? k0 + t->Kb : Kg;
     long Kb = k1 - k0;
     const float *V = t->V ? t->V + (long)g * A2 * Cg * T : bf->V;
-    if (!t->V) input_units(t, m, al, bt, g, u0, u1, 0, Cg, bf->V, T, bf);
+    if (!t->V)
+        for (int c = 0; c < Cg; c++) input_block(t, m, al, bt, g, u0, u1, c, bf->V, T, bf);
     const float *U = t->U ? t->U + ((long)g * A2 * Kg + k0) * Cg : bf->U;
     long ldk = t->U ? Kg : Kb;
     if (!t->U) filter_some(t, (long)g * Kg + k0, (long)g * Kg + k1, bf->w9, bf->ftmp, bf->U, Kb);
@@ -238,16 +254,14 @@ task_body(const wino_ctx *t, int m, int al, tf1d bt, tf1d at, long task, bufs *b
         mk_sgemm(0, 0, (int)Kb, (int)T, Cg, 1.0f, U + pos * ldk * Cg, Cg, V + pos * Cg * T,
                  (int)T, 0.0f, bf->M + pos * Kb * T, (int)T);
     for (int k = k0; k < k1; k++)
-        for (long u = u0; u < u1; u++)
-            output_unit(t, m, al, at, g, u, k, bf->M + (long)(k - k0) * T, Kb * T,
-                        (u - u0) * TW, bf->sv, bf->orow);
+        output_block(t, m, al, at, g, u0, u1, k, bf->M + (long)(k - k0) * T, Kb * T, bf);
 }
 
 MK_MULTIVERSION static void tasks4(const wino_ctx *t, long b, long e, bufs *bf) {
-    for (long i = b; i < e; i++) task_body(t, 4, 6, bt4, at4, i, bf);
+    for (long i = b; i < e; i++) task_body(t, 4, 6, BT4, AT4, i, bf);
 }
 MK_MULTIVERSION static void tasks2(const wino_ctx *t, long b, long e, bufs *bf) {
-    for (long i = b; i < e; i++) task_body(t, 2, 4, bt2, at2, i, bf);
+    for (long i = b; i < e; i++) task_body(t, 2, 4, BT2, AT2, i, bf);
 }
 // the whole call's V: items are (group, input channel)
 MK_MULTIVERSION static void inputs_all(const wino_ctx *t, long b, long e, bufs *bf) {
@@ -256,39 +270,47 @@ MK_MULTIVERSION static void inputs_all(const wino_ctx *t, long b, long e, bufs *
     for (long i = b; i < e; i++) {
         int g = (int)(i / Cg), c = (int)(i % Cg);
         float *V = t->V + (long)g * A2 * Cg * T;
-        if (t->m == 4) input_units(t, 4, 6, bt4, g, 0, t->units, c, c + 1, V, T, bf);
-        else input_units(t, 2, 4, bt2, g, 0, t->units, c, c + 1, V, T, bf);
+        if (t->m == 4) input_block(t, 4, 6, BT4, g, 0, t->units, c, V, T, bf);
+        else input_block(t, 2, 4, BT2, g, 0, t->units, c, V, T, bf);
     }
 }
 
 static void free_bufs(bufs *bf) {
-    mk_free(bf->rows); mk_free(bf->tr); mk_free(bf->V); mk_free(bf->M); mk_free(bf->sv);
+    mk_free(bf->rows); mk_free(bf->D); mk_free(bf->E); mk_free(bf->V); mk_free(bf->M);
     mk_free(bf->orow); mk_free(bf->U); mk_free(bf->w9); mk_free(bf->ftmp);
+}
+
+// the buffers of one thread; V, M and the filter ones only where the task needs them
+static int alloc_bufs(const wino_ctx *t, bufs *bf, int task) {
+    const mk_conv2d_args *a = t->a;
+    int Cg = a->C / a->groups;
+    long T = (long)t->ub * t->TW, A2 = (long)t->al * t->al;
+    int own_v = task && !t->V, own_u = task && !t->U;
+    bf->rows = mk_alloc((size_t)t->Wb * 4);
+    bf->D = mk_alloc((size_t)A2 * T * 4);
+    bf->E = mk_alloc((size_t)A2 * T * 4);
+    bf->V = own_v ? mk_alloc((size_t)A2 * Cg * T * 4) : NULL;
+    bf->M = task ? mk_alloc((size_t)A2 * t->Kb * T * 4) : NULL;
+    bf->orow = mk_alloc((size_t)t->TW * t->m * 4);
+    bf->U = own_u ? mk_alloc((size_t)A2 * t->Kb * Cg * 4) : NULL;
+    bf->w9 = own_u ? mk_alloc((size_t)9 * Cg * 4) : NULL;
+    bf->ftmp = own_u ? mk_alloc((size_t)3 * t->al * Cg * 4) : NULL;
+    return bf->rows && bf->D && bf->E && (!own_v || bf->V) && (!task || bf->M) && bf->orow &&
+           (!own_u || (bf->U && bf->w9 && bf->ftmp));
 }
 
 static void input_range(void *vc, long b, long e) {
     wino_ctx *t = vc;
-    bufs bf = {mk_alloc((size_t)t->al * t->Wb * 4), mk_alloc((size_t)t->al * t->Wb * 4)};
-    if (!bf.rows || !bf.tr) t->failed = 1;
+    bufs bf;
+    if (!alloc_bufs(t, &bf, 0)) t->failed = 1;
     else inputs_all(t, b, e, &bf);
     free_bufs(&bf);
 }
 
 static void task_range(void *vc, long b, long e) {
     wino_ctx *t = vc;
-    const mk_conv2d_args *a = t->a;
-    int Cg = a->C / a->groups;
-    long T = (long)t->ub * t->TW, A2 = (long)t->al * t->al;
-    bufs bf = {mk_alloc((size_t)t->al * t->Wb * 4), mk_alloc((size_t)t->al * t->Wb * 4),
-               t->V ? NULL : mk_alloc((size_t)A2 * Cg * T * 4),
-               mk_alloc((size_t)A2 * t->Kb * T * 4),
-               mk_alloc((size_t)t->al * t->al * t->TW * 4), mk_alloc((size_t)t->TW * t->m * 4),
-               t->U ? NULL : mk_alloc((size_t)A2 * t->Kb * Cg * 4),
-               t->U ? NULL : mk_alloc((size_t)9 * Cg * 4),
-               t->U ? NULL : mk_alloc((size_t)3 * t->al * Cg * 4)};
-    if (!bf.rows || !bf.tr || (!t->V && !bf.V) || !bf.M || !bf.sv || !bf.orow ||
-        (!t->U && (!bf.U || !bf.w9 || !bf.ftmp)))
-        t->failed = 1;
+    bufs bf;
+    if (!alloc_bufs(t, &bf, 1)) t->failed = 1;
     else if (t->m == 4) tasks4(t, b, e, &bf);
     else tasks2(t, b, e, &bf);
     free_bufs(&bf);

@@ -126,6 +126,8 @@ def test_auto_takes_winograd_for_resnet_3x3(monkeypatch, xs, K):
 
 @pytest.mark.parametrize("xs,K,stride,padding,dilation,groups", [
     ((1, 3, 32, 32), 16, 1, 1, 1, 1),       # few input channels: im2col + GEMM wins
+    ((1, 64, 14, 14), 64, 1, 1, 1, 1),      # a small call: the extra passes do not pay
+    ((2, 128, 5, 5), 128, 1, 1, 1, 1),      # 5x5 outputs: 4x4 tiles waste too much
     ((1, 64, 16, 16), 64, 2, 1, 1, 1),      # strided: Winograd does not apply
     ((1, 64, 16, 16), 64, 1, 2, 2, 1),      # dilated: does not apply
     ((1, 64, 16, 16), 64, 1, 1, 1, 16),     # 4 channels per group

@@ -188,10 +188,10 @@ input_block(const wino_ctx *t, int m, int al, tf1d bt, int g, long u0, long u1, 
             else
                 mk_h2f((const mk_half *)t->x + xoff + (long)ih * a->W, r + lo, a->W);
             for (int x = hi; x < Wb; x++) r[x] = 0.0f;
-            for (int l = 0; l < al; l++) {
-                float *d = D + (k * al + l) * T + tile0;
-                for (int tx = 0; tx < TW; tx++) d[tx] = r[tx * m + l];
-            }
+            // one loop over the tiles reading the row once (GCC: interleaved loads)
+            float *d = D + k * al * T + tile0;
+            for (int tx = 0; tx < TW; tx++)
+                for (int l = 0; l < al; l++) d[l * T + tx] = r[tx * m + l];
         }
     }
     // along columns: E[i][l] = sum_k BT[i][k] D[k][l]; along rows: V[i*al + j] = sum_l BT[j][l] E[i][l]
@@ -222,11 +222,15 @@ output_block(const wino_ctx *t, int m, int al, tf1d at, int g, long u0, long u1,
         for (int r = 0; r < m; r++) {
             int p = ty * m + r;
             if (p >= a->P) break;          // the last tile row's overhang
-            for (int j = 0; j < m; j++) {
-                const float *o = O + (r * m + j) * T + tile0;
-                for (int tx = 0; tx < TW; tx++) orow[tx * m + j] = o[tx] + bias;
-            }
-            if (t->dtype == MK_F32) memcpy((float *)t->y + yoff + (long)p * Q, orow, (size_t)Q * 4);
+            // float32 rows without overhang are written in place, others through orow
+            int f32 = t->dtype == MK_F32, direct = f32 && TW * m == Q;
+            float *yrow = f32 ? (float *)t->y + yoff + (long)p * Q : NULL;
+            float *dst = direct ? yrow : orow;
+            const float *o = O + r * m * T + tile0;     // interleaved stores
+            for (int tx = 0; tx < TW; tx++)
+                for (int j = 0; j < m; j++) dst[tx * m + j] = o[j * T + tx] + bias;
+            if (direct) continue;
+            if (f32) memcpy(yrow, orow, (size_t)Q * 4);
             else mk_f2h(orow, (mk_half *)t->y + yoff + (long)p * Q, Q);
         }
     }

@@ -17,11 +17,13 @@
 #include "mk_cpu.h"
 #include <string.h>
 
-// cache budgets (measured on Zen 4, 1 MiB L2): a tile block's transformed input + products,
-// and a channel block's transformed filters, stay in L2 next to the GEMM's own panels
-#define BLOCK_BYTES (1L << 19)
+// cache budgets (measured on Zen 4, 1 MiB L2, 32 MiB L3): a tile block's transformed input
+// + products (1.5 MiB: wider GEMMs paid more than strict L2 residency), a channel block's
+// transformed filters (512 KiB)
+#define BLOCK_BYTES (3L << 19)
 #define FILTER_BLOCK_BYTES (1L << 19)
 #define V_LIMIT (6L << 20)
+#define U_LIMIT (8L << 20)
 
 // The transforms, derived in docs/cpu-kernels.md from the interpolation points
 // (m = 4: {0, 1, -1, 1/2, -2, inf}; m = 2: {0, 1, -1, inf}). B^T and A^T are written out in
@@ -342,9 +344,10 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
     //  by channels: V once for the call, tasks = blocks of output channels, each
     //    transforming its own filters (FILTER_BLOCK_BYTES) and reading all of V: nkb * |V|
     //    (small images, many channels: 512x512 U would be 37.7 MB).
-    // The smaller traffic wins, and by channels only while V stays in L3 next to the
-    // other cores' data (V_LIMIT; measured on the ResNet rows: tiles at 56 and 28, where V
-    // is 14.4 and 7.2 MB, channels at 14 and 7).
+    // By channels while V stays in L3 next to the other cores' data (V_LIMIT), when U
+    // would not (U_LIMIT: a fresh U that size costs page faults and DRAM traffic on every
+    // call) or when its traffic is the smaller. Measured on the ResNet rows: tiles at 56
+    // and 28 (V 14.4 and 7.2 MB), channels at 14 and 7 (U 9.4 and 37.7 MB).
     long want = 2L * mk_cpu_threads();
     long unit_bytes = A2 * t.TW * (Cg + Kg) * 4;
     long ub = BLOCK_BYTES / unit_bytes;
@@ -361,7 +364,8 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
     if (kb > Kg) kb = Kg;
     long nkb = (Kg + kb - 1) / kb;
     double by_tiles = (double)nblocks * Kg * Cg, by_channels = (double)nkb * Cg * T_all;
-    if (by_channels < by_tiles && A2 * Cg * T_all * 4 * G <= V_LIMIT) {
+    double V_bytes = 4.0 * G * A2 * Cg * T_all, U_bytes = 4.0 * G * A2 * Kg * Cg;
+    if (V_bytes <= V_LIMIT && (U_bytes > U_LIMIT || by_channels < by_tiles)) {
         t.ub = (int)t.units; t.nblocks = 1;
         t.Kb = (int)kb; t.nkb = nkb;
         t.V = mk_alloc((size_t)G * A2 * Cg * T_all * 4);

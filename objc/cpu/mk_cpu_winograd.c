@@ -42,7 +42,7 @@ typedef struct {
     void *y;
     float *U;                    // [group][al*al][Kg][Cg], or NULL: tasks transform their own
     float *V;                    // [group][al*al][Cg][all tiles], or NULL: tasks transform theirs
-    int TH, TW, Wb;              // tiles per column / row; transformed row length TW*m + 2
+    int TH, TW, Wb;              // tiles per column / row; row buffer length
     long units;                  // tile rows over the batch: N * TH
     int ub, Kb;                  // tile rows per block, output channels per block
     long nblocks, nkb;
@@ -163,6 +163,56 @@ tf_tiles(tf1d f, const float *restrict in, long is, float *restrict out, long os
 #undef MK_TILES
 }
 
+/* ---- 4x4 transposes in registers (GCC/clang vector extensions: SSE on x86-64, NEON on
+   arm64) for m = 4: tile-major pixels <-> the tile-index-contiguous rows the transforms use */
+typedef float v4f __attribute__((vector_size(16)));
+static inline v4f ld4(const float *p) { v4f v; memcpy(&v, p, 16); return v; }
+static inline void st4(float *p, v4f v) { memcpy(p, &v, 16); }
+static inline __attribute__((always_inline)) void
+transpose4(v4f *a, v4f *b, v4f *c, v4f *d) {
+    v4f t0 = __builtin_shufflevector(*a, *b, 0, 4, 1, 5), t1 = __builtin_shufflevector(*a, *b, 2, 6, 3, 7);
+    v4f t2 = __builtin_shufflevector(*c, *d, 0, 4, 1, 5), t3 = __builtin_shufflevector(*c, *d, 2, 6, 3, 7);
+    *a = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+    *b = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+    *c = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+    *d = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+}
+
+// d[l * T + tx] = r[tx * m + l] for tx < TW, l < al (r holds TW * m + 2 columns)
+static inline __attribute__((always_inline)) void
+gather_row(int m, int al, const float *r, float *d, long T, int TW) {
+    int tx = 0;
+    if (m == 4)
+        for (; tx + 4 <= TW; tx += 4) {       // 4 tiles: 16 columns + 2 of the next tile
+            const float *p = r + tx * 4;
+            v4f a = ld4(p), b = ld4(p + 4), c = ld4(p + 8), e = ld4(p + 12);
+            v4f f = ld4(p + 16);               // columns 16..19: 16, 17 in the row, rest padding
+            transpose4(&a, &b, &c, &e);        // a: column 0 of the 4 tiles, b: column 1, ...
+            st4(d + tx, a); st4(d + T + tx, b); st4(d + 2 * T + tx, c); st4(d + 3 * T + tx, e);
+            st4(d + 4 * T + tx, __builtin_shufflevector(a, f, 1, 2, 3, 4));   // column 4 = next tile's 0
+            st4(d + 5 * T + tx, __builtin_shufflevector(b, f, 1, 2, 3, 5));
+        }
+    for (; tx < TW; tx++)
+        for (int l = 0; l < al; l++) d[l * T + tx] = r[tx * m + l];
+}
+
+// dst[tx * m + j] = o[j * T + tx] + bias for tx < TW, j < m
+static inline __attribute__((always_inline)) void
+scatter_row(int m, const float *o, long T, int TW, float bias, float *dst) {
+    int tx = 0;
+    if (m == 4) {
+        v4f bv = {bias, bias, bias, bias};
+        for (; tx + 4 <= TW; tx += 4) {
+            v4f a = ld4(o + tx), b = ld4(o + T + tx), c = ld4(o + 2 * T + tx), e = ld4(o + 3 * T + tx);
+            transpose4(&a, &b, &c, &e);        // a: the 4 outputs of tile tx, ...
+            float *q = dst + tx * 4;
+            st4(q, a + bv); st4(q + 4, b + bv); st4(q + 8, c + bv); st4(q + 12, e + bv);
+        }
+    }
+    for (; tx < TW; tx++)
+        for (int j = 0; j < m; j++) dst[tx * m + j] = o[j * T + tx] + bias;
+}
+
 /* ---- input transform of tile rows [u0, u1) for channel c:
    V[pos][c][tile] = (B^T d B)[pos] of each tile (tiles numbered from u0's first) */
 static inline __attribute__((always_inline)) void
@@ -190,10 +240,7 @@ input_block(const wino_ctx *t, int m, int al, tf1d bt, int g, long u0, long u1, 
             else
                 mk_h2f((const mk_half *)t->x + xoff + (long)ih * a->W, r + lo, a->W);
             for (int x = hi; x < Wb; x++) r[x] = 0.0f;
-            // one loop over the tiles reading the row once (GCC: interleaved loads)
-            float *d = D + k * al * T + tile0;
-            for (int tx = 0; tx < TW; tx++)
-                for (int l = 0; l < al; l++) d[l * T + tx] = r[tx * m + l];
+            gather_row(m, al, r, D + k * al * T + tile0, T, TW);
         }
     }
     // along columns: E[i][l] = sum_k BT[i][k] D[k][l]; along rows: V[i*al + j] = sum_l BT[j][l] E[i][l]
@@ -228,9 +275,7 @@ output_block(const wino_ctx *t, int m, int al, tf1d at, int g, long u0, long u1,
             int f32 = t->dtype == MK_F32, direct = f32 && TW * m == Q;
             float *yrow = f32 ? (float *)t->y + yoff + (long)p * Q : NULL;
             float *dst = direct ? yrow : orow;
-            const float *o = O + r * m * T + tile0;     // interleaved stores
-            for (int tx = 0; tx < TW; tx++)
-                for (int j = 0; j < m; j++) dst[tx * m + j] = o[j * T + tx] + bias;
+            scatter_row(m, O + r * m * T + tile0, T, TW, bias, dst);
             if (direct) continue;
             if (f32) memcpy(yrow, orow, (size_t)Q * 4);
             else mk_f2h(orow, (mk_half *)t->y + yoff + (long)p * Q, Q);
@@ -335,7 +380,7 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
     wino_ctx t = {a, dtype, m, al, x, w, bias, y, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     t.TH = (a->P + m - 1) / m;
     t.TW = (a->Q + m - 1) / m;
-    t.Wb = t.TW * m + 2;
+    t.Wb = t.TW * m + 4;          // the tiles read TW*m + 2 columns; 2 more for gather_row
     t.units = (long)a->N * t.TH;
     long T_all = t.units * t.TW;
     // Two ways to cut the work; both read one of the transformed operands once per task:

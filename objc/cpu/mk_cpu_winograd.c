@@ -49,6 +49,21 @@ typedef struct {
     int failed;
 } wino_ctx;
 
+/* ---- 4x4 transposes in registers (GCC/clang vector extensions: SSE on x86-64, NEON on
+   arm64) for m = 4: tile-major pixels <-> the tile-index-contiguous rows the transforms use */
+typedef float v4f __attribute__((vector_size(16)));
+static inline v4f ld4(const float *p) { v4f v; memcpy(&v, p, 16); return v; }
+static inline void st4(float *p, v4f v) { memcpy(p, &v, 16); }
+static inline __attribute__((always_inline)) void
+transpose4(v4f *a, v4f *b, v4f *c, v4f *d) {
+    v4f t0 = __builtin_shufflevector(*a, *b, 0, 4, 1, 5), t1 = __builtin_shufflevector(*a, *b, 2, 6, 3, 7);
+    v4f t2 = __builtin_shufflevector(*c, *d, 0, 4, 1, 5), t3 = __builtin_shufflevector(*c, *d, 2, 6, 3, 7);
+    *a = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
+    *b = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
+    *c = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
+    *d = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
+}
+
 /* ---- filter transform of output channel gk: dst[pos * ldk * Cg + c] = (G g G^T)[pos] of
    input channel c, vectorised over c */
 static inline __attribute__((always_inline)) void
@@ -56,20 +71,31 @@ filter_k(const wino_ctx *t, int al, const float (*G)[3], long gk, float *w9, flo
          float *dst, long ldk) {
     const mk_conv2d_args *a = t->a;
     int Cg = a->C / a->groups;
-    // w9[rs][c]: the filter taps of output channel gk, one row per tap
-    if (t->dtype == MK_F32) {
-        const float *src = (const float *)t->w + gk * Cg * 9;
-        for (int c = 0; c < Cg; c++)
-            for (int rs = 0; rs < 9; rs++) w9[rs * Cg + c] = src[c * 9 + rs];
-    } else {
-        const mk_half *src = (const mk_half *)t->w + gk * Cg * 9;
-        for (int c = 0; c < Cg; c++)
-            for (int rs = 0; rs < 9; rs++) w9[rs * Cg + c] = (float)src[c * 9 + rs];
+    // w9[rs][c]: the filter taps of output channel gk, one row per tap (float16 goes
+    // through tmp, which is free until the transform below)
+    const float *src = (const float *)t->w + gk * Cg * 9;
+    if (t->dtype == MK_F16) {
+        mk_h2f((const mk_half *)t->w + gk * Cg * 9, tmp, (long)Cg * 9);
+        src = tmp;
     }
+    int c = 0;
+    for (; c + 4 <= Cg; c += 4) {              // 4 channels: a 4x9 block, transposed
+        const float *p = src + c * 9;
+        v4f a0 = ld4(p), a1 = ld4(p + 9), a2 = ld4(p + 18), a3 = ld4(p + 27);
+        v4f b0 = ld4(p + 4), b1 = ld4(p + 13), b2 = ld4(p + 22), b3 = ld4(p + 31);
+        transpose4(&a0, &a1, &a2, &a3);
+        transpose4(&b0, &b1, &b2, &b3);
+        st4(w9 + c, a0); st4(w9 + Cg + c, a1); st4(w9 + 2 * Cg + c, a2); st4(w9 + 3 * Cg + c, a3);
+        st4(w9 + 4 * Cg + c, b0); st4(w9 + 5 * Cg + c, b1); st4(w9 + 6 * Cg + c, b2);
+        st4(w9 + 7 * Cg + c, b3);
+        for (int j = 0; j < 4; j++) w9[8 * Cg + c + j] = p[j * 9 + 8];
+    }
+    for (; c < Cg; c++)
+        for (int rs = 0; rs < 9; rs++) w9[rs * Cg + c] = src[c * 9 + rs];
     // tmp[i][s] = sum_r G[i][r] w9[r][s]
     for (int i = 0; i < al; i++)
         for (int s = 0; s < 3; s++) {
-            float *d = tmp + (i * 3 + s) * Cg;
+            float *d = tmp + (i * 3 + s) * Cg;   // (float16: src is dead by now)
             const float *w0 = w9 + s * Cg, *w1 = w9 + (3 + s) * Cg, *w2 = w9 + (6 + s) * Cg;
             float g0 = G[i][0], g1 = G[i][1], g2 = G[i][2];
             for (int c = 0; c < Cg; c++) d[c] = g0 * w0[c] + g1 * w1[c] + g2 * w2[c];
@@ -161,21 +187,6 @@ tf_tiles(tf1d f, const float *restrict in, long is, float *restrict out, long os
     default: MK_TILES(at2); break;
     }
 #undef MK_TILES
-}
-
-/* ---- 4x4 transposes in registers (GCC/clang vector extensions: SSE on x86-64, NEON on
-   arm64) for m = 4: tile-major pixels <-> the tile-index-contiguous rows the transforms use */
-typedef float v4f __attribute__((vector_size(16)));
-static inline v4f ld4(const float *p) { v4f v; memcpy(&v, p, 16); return v; }
-static inline void st4(float *p, v4f v) { memcpy(p, &v, 16); }
-static inline __attribute__((always_inline)) void
-transpose4(v4f *a, v4f *b, v4f *c, v4f *d) {
-    v4f t0 = __builtin_shufflevector(*a, *b, 0, 4, 1, 5), t1 = __builtin_shufflevector(*a, *b, 2, 6, 3, 7);
-    v4f t2 = __builtin_shufflevector(*c, *d, 0, 4, 1, 5), t3 = __builtin_shufflevector(*c, *d, 2, 6, 3, 7);
-    *a = __builtin_shufflevector(t0, t2, 0, 1, 4, 5);
-    *b = __builtin_shufflevector(t0, t2, 2, 3, 6, 7);
-    *c = __builtin_shufflevector(t1, t3, 0, 1, 4, 5);
-    *d = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
 }
 
 // d[l * T + tx] = r[tx * m + l] for tx < TW, l < al (r holds TW * m + 2 columns)

@@ -274,15 +274,17 @@ static int winograd_choice(const mk_conv2d_args *a) {
     }
     if (!mk_winograd_applies(a)) return 0;
     if (forced) return forced;
-    // Measured against im2col (docs/cpu-kernels.md): Winograd pays from 32 input channels
-    // per group (the GEMMs' inner dimension) and 16 output channels, when its tiles waste
-    // little (multiplications saved >= 2.5x: 7x7 outputs yes, 5x5 no) and the call is big
-    // enough for its extra passes (>= 20 M multiply-adds by im2col).
+    // Measured against im2col (docs/cpu-kernels.md): Winograd pays from 16 input channels
+    // per group (the GEMMs' inner dimension), or 8 when there are at most 8x as many output
+    // channels (its output transform is per output channel), when its tiles waste little
+    // (multiplications saved >= 2.5x: 7x7 outputs yes, 5x5 no) and the call is big enough
+    // for its extra passes (>= 5 M multiply-adds by im2col).
     long Cg = a->C / a->groups, Kg = a->K / a->groups;
     long tiles = (long)a->N * ((a->P + 3) / 4) * ((a->Q + 3) / 4);
     double im2col = (double)a->N * a->P * a->Q * Cg * Kg * a->groups * 9;
     double saved = (double)a->P * a->Q * a->N * 9 / (36.0 * tiles);
-    return Cg >= 32 && Kg >= 16 && saved >= 2.5 && im2col >= 20e6 ? 4 : 0;
+    int channels = Cg >= 16 || (Cg >= 8 && Kg <= 8 * Cg);
+    return channels && Kg >= 8 && saved >= 2.5 && im2col >= 5e6 ? 4 : 0;
 }
 
 static mk_status check_args(const mk_conv2d_args *a) {

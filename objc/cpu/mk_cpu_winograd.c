@@ -167,6 +167,13 @@ at2(const float *v, long s, float *o, long os) {
     o[0] = v0 + v1 + v2;
     o[os] = v1 - v2 + v3;
 }
+#if defined(__clang__)
+#define MK_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define MK_IVDEP _Pragma("GCC ivdep")
+#else
+#define MK_IVDEP
+#endif
 enum { BT4, AT4, BT2, AT2 };   // which transform (a compile-time constant after inlining)
 typedef int tf1d;
 
@@ -179,7 +186,7 @@ static inline __attribute__((always_inline)) void
 tf_tiles(tf1d f, const float *restrict in, long is, float *restrict out, long os, long n) {
     // ivdep: the outputs (one row each) never overlap; without it GCC 12 gives up on the
     // alias checks between bt4's six output rows and leaves the loop scalar
-#define MK_TILES(fn) _Pragma("GCC ivdep") for (long t = 0; t < n; t++) fn(in + t, is, out + t, os)
+#define MK_TILES(fn) MK_IVDEP for (long t = 0; t < n; t++) fn(in + t, is, out + t, os)
     switch (f) {
     case BT4: MK_TILES(bt4); break;
     case AT4: MK_TILES(at4); break;

@@ -1,10 +1,17 @@
 """mpskern's cpu backend side by side with PyTorch's CPU kernels and numpy's BLAS (issue 7).
 
-    python benchmarks/cpu_vs_peers.py [--rounds 7] [--only conv,pool,...] [--quick]
+    python benchmarks/cpu_vs_peers.py [--rounds 7] [--only conv,pool,...] [--quick] [--gap 0.25]
 
 Prints one row per case: peer time, mpskern time and ratio = peer / mpskern (>= 1 means
 mpskern is at least as fast), medians over interleaved rounds (each round times every
 implementation of a case once, so load from other processes hits all of them alike).
+Every timing sample starts after an idle gap (--gap seconds, default 0.25): thread pools
+keep spinning for a while after a call (numpy's OpenBLAS workers for up to ~0.1 s, its
+THREAD_TIMEOUT of 2^28 cycles; OpenMP runtimes for their spin/block time), and a sample
+started in that window would run one core short against the previous implementation's
+spinning threads. mpskern's own workers block on a condition variable at once. The gap
+changes no library setting; `--only fairness` times numpy and torch against themselves
+(ratios ~1.0 when the protocol is fair).
 Each case is checked against the peer's result before it is timed.
 torch and numpy are benchmark-only peers, never dependencies of mpskern. On a shared
 machine, read the ratios, not the absolute times. To compare BLAS fairly, run with
@@ -123,12 +130,16 @@ def calibrate(fn, target):
     return max(1, int(target / max(t, 1e-9)))
 
 
+GAP = 0.25   # seconds of idle before every timing sample (see the docstring); --gap
+
+
 def bench(impls, rounds, target):
     """impls: {name: fn}; returns {name: median seconds per call}, interleaved rounds."""
     loops = {k: calibrate(f, target) for k, f in impls.items()}
     samples = {k: [] for k in impls}
     for _ in range(rounds):
         for k, f in impls.items():
+            time.sleep(GAP)   # let the previous implementation's spinning threads park
             samples[k].append(per_call(f, loops[k]))
     return {k: statistics.median(v) for k, v in samples.items()}
 
@@ -253,8 +264,21 @@ def run_f16(rows, rounds, target, quick):
         rows.append((f"float16 vs float32: {name}", "mk f32", t["f32"], t["f16"], 1 / 1.5))
 
 
+def run_fairness(rows, rounds, target, quick):
+    """The protocol checked on itself: each peer against the same call again (~1.0)."""
+    a, b = rand(1024, 1024), rand(1024, 1024)
+    t = bench({"numpy": lambda: a @ b, "numpy again": lambda: a @ b}, rounds, target)
+    rows.append(("fairness: numpy matmul 1024^2 vs itself", "numpy", t["numpy"],
+                 t["numpy again"], None))
+    x = torch.from_numpy(rand(64, 50257))
+    t = bench({"torch": lambda: torch.softmax(x, -1),
+               "torch again": lambda: torch.softmax(x, -1)}, rounds, target)
+    rows.append(("fairness: torch softmax (64, 50257) vs itself", "torch", t["torch"],
+                 t["torch again"], None))
+
+
 GROUPS = {"conv": run_conv, "pool": run_pool, "rows": run_rows, "matmul": run_matmul,
-          "tiny": run_tiny, "f16": run_f16}
+          "tiny": run_tiny, "f16": run_f16, "fairness": run_fairness}
 
 
 def fmt_t(s):
@@ -262,15 +286,20 @@ def fmt_t(s):
 
 
 def main(argv=None):
+    global GAP
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--target", type=float, default=0.1, help="seconds per timing sample")
-    ap.add_argument("--only", default=",".join(GROUPS), help="comma list of " + ",".join(GROUPS))
+    ap.add_argument("--only", default=",".join(g for g in GROUPS if g != "fairness"),
+                    help="comma list of " + ",".join(GROUPS))
+    ap.add_argument("--gap", type=float, default=GAP,
+                    help="idle seconds before each timing sample (spinning peer threads park)")
     ap.add_argument("--quick", action="store_true", help="a few cases, for a smoke run")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     ap.add_argument("--threads", type=int, default=0,
                     help="threads for every implementation (0 = each library's default)")
     args = ap.parse_args(argv)
+    GAP = args.gap
     if args.threads:
         torch.set_num_threads(args.threads)
         _native.cpu_set_num_threads(args.threads)
@@ -279,7 +308,7 @@ def main(argv=None):
           f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}"
           f" ({torch.get_num_threads()} threads), mpskern {mpskern.__version__} "
           f"({threads} threads); OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}")
-    print(f"medians of {args.rounds} interleaved rounds; ratio = peer time / mpskern time "
+    print(f"medians of {args.rounds} interleaved rounds, {GAP:g} s idle before each sample; ratio = peer time / mpskern time "
           f"(float16 rows: float32 time / float16 time)\n")
     rows = []
     for g in args.only.split(","):

@@ -253,9 +253,12 @@ input_block(const wino_ctx *t, int m, int al, tf1d bt, int g, long u0, long u1, 
             }
             int lo = a->pad_w, hi = a->pad_w + a->W;            // columns holding input
             for (int x = 0; x < lo; x++) r[x] = 0.0f;
-            if (t->dtype == MK_F32)
-                memcpy(r + lo, (const float *)t->x + xoff + (long)ih * a->W, (size_t)a->W * 4);
-            else
+            if (t->dtype == MK_F32) {       // rows are short: no memcpy call per row
+                const float *src = (const float *)t->x + xoff + (long)ih * a->W;
+                int x = 0;
+                for (; x + 4 <= a->W; x += 4) st4(r + lo + x, ld4(src + x));
+                for (; x < a->W; x++) r[lo + x] = src[x];
+            } else
                 mk_h2f((const mk_half *)t->x + xoff + (long)ih * a->W, r + lo, a->W);
             for (int x = hi; x < Wb; x++) r[x] = 0.0f;
             gather_row(m, al, r, D + k * al * T + tile0, T, TW);

@@ -150,3 +150,23 @@ def test_static_analyzer_finds_nothing_in_the_shim():
                         f"-I{ROOT}/metal", "-Xclang", "-analyzer-output=text"] + srcs,
                        cwd="/tmp", capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "warning:" not in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_sdk() is None or not shutil.which("clang-19"),
+                    reason="needs a macOS SDK (MPSKERN_MACOS_SDK) and clang-19")
+@pytest.mark.parametrize("target", ["arm64-apple-macos12", "x86_64-apple-macos12"])
+def test_cpu_kernels_compile_with_clang_for_macos(target):
+    # The CPU kernels are built with Apple's clang on a Mac (no GCC target_clones, NEON or
+    # SSE vector extensions); here only GCC builds them. mk_cpu_blas.c is left out: this
+    # SDK has no Accelerate headers.
+    sdk = "/tmp/mpskern-macos-sdk/root"
+    if not os.path.isdir(f"{sdk}/System"):
+        subprocess.run([str(CHECK_OBJC), _sdk()], cwd=ROOT, capture_output=True, timeout=300)
+    srcs = [str(p.relative_to(ROOT)) for p in sorted(ROOT.glob("objc/cpu/*.c"))
+            if p.name != "mk_cpu_blas.c"]
+    r = subprocess.run(["clang-19", "-target", target, "-isysroot", sdk, "-std=gnu11", "-O2",
+                        "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter", "-Iobjc",
+                        "-Iobjc/cpu", "-Imetal", "-fsyntax-only"] + srcs,
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr

@@ -8,12 +8,15 @@
 // is A^T M A (+ bias). That is a*a*C*K multiplications per m*m outputs instead of 9*m*m*C*K
 // (4x fewer at m = 4, 2.25x at m = 2).
 //
-// Work: U for the whole call first (parallel over output channels; never cached across
-// calls: the caller may change the weights in place). Then tasks of (group, block of tile
-// rows, block of output channels), each on its own buffers: input transform of the block
-// -> a*a GEMMs (single-threaded BLAS) -> output transform + bias straight into y, so a
-// block's transformed input and products stay in the core's cache. float16 is converted
-// to float32 row by row in the transforms; everything accumulates in float32.
+// Work, per call (nothing is cached across calls: the caller may change the weights in
+// place): filter transform, input transform, per transform position a GEMM through
+// mk_sgemm (single-threaded BLAS; our pool runs the tasks), output transform + bias
+// straight into y. Cut one of two ways (mk_cpu_conv2d_winograd chooses):
+//   by tile blocks: U for the whole call first; a task is a block of tile rows whose
+//     transformed input and products stay in the core's cache through all of its steps;
+//   by output-channel blocks: V for the whole call first; a task is a block of output
+//     channels that transforms its own filters (the whole U of 512x512 is 37.7 MB).
+// float16 is converted to float32 as rows are read and written; float32 accumulation.
 #include "mk_cpu.h"
 #include <string.h>
 
@@ -410,10 +413,12 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
     //  by channels: V once for the call, tasks = blocks of output channels, each
     //    transforming its own filters (FILTER_BLOCK_BYTES) and reading all of V: nkb * |V|
     //    (small images, many channels: 512x512 U would be 37.7 MB).
-    // By channels while V stays in L3 next to the other cores' data (V_LIMIT), when U
-    // would not (U_LIMIT: a fresh U that size costs page faults and DRAM traffic on every
-    // call) or when its traffic is the smaller. Measured on the ResNet rows: tiles at 56
-    // and 28 (V 14.4 and 7.2 MB), channels at 14 and 7 (U 9.4 and 37.7 MB).
+    // By channels when U would not stay in L3 (U_LIMIT: a fresh U that size costs page
+    // faults and DRAM traffic on every call) and V is the smaller of the two (V scales
+    // with the input, U with the weights: 2048x2048 would be 604 MB), or when V stays in
+    // L3 next to the other cores' data (V_LIMIT) and its traffic is the smaller. Measured
+    // on the ResNet rows: tiles at 56 and 28 (V 14.4 and 7.2 MB), channels at 14 and 7
+    // (U 9.4 and 37.7 MB).
     long want = 2L * mk_cpu_threads();
     long unit_bytes = A2 * t.TW * (Cg + Kg) * 4;
     long ub = BLOCK_BYTES / unit_bytes;
@@ -431,7 +436,7 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
     long nkb = (Kg + kb - 1) / kb;
     double by_tiles = (double)nblocks * Kg * Cg, by_channels = (double)nkb * Cg * T_all;
     double V_bytes = 4.0 * G * A2 * Cg * T_all, U_bytes = 4.0 * G * A2 * Kg * Cg;
-    if (V_bytes <= V_LIMIT && (U_bytes > U_LIMIT || by_channels < by_tiles)) {
+    if ((U_bytes > U_LIMIT && V_bytes < U_bytes) || (V_bytes <= V_LIMIT && by_channels < by_tiles)) {
         t.ub = (int)t.units; t.nblocks = 1;
         t.Kb = (int)kb; t.nkb = nkb;
         t.V = mk_alloc((size_t)G * A2 * Cg * T_all * 4);

@@ -31,11 +31,7 @@
 // The transforms, derived in docs/cpu-kernels.md from the interpolation points
 // (m = 4: {0, 1, -1, 1/2, -2, inf}; m = 2: {0, 1, -1, inf}). B^T and A^T are written out in
 // bt4/at4/bt2/at2 below; rows of B^T were scaled to small integers, the inverse scale
-// moved into G (the filter side). G as tables (row i: the taps' weights):
-static const float G4[6][3] = {
-    {1.0f / 2, 0, 0}, {1.0f / 6, 1.0f / 6, 1.0f / 6}, {1.0f / 6, -1.0f / 6, 1.0f / 6},
-    {16.0f / 15, 8.0f / 15, 4.0f / 15}, {1.0f / 30, -1.0f / 15, 2.0f / 15}, {0, 0, 1.0f / 2}};
-static const float G2[4][3] = {{1, 0, 0}, {0.5f, 0.5f, 0.5f}, {0.5f, -0.5f, 0.5f}, {0, 0, 1}};
+// moved into G (the filter side), written out in g4/g2.
 
 typedef struct {
     const mk_conv2d_args *a;
@@ -67,10 +63,99 @@ transpose4(v4f *a, v4f *b, v4f *c, v4f *d) {
     *d = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
 }
 
+
+/* ---- the 1D transforms, written out (the 2D ones apply them along columns, then rows):
+   o[j*os] = sum_l BT[j][l] d[l*s] and o[j*os] = sum_l AT[j][l] v[l*s] */
+static inline __attribute__((always_inline)) void
+bt4(const float *d, long s, float *o, long os) {
+    float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s], d5 = d[5 * s];
+    o[0] = 2 * d0 - 3 * d1 - 4 * d2 + 3 * d3 + 2 * d4;
+    o[os] = -2 * d1 + d2 + 5 * d3 + 2 * d4;
+    o[2 * os] = -2 * d1 + 5 * d2 - d3 - 2 * d4;
+    o[3 * os] = 2 * d1 + d2 - 2 * d3 - d4;
+    o[4 * os] = d1 - 2 * d2 - d3 + 2 * d4;
+    o[5 * os] = 2 * d1 - 3 * d2 - 4 * d3 + 3 * d4 + 2 * d5;
+}
+static inline __attribute__((always_inline)) void
+at4(const float *v, long s, float *o, long os) {
+    float v0 = v[0], v1 = v[s], v2 = v[2 * s], v3 = v[3 * s], v4 = v[4 * s], v5 = v[5 * s];
+    float p = v1 + v2, q = v1 - v2;
+    o[0] = v0 + p + v3 + v4;
+    o[os] = q + 0.5f * v3 - 2 * v4;
+    o[2 * os] = p + 0.25f * v3 + 4 * v4;
+    o[3 * os] = q + 0.125f * v3 - 8 * v4 + v5;
+}
+// the filter side: o[i*os] = sum_r G[i][r] g[r*s], each tap times its own coefficient
+// (summing the taps first, (g0 + g1 + g2) / 6, measured a larger error on small channel
+// counts)
+static inline __attribute__((always_inline)) void
+g4(const float *g, long s, float *o, long os) {
+    float g0 = g[0], g1 = g[s], g2 = g[2 * s];
+    const float c6 = 1.0f / 6;
+    o[0] = 0.5f * g0;
+    o[os] = c6 * g0 + c6 * g1 + c6 * g2;
+    o[2 * os] = c6 * g0 - c6 * g1 + c6 * g2;
+    o[3 * os] = (16.0f / 15) * g0 + (8.0f / 15) * g1 + (4.0f / 15) * g2;
+    o[4 * os] = (1.0f / 30) * g0 - (1.0f / 15) * g1 + (2.0f / 15) * g2;
+    o[5 * os] = 0.5f * g2;
+}
+static inline __attribute__((always_inline)) void
+bt2(const float *d, long s, float *o, long os) {
+    float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s];
+    o[0] = d0 - d2;
+    o[os] = d1 + d2;
+    o[2 * os] = d2 - d1;
+    o[3 * os] = d3 - d1;
+}
+static inline __attribute__((always_inline)) void
+at2(const float *v, long s, float *o, long os) {
+    float v0 = v[0], v1 = v[s], v2 = v[2 * s], v3 = v[3 * s];
+    o[0] = v0 + v1 + v2;
+    o[os] = v1 - v2 + v3;
+}
+static inline __attribute__((always_inline)) void
+g2(const float *g, long s, float *o, long os) {
+    float g0 = g[0], g1 = g[s], g2 = g[2 * s];
+    o[0] = g0;
+    o[os] = 0.5f * (g0 + g1 + g2);
+    o[2 * os] = 0.5f * (g0 - g1 + g2);
+    o[3 * os] = g2;
+}
+#if defined(__clang__)
+#define MK_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define MK_IVDEP _Pragma("GCC ivdep")
+#else
+#define MK_IVDEP
+#endif
+enum { BT4, AT4, G4, BT2, AT2, G2 };   // which transform (a compile-time constant after inlining)
+typedef int tf1d;
+
+// one thread's scratch
+typedef struct { float *rows, *D, *E, *V, *M, *orow, *U, *w9, *ftmp; } bufs;
+
+// out[t + j*os] = f(in[t + l*is]) for t < n: the 1D transform applied to n tiles at once
+// (the tile index is the contiguous one, so these loops vectorise)
+static inline __attribute__((always_inline)) void
+tf_tiles(tf1d f, const float *restrict in, long is, float *restrict out, long os, long n) {
+    // ivdep: the outputs (one row each) never overlap; without it GCC 12 gives up on the
+    // alias checks between bt4's six output rows and leaves the loop scalar
+#define MK_TILES(fn) MK_IVDEP for (long t = 0; t < n; t++) fn(in + t, is, out + t, os)
+    switch (f) {
+    case BT4: MK_TILES(bt4); break;
+    case AT4: MK_TILES(at4); break;
+    case G4: MK_TILES(g4); break;
+    case BT2: MK_TILES(bt2); break;
+    case AT2: MK_TILES(at2); break;
+    default: MK_TILES(g2); break;
+    }
+#undef MK_TILES
+}
+
 /* ---- filter transform of output channel gk: dst[pos * ldk * Cg + c] = (G g G^T)[pos] of
    input channel c, vectorised over c */
 static inline __attribute__((always_inline)) void
-filter_k(const wino_ctx *t, int al, const float (*G)[3], long gk, float *w9, float *tmp,
+filter_k(const wino_ctx *t, int al, tf1d gt, long gk, float *w9, float *tmp,
          float *dst, long ldk) {
     const mk_conv2d_args *a = t->a;
     int Cg = a->C / a->groups;
@@ -95,21 +180,11 @@ filter_k(const wino_ctx *t, int al, const float (*G)[3], long gk, float *w9, flo
     }
     for (; c < Cg; c++)
         for (int rs = 0; rs < 9; rs++) w9[rs * Cg + c] = src[c * 9 + rs];
-    // tmp[i][s] = sum_r G[i][r] w9[r][s]
+    // tmp[i][s] = sum_r G[i][r] w9[r][s], then dst[i*al + j] = sum_s G[j][s] tmp[i][s]
+    // (float16: src in tmp is dead by now)
+    for (int s = 0; s < 3; s++) tf_tiles(gt, w9 + s * Cg, 3L * Cg, tmp + s * Cg, 3L * Cg, Cg);
     for (int i = 0; i < al; i++)
-        for (int s = 0; s < 3; s++) {
-            float *d = tmp + (i * 3 + s) * Cg;   // (float16: src is dead by now)
-            const float *w0 = w9 + s * Cg, *w1 = w9 + (3 + s) * Cg, *w2 = w9 + (6 + s) * Cg;
-            float g0 = G[i][0], g1 = G[i][1], g2 = G[i][2];
-            for (int c = 0; c < Cg; c++) d[c] = g0 * w0[c] + g1 * w1[c] + g2 * w2[c];
-        }
-    for (int i = 0; i < al; i++)
-        for (int j = 0; j < al; j++) {
-            float *d = dst + (long)(i * al + j) * ldk * Cg;
-            const float *t0 = tmp + (i * 3) * Cg, *t1 = t0 + Cg, *t2 = t1 + Cg;
-            float g0 = G[j][0], g1 = G[j][1], g2 = G[j][2];
-            for (int c = 0; c < Cg; c++) d[c] = g0 * t0[c] + g1 * t1[c] + g2 * t2[c];
-        }
+        tf_tiles(gt, tmp + i * 3 * Cg, Cg, dst + (long)i * al * ldk * Cg, ldk * Cg, Cg);
 }
 
 MK_MULTIVERSION static void filter_some(const wino_ctx *t, long gk0, long gk1, float *w9,
@@ -134,71 +209,6 @@ static void filter_range(void *vc, long b, long e) {
                         t->U + (gk / Kg * t->al * t->al * Kg + gk % Kg) * (long)Cg, Kg);
     mk_free(w9); mk_free(tmp);
 }
-
-/* ---- the 1D transforms, written out (the 2D ones apply them along columns, then rows):
-   o[j*os] = sum_l BT[j][l] d[l*s] and o[j*os] = sum_l AT[j][l] v[l*s] */
-static inline __attribute__((always_inline)) void
-bt4(const float *d, long s, float *o, long os) {
-    float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s], d4 = d[4 * s], d5 = d[5 * s];
-    o[0] = 2 * d0 - 3 * d1 - 4 * d2 + 3 * d3 + 2 * d4;
-    o[os] = -2 * d1 + d2 + 5 * d3 + 2 * d4;
-    o[2 * os] = -2 * d1 + 5 * d2 - d3 - 2 * d4;
-    o[3 * os] = 2 * d1 + d2 - 2 * d3 - d4;
-    o[4 * os] = d1 - 2 * d2 - d3 + 2 * d4;
-    o[5 * os] = 2 * d1 - 3 * d2 - 4 * d3 + 3 * d4 + 2 * d5;
-}
-static inline __attribute__((always_inline)) void
-at4(const float *v, long s, float *o, long os) {
-    float v0 = v[0], v1 = v[s], v2 = v[2 * s], v3 = v[3 * s], v4 = v[4 * s], v5 = v[5 * s];
-    float p = v1 + v2, q = v1 - v2;
-    o[0] = v0 + p + v3 + v4;
-    o[os] = q + 0.5f * v3 - 2 * v4;
-    o[2 * os] = p + 0.25f * v3 + 4 * v4;
-    o[3 * os] = q + 0.125f * v3 - 8 * v4 + v5;
-}
-static inline __attribute__((always_inline)) void
-bt2(const float *d, long s, float *o, long os) {
-    float d0 = d[0], d1 = d[s], d2 = d[2 * s], d3 = d[3 * s];
-    o[0] = d0 - d2;
-    o[os] = d1 + d2;
-    o[2 * os] = d2 - d1;
-    o[3 * os] = d3 - d1;
-}
-static inline __attribute__((always_inline)) void
-at2(const float *v, long s, float *o, long os) {
-    float v0 = v[0], v1 = v[s], v2 = v[2 * s], v3 = v[3 * s];
-    o[0] = v0 + v1 + v2;
-    o[os] = v1 - v2 + v3;
-}
-#if defined(__clang__)
-#define MK_IVDEP _Pragma("clang loop vectorize(assume_safety)")
-#elif defined(__GNUC__)
-#define MK_IVDEP _Pragma("GCC ivdep")
-#else
-#define MK_IVDEP
-#endif
-enum { BT4, AT4, BT2, AT2 };   // which transform (a compile-time constant after inlining)
-typedef int tf1d;
-
-// one thread's scratch
-typedef struct { float *rows, *D, *E, *V, *M, *orow, *U, *w9, *ftmp; } bufs;
-
-// out[t + j*os] = f(in[t + l*is]) for t < n: the 1D transform applied to n tiles at once
-// (the tile index is the contiguous one, so these loops vectorise)
-static inline __attribute__((always_inline)) void
-tf_tiles(tf1d f, const float *restrict in, long is, float *restrict out, long os, long n) {
-    // ivdep: the outputs (one row each) never overlap; without it GCC 12 gives up on the
-    // alias checks between bt4's six output rows and leaves the loop scalar
-#define MK_TILES(fn) MK_IVDEP for (long t = 0; t < n; t++) fn(in + t, is, out + t, os)
-    switch (f) {
-    case BT4: MK_TILES(bt4); break;
-    case AT4: MK_TILES(at4); break;
-    case BT2: MK_TILES(bt2); break;
-    default: MK_TILES(at2); break;
-    }
-#undef MK_TILES
-}
-
 // d[l * T + tx] = r[tx * m + l] for tx < TW, l < al (r holds TW * m + 2 columns)
 static inline __attribute__((always_inline)) void
 gather_row(int m, int al, const float *r, float *d, long T, int TW) {

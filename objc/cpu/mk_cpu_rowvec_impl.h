@@ -41,7 +41,15 @@ typedef int32_t RV_NAME(vi) __attribute__((vector_size(RV_W * 4)));
     p_ = p_ * r_ + 1.0f; \
     p_ * (VF)(((VI)t_ + 127) << 23); })
 
-#define HSUM(v) ({ VF h_ = (v); float s_ = 0.0f; for (int j_ = 0; j_ < RV_W; j_++) s_ += h_[j_]; s_; })
+// horizontal sum as a tree (halves added): log2(RV_W) dependent steps, not RV_W; on short
+// rows the reductions are a large part of the work
+// lane indices 0..RV_W-1 (for tail masks)
+#define RV_LANES ({ VI l_; for (int j_ = 0; j_ < RV_W; j_++) l_[j_] = j_; l_; })
+
+#define HSUM(v) ({ VF h_ = (v); float t_[RV_W]; memcpy(t_, &h_, sizeof t_); \
+    for (int w_ = RV_W / 2; w_ > 0; w_ /= 2) \
+        for (int j_ = 0; j_ < w_; j_++) t_[j_] += t_[j_ + w_]; \
+    t_[0]; })
 
 // NaN-aware lane max: acc keeps the larger value; NaNs are tracked in bad
 #define RV_MAXSTEP(acc, bad, v) do { VI g_ = (v) > (acc); \
@@ -62,14 +70,16 @@ RV_ATTR static float RV_NAME(rv_max)(const float *x, long n) {
         if (n - i > RV_W) { VF v1 = LD(x + i); RV_MAXSTEP(a1, bad, v1); }
         i = n;
     }
-    float m = -__builtin_inff();
-    int b = 0;
+    RV_MAXSTEP(a0, bad, a1);           // the lanes never hold NaN: only `bad` records them
+    float t[RV_W];
+    int32_t bb[RV_W];
+    memcpy(t, &a0, sizeof t);
+    memcpy(bb, &bad, sizeof bb);
+    for (int w = RV_W / 2; w > 0; w /= 2)      // tree, as HSUM
+        for (int j = 0; j < w; j++) { t[j] = t[j + w] > t[j] ? t[j + w] : t[j]; bb[j] |= bb[j + w]; }
+    float m = t[0];
+    int b = bb[0];
     for (; i < n; i++) { m = x[i] > m ? x[i] : m; b |= x[i] != x[i]; }
-    for (int j = 0; j < RV_W; j++) {
-        m = a0[j] > m ? a0[j] : m;
-        m = a1[j] > m ? a1[j] : m;
-        b |= bad[j];
-    }
     return b ? __builtin_nanf("") : m;
 }
 
@@ -91,14 +101,28 @@ RV_ATTR static float RV_NAME(rv_exp_sum)(const float *x, float *y, long n, float
             a1 += EXP_NONPOS(LD(x + i + RV_W) - mm);
         }
     }
-    for (; i < n; i += RV_W) {         // one vector, then a partial one through a buffer
-        long r = n - i < RV_W ? n - i : RV_W;
+    if (i + RV_W <= n) {
+        VF e = EXP_NONPOS(LD(x + i) - mm);
+        if (y) ST(y + i, e);
+        a1 += e;
+        i += RV_W;
+    }
+    if (i < n && n >= RV_W) {
+        // the rest as the vector ending at n; its first lanes were done above and add
+        // nothing. They are stored again with the same values, unless y is x (then x holds
+        // terms there now: those lanes keep what y has)
+        long o = n - RV_W;
+        VI fresh = RV_LANES >= (VI){0} + (int32_t)(i - o);
+        VF e = EXP_NONPOS(LD(x + o) - mm);
+        a0 += (VF)((VI)e & fresh);
+        if (y && y != x) ST(y + o, e);
+        else if (y) ST(y + o, (VF)(((VI)e & fresh) | ((VI)LD(y + o) & ~fresh)));
+    } else if (i < n) {                // a row shorter than one vector: through a buffer
         float buf[RV_W] = {0};
-        memcpy(buf, x + i, (size_t)r * 4);
-        VF e = EXP_NONPOS(LD(buf) - mm);
-        for (long j = r; j < RV_W; j++) e[j] = 0.0f;
+        memcpy(buf, x, (size_t)n * 4);
+        VF e = (VF)((VI)EXP_NONPOS(LD(buf) - mm) & (RV_LANES < (VI){0} + (int32_t)n));
         a0 += e;
-        if (y) { ST(buf, e); memcpy(y + i, buf, (size_t)r * 4); }
+        if (y) { ST(buf, e); memcpy(y, buf, (size_t)n * 4); }
     }
     return HSUM(a0 + a1);
 }
@@ -106,12 +130,17 @@ RV_ATTR static float RV_NAME(rv_exp_sum)(const float *x, float *y, long n, float
 RV_ATTR static void RV_NAME(rv_scale)(float *y, long n, float f) {
     long i = 0;
     for (; i + RV_W <= n; i += RV_W) ST(y + i, LD(y + i) * f);
-    for (; i < n; i++) y[i] *= f;
+    for (; i < n; i++) y[i] *= f;   // (a vector ending at n would re-read just-stored lanes)
 }
 
 RV_ATTR static void RV_NAME(rv_sub2)(const float *x, float *y, long n, float a, float b) {
     long i = 0;
     for (; i + RV_W <= n; i += RV_W) ST(y + i, (LD(x + i) - a) - b);
+    if (i < n && n >= RV_W && y != x) {        // the vector ending at n: done lanes again
+        i = n - RV_W;
+        ST(y + i, (LD(x + i) - a) - b);
+        i = n;
+    }
     for (; i < n; i++) y[i] = (x[i] - a) - b;
 }
 
@@ -180,4 +209,5 @@ static const mk_rowvec_t RV_NAME(rowvec) = {
 #undef ST
 #undef RV_MAXSTEP
 #undef HSUM
+#undef RV_LANES
 #undef EXP_NONPOS

@@ -20,6 +20,16 @@
 // mk_rowvec's (explicit vectors at the CPU's width).
 static void softmax_row(const float *x, float *y, long n, int log_mode) {
     const mk_rowvec_t *rv = mk_rowvec();
+    if (n <= ROW_BLOCK) {
+        // one block (in L1): max, exp-sum, scale, without the running-max bookkeeping, which
+        // costs as much as the passes on short rows. Non-finite rows come out as in the
+        // blocked path: m = NaN or +-inf makes x - m NaN somewhere, so s and the row are NaN.
+        float m = rv->max(x, n);
+        float s = rv->exp_sum(x, log_mode ? NULL : y, n, m);
+        if (log_mode) rv->sub2(x, y, n, m, logf(s));
+        else rv->scale(y, n, 1.0f / s);
+        return;
+    }
     long blk = (n + MAX_BLOCKS - 1) / MAX_BLOCKS;
     blk = blk < ROW_BLOCK ? ROW_BLOCK : (blk + 15) & ~15L;
     float mb[MAX_BLOCKS];          // the running max each block's stored terms are relative to

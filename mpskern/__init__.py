@@ -25,4 +25,5 @@ from mpskern.ops import (Device, avg_pool2d, batch_norm, conv2d, devices, gemm, 
                          group_norm, layer_norm, log_softmax, matmul, max_pool2d, rms_norm,
                          softmax)
 from mpskern.memory import empty  # noqa: E402  (page-aligned arrays: zero-copy on Metal)
+from mpskern.threads import get_num_threads, set_num_threads  # noqa: E402,F401
 from mpskern.kernel import Kernel, metal_kernel  # noqa: E402,F401  (users' own MSL kernels)

@@ -1,0 +1,68 @@
+"""mpskern.set_num_threads / get_num_threads and MPSKERN_NUM_THREADS."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mpskern
+from mpskern import reference
+
+
+@pytest.fixture
+def restore_threads():
+    before = mpskern.get_num_threads()
+    yield
+    mpskern.set_num_threads(before)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, np.int64(2)])
+def test_set_num_threads_is_used_and_results_stay_right(restore_threads, n):
+    mpskern.set_num_threads(n)
+    assert mpskern.get_num_threads() == int(n)
+    rng = np.random.default_rng(int(n))
+    x = rng.standard_normal((8, 16, 20, 20)).astype(np.float32)
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    got = mpskern.conv2d(x, w, padding=1, backend="cpu")
+    ref = reference.conv2d(x, w, padding=1)
+    assert reference.max_error(got, ref) <= reference.tolerance(np.float32, 16 * 9)
+
+
+def test_zero_means_one_per_core_and_large_counts_are_capped(restore_threads):
+    mpskern.set_num_threads(0)
+    assert mpskern.get_num_threads() == min(os.cpu_count(), 256)
+    mpskern.set_num_threads(10 ** 6)
+    assert mpskern.get_num_threads() == 256
+
+
+@pytest.mark.parametrize("bad, err, msg", [
+    (-1, ValueError, "n=-1 must be >= 0"), (2.5, TypeError, "whole number"),
+    ("4", TypeError, "whole number"), (True, TypeError, "whole number"),
+    (None, TypeError, "whole number")])
+def test_bad_counts_say_what_is_wrong(restore_threads, bad, err, msg):
+    before = mpskern.get_num_threads()
+    with pytest.raises(err, match=msg):
+        mpskern.set_num_threads(bad)
+    assert mpskern.get_num_threads() == before
+
+
+def _threads_in_child(value):
+    env = dict(os.environ, MPSKERN_NUM_THREADS=value)
+    r = subprocess.run([sys.executable, "-W", "always", "-c",
+                        "import mpskern; print(mpskern.get_num_threads())"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout), r.stderr
+
+
+def test_environment_variable_sets_the_count():
+    n, err = _threads_in_child("1")
+    assert n == 1 and "MPSKERN_NUM_THREADS" not in err
+
+
+@pytest.mark.parametrize("value", ["abc", "-2"])
+def test_a_malformed_environment_variable_is_reported(value):
+    n, err = _threads_in_child(value)
+    assert n == min(os.cpu_count(), 256)
+    assert f"MPSKERN_NUM_THREADS={value!r} is not a whole number >= 0" in err

@@ -116,7 +116,8 @@ def _one(sp, t, shape, label, dtype, inp, want, cost, tol, budget, min_samples):
     if sec > 0:
         r.update(gflops=cost.flops / sec / 1e9, gbps=cost.bytes / sec / 1e9)
     pk = _safe(t.peak)
-    if pk is not None and sec > 0 and dtype == "float32" and r["metric"] == "gflops":
+    if (pk is not None and sec > 0 and dtype == "float32" and r["metric"] == "gflops"
+            and sp.name in costs.WORK_DONE_OPS):
         pk = peaks.raise_measured(r["device"], pk, r["gflops"])
     if pk is not None and sec > 0:
         pg, pb = pk.gflops(dtype), pk.gbps

@@ -96,6 +96,20 @@ def real(v, name, op):
         raise TypeError(f"{op}: {name} must be a real number, got {v!r}") from None
 
 
+def whole(v, name, op, minimum, note=""):
+    """An integer option that must be >= minimum. operator.index semantics: 2.5, "3" and
+    True are TypeErrors, not truncated or taken as 1."""
+    if isinstance(v, (bool, np.bool_)):
+        raise TypeError(f"{op}: {name} must be an int, got {v!r}")
+    try:
+        i = operator.index(v)
+    except TypeError:
+        raise TypeError(f"{op}: {name} must be an int, got {v!r}") from None
+    if i < minimum:
+        raise ValueError(f"{op}: {name}={i} must be >= {minimum}{note}")
+    return i
+
+
 def flag(v, name, op):
     """A yes/no option: bool, numpy bool or the integers 0/1. Anything else (an array, a
     string such as "False", None) is a TypeError rather than Python's truthiness."""

@@ -1,11 +1,10 @@
 """How many threads the cpu backend uses: MPSKERN_NUM_THREADS when the first op runs (unset
 or 0: one per core), or set_num_threads() at any time. One pool serves every op; BLAS runs
 single-threaded inside it (objc/cpu/mk_cpu_threads.c, mk_cpu_blas.c)."""
-import operator
 import os
 import warnings
 
-from mpskern import _native
+from mpskern import _args, _native
 
 ENV = "MPSKERN_NUM_THREADS"
 MAX_THREADS = 256   # objc/cpu/mk_cpu_threads.c MK_MAX_THREADS
@@ -13,14 +12,7 @@ MAX_THREADS = 256   # objc/cpu/mk_cpu_threads.c MK_MAX_THREADS
 
 def set_num_threads(n):
     """Use `n` threads for the cpu backend's ops from now on (0: one per core; at most 256)."""
-    if isinstance(n, bool):
-        raise TypeError(f"set_num_threads: n must be a whole number, got {n!r}")
-    try:
-        n = operator.index(n)
-    except TypeError:
-        raise TypeError(f"set_num_threads: n must be a whole number, got {n!r}") from None
-    if n < 0:
-        raise ValueError(f"set_num_threads: n={n} must be >= 0 (0: one thread per core)")
+    n = _args.whole(n, "n", "set_num_threads", 0, " (0: one thread per core)")
     _native.cpu_set_num_threads(min(n, MAX_THREADS))
 
 

@@ -37,9 +37,9 @@ def test_zero_means_one_per_core_and_large_counts_are_capped(restore_threads):
 
 
 @pytest.mark.parametrize("bad, err, msg", [
-    (-1, ValueError, "n=-1 must be >= 0"), (2.5, TypeError, "whole number"),
-    ("4", TypeError, "whole number"), (True, TypeError, "whole number"),
-    (None, TypeError, "whole number")])
+    (-1, ValueError, "n=-1 must be >= 0"), (2.5, TypeError, "n must be an int"),
+    ("4", TypeError, "n must be an int"), (True, TypeError, "n must be an int"),
+    (None, TypeError, "n must be an int")])
 def test_bad_counts_say_what_is_wrong(restore_threads, bad, err, msg):
     before = mpskern.get_num_threads()
     with pytest.raises(err, match=msg):

@@ -45,3 +45,15 @@ def test_yes_no_options_take_numpy_bools_and_0_1():
         np.testing.assert_array_equal(mk.gemm(A, A, trans_a=v, backend="cpu"), ref)
     np.testing.assert_array_equal(mk.max_pool2d(X, 3, ceil_mode=np.bool_(False), backend="cpu"),
                                   mk.max_pool2d(X, 3, ceil_mode=0, backend="cpu"))
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda v: mk.conv2d(X, np.ones((3, 3, 1, 1), np.float32), groups=v, backend="cpu"), "groups"),
+    (lambda v: mk.group_norm(X, v, backend="cpu"), "num_groups"),
+    (lambda v: mk.avg_pool2d(X, 2, divisor_override=v, backend="cpu"), "divisor_override"),
+    (lambda v: mk.set_num_threads(v), "n")])
+@pytest.mark.parametrize("bad", [True, 2.5, "3", np.array([1, 3])])
+def test_integer_options_refuse_bools_floats_strings_arrays(call, name, bad):
+    """One rule for every integer option (_args.whole); was: groups=True taken as 1."""
+    with pytest.raises(TypeError, match=f"{name} must be an int, got"):
+        call(bad)

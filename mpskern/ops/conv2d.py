@@ -1,6 +1,5 @@
 """conv2d (torch.nn.functional.conv2d semantics, NCHW) on the backend's conv2d
 (mk_conv2d_args)."""
-import operator
 
 from mpskern import _args
 from mpskern.shapes import conv_padding, positive_pair
@@ -24,12 +23,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
         x = x.reshape((1,) + x.shape)
     N, C, H, W = x.shape
     K, Cg, R, S = w.shape
-    try:
-        g = operator.index(groups)
-    except TypeError:
-        raise TypeError(f"{op}: groups must be an int, got {groups!r}") from None
-    if g < 1:
-        raise ValueError(f"{op}: groups={groups} must be >= 1")
+    g = _args.whole(groups, "groups", op, 1)
     if C % g or K % g:
         raise ValueError(f"{op}: groups={g} must divide both the input channels (x.shape[1]={C}) "
                          f"and the output channels (weight.shape[0]={K}); pick a common divisor")

@@ -75,11 +75,8 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, backend="auto
     then scale and shift per channel."""
     op = "group_norm"
     x, code, N, C, HW = _channels(x, op)
-    try:
-        g = operator.index(num_groups)
-    except TypeError:
-        raise TypeError(f"{op}: num_groups must be an int, got {num_groups!r}") from None
-    if g < 1 or C % g:
+    g = _args.whole(num_groups, "num_groups", op, 1)
+    if C % g:
         raise ValueError(f"{op}: num_groups={num_groups} must be >= 1 and divide the channels "
                          f"(x.shape[1]={C}, x.shape={x.shape}); pick a divisor of {C}")
     what = f"x has {C} channels (x.shape={x.shape})"

@@ -1,6 +1,5 @@
 """max_pool2d and avg_pool2d (torch.nn.functional semantics, NCHW) on the backend's pool2d
 (mk_pool2d_args)."""
-import operator
 
 from mpskern import _args
 from mpskern.shapes import pool_shape
@@ -36,14 +35,8 @@ def _pool(op, mode, x, kernel_size, stride, padding, dilation, ceil_mode, count_
         op, (H, W), kernel_size, stride, padding, dilation, _args.flag(ceil_mode, "ceil_mode", op))
     div = 0
     if divisor_override is not None:
-        try:
-            div = operator.index(divisor_override)
-        except TypeError:
-            raise TypeError(f"{op}: divisor_override must be an int, got "
-                            f"{divisor_override!r}") from None
-        if div < 1:
-            raise ValueError(f"{op}: divisor_override={divisor_override} must be >= 1 "
-                             "(or None for the window size)")
+        div = _args.whole(divisor_override, "divisor_override", op, 1,
+                          " (or None for the window size)")
     shape = (C, P, Q) if unbatched else (N, C, P, Q)
     be = _args.backend(backend)
     y, out = _args.output(out, shape, x.dtype, op, (x,))

@@ -4,6 +4,10 @@ against the float64 reference and the one tolerance rule, with margin: the error
 within a quarter of the bound (docs/cpu-kernels.md has the measurements). Also: edge tiles
 and every tile position, float16, bias, the forced-path variable's errors, and which path
 auto takes (observed as bitwise agreement with a forced path, not by timing)."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -172,3 +176,33 @@ def test_empty_value_means_auto(monkeypatch):
     empty = mpskern.conv2d(x, w, padding=1, backend="cpu")
     monkeypatch.setenv("MPSKERN_CPU_CONV", "auto")
     assert np.array_equal(empty, mpskern.conv2d(x, w, padding=1, backend="cpu"))
+
+
+OOM_SCRIPT = r"""
+import os, resource
+import numpy as np
+import mpskern
+rng = np.random.default_rng(0)
+x = rng.standard_normal((1, 256, 112, 112)).astype(np.float32)
+w = (rng.standard_normal((256, 256, 3, 3)) * 0.05).astype(np.float32)
+gemm = np.empty((1, 256, 112, 112), np.float32)
+out = np.empty_like(gemm)
+os.environ["MPSKERN_CPU_CONV"] = "gemm"          # im2col first: BLAS buffers exist
+mpskern.conv2d(x, w, padding=1, backend="cpu", out=gemm)
+os.environ["MPSKERN_CPU_CONV"] = "auto"          # Winograd's U alone would be 9.4 MB
+vm = int([l for l in open("/proc/self/status") if l.startswith("VmSize")][0].split()[1]) * 1024
+resource.setrlimit(resource.RLIMIT_AS, (vm + 6 * 2 ** 20, resource.RLIM_INFINITY))
+mpskern.conv2d(x, w, padding=1, backend="cpu", out=out)
+resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+print("same" if np.array_equal(out, gemm) else "differs")
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux /proc")
+def test_out_of_memory_for_winograd_falls_back_to_im2col():
+    """Winograd's transformed operands (up to 4x the weights) may not fit where im2col's
+    1 MiB blocks do: the call still succeeds, by im2col (bitwise its result)."""
+    env = dict(os.environ, MPSKERN_NUM_THREADS="1")     # no worker stacks in the address space
+    r = subprocess.run([sys.executable, "-c", OOM_SCRIPT], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "same", r.stdout + r.stderr

@@ -5,6 +5,7 @@
 //   in place). A block is a run of output rows of one image, or whole images when an image
 //   is small (late ResNet layers), so the GEMM stays wide.
 //   3x3 stride-1 dilation-1 with enough channels: Winograd F(4x4, 3x3), mk_cpu_winograd.c
+// Winograd falls back to im2col when its transformed operands do not fit in memory.
 // float16: input rows and weights are converted to float32 (float32 accumulation).
 // MPSKERN_CPU_CONV (read per call) forces an algorithm, for tests and benchmarks: auto
 // (default), gemm (never Winograd), winograd / winograd2 (F(4x4) / F(2x2) wherever it
@@ -333,7 +334,12 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
         }
         return MK_OK;
     }
-    if (wino) return mk_cpu_conv2d_winograd(a, wino, dtype, x, w, bias, y);
+    // Winograd holds transformed operands (up to 4x the weights); when they do not fit in
+    // memory, im2col (1 MiB blocks) still does: fall through to it
+    if (wino) {
+        mk_status ws = mk_cpu_conv2d_winograd(a, wino, dtype, x, w, bias, y);
+        if (ws != MK_ERR_NOMEM) return ws;
+    }
     int pointwise = a->R == 1 && a->S == 1 && a->stride_h == 1 && a->stride_w == 1 &&
                     a->pad_h == 0 && a->pad_w == 0 && a->P == a->H && a->Q == a->W;
     // block size: about COL_BLOCK_FLOATS of im2col but at least MIN_COLS columns (a narrow

@@ -126,6 +126,8 @@ CONV_CASES = [
     (1, 2, 7, 7, 3, 2, 2, (1, 1), (0, 0), (1, 1), 1),          # even kernel
     (8, 6, 5, 6, 4, 3, 3, (1, 1), (1, 1), (1, 1), 2),          # small images: several per block
     (9, 8, 4, 4, 5, 1, 1, (1, 1), (0, 0), (1, 1), 1),          # ... 1x1, batch not a multiple
+    (1, 32, 6, 6, 256, 3, 3, (1, 1), (1, 1), (1, 1), 1),       # batch 1, few pixels: one GEMM
+    (1, 512, 4, 4, 256, 1, 1, (1, 1), (0, 0), (1, 1), 1),      # ... split over output channels
 ]
 
 

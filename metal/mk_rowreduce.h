@@ -49,8 +49,9 @@ inline float mk_row_max(float v, threadgroup float* scratch, uint tid, uint lane
 // Mean and variance of a row from per-thread moments (count c, mean mu, sum of squared
 // deviations m2; two-pass or Welford per thread), combined exactly (Chan et al.):
 // mean = sum(c*mu)/n, M2 = sum(m2 + c*(mu - mean)^2). centered == false (RMS) takes
-// mean = 0, which makes the second sum the sum of squares. Two reductions: scratch0 and
-// scratch1 must be distinct. Returns (mean, biased variance or mean square).
+// mean = 0 and expects mu = 0 and m2 = the thread's sum of squares (not moments about its
+// own mean: an Inf there gives (Inf - Inf)^2 = NaN for the whole row). Two reductions:
+// scratch0 and scratch1 must be distinct. Returns (mean, biased variance or mean square).
 inline float2 mk_row_moments(float c, float mu, float m2, float n, bool centered,
                              threadgroup float* scratch0, threadgroup float* scratch1,
                              uint tid, uint lane, uint sg, uint tpr)

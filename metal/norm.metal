@@ -42,8 +42,11 @@ static_assert(MK_TPR % 32 == 0, "MK_TPR must be a multiple of the SIMD width (32
 static_assert(NM_THREADS <= 1024, "MK_TPR * MK_RPG must be at most 1024 threads");
 static_assert(MK_VPT >= 1, "MK_VPT must be at least 1");
 
-// Per-thread moments of the values a thread holds in registers (two-pass, exact).
-inline float3 nm_thread_moments(thread const float* v, int t, int n)
+// Per-thread moments of the values a thread holds in registers (two-pass, exact). RMS
+// (centered == false) takes mu = 0 and m2 = the plain sum of squares: moments about a
+// running mean would turn one Inf into (Inf - Inf)^2 = NaN for the whole row, where
+// torch (and the reference) give 0 for the finite entries and NaN only for the Inf.
+inline float3 nm_thread_moments(thread const float* v, int t, int n, bool centered)
 {
     float c = 0.0f;
     float s = 0.0f;
@@ -53,7 +56,7 @@ inline float3 nm_thread_moments(thread const float* v, int t, int n)
             s += v[j];
         }
     }
-    const float mu = c > 0.0f ? s / c : 0.0f;
+    const float mu = c > 0.0f && centered ? s / c : 0.0f;
     float m2 = 0.0f;
     for (int j = 0; j < MK_VPT; ++j) {
         if (t + j * MK_TPR < n) {
@@ -61,6 +64,17 @@ inline float3 nm_thread_moments(thread const float* v, int t, int n)
         }
     }
     return float3(c, mu, m2);
+}
+
+// One looped step: Welford (centered) or the sum of squares (RMS; see nm_thread_moments).
+inline void nm_step(thread float& c, thread float& mu, thread float& m2, float x, bool centered)
+{
+    if (centered) {
+        mk_welford(c, mu, m2, x);
+    } else {
+        c += 1.0f;
+        m2 += x * x;
+    }
 }
 
 // ---------------------------------------------------------------- layer_norm / rms_norm
@@ -80,8 +94,9 @@ inline void rownorm_rows_impl(const device T* x, const device float* w, const de
         const int k = t + j * MK_TPR;
         v[j] = k < n ? float(x[base + k]) : 0.0f;
     }
-    const float3 tm = nm_thread_moments(v, t, n);
-    const float2 mv = mk_row_moments(tm.x, tm.y, tm.z, float(a.n), a.kind == MK_NORM_LAYER,
+    const bool centered = a.kind == MK_NORM_LAYER;
+    const float3 tm = nm_thread_moments(v, t, n, centered);
+    const float2 mv = mk_row_moments(tm.x, tm.y, tm.z, float(a.n), centered,
                                      red0, red1, tid, lane, sg, MK_TPR);
     const float rstd = rsqrt(mv.y + a.eps);
     for (int j = 0; j < MK_VPT; ++j) {
@@ -105,13 +120,14 @@ inline void rownorm_looped_impl(const device T* x, const device float* w, const 
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int n = row < a.rows ? a.n : 0;
     const int base = n > 0 ? row * a.n : 0;
+    const bool centered = a.kind == MK_NORM_LAYER;
     float c = 0.0f;
     float mu = 0.0f;
     float m2 = 0.0f;
     for (int k = t; k < n; k += MK_TPR) {
-        mk_welford(c, mu, m2, float(x[base + k]));
+        nm_step(c, mu, m2, float(x[base + k]), centered);
     }
-    const float2 mv = mk_row_moments(c, mu, m2, float(a.n), a.kind == MK_NORM_LAYER,
+    const float2 mv = mk_row_moments(c, mu, m2, float(a.n), centered,
                                      red0, red1, tid, lane, sg, MK_TPR);
     const float rstd = rsqrt(mv.y + a.eps);
     for (int k = t; k < n; k += MK_TPR) {
@@ -143,7 +159,7 @@ inline void group_norm_rows_impl(const device T* x, const device float* w,
         const int k = t + j * MK_TPR;
         v[j] = k < n ? float(x[base + k]) : 0.0f;
     }
-    const float3 tm = nm_thread_moments(v, t, n);
+    const float3 tm = nm_thread_moments(v, t, n, true);
     const float2 mv = mk_row_moments(tm.x, tm.y, tm.z, float(len), true,
                                      red0, red1, tid, lane, sg, MK_TPR);
     const float rstd = rsqrt(mv.y + a.eps);

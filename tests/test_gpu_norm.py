@@ -208,3 +208,27 @@ def test_batch_norm_default_split_for_few_channels(sim):
     assert spaces.stats_split(cfg, 2, 2, 4200) > 1
     _batch_norm(sim, (2, 2, 4200), np.float32, None, True, True, True, rng)
     assert sim.last_config["split"] == spaces.stats_split(cfg, 2, 2, 4200)
+
+
+@pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
+@pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
+def test_rownorm_non_finite_rows(sim, cfg, dtype):
+    """A +-Inf in an RMS row: finite entries 0, the Inf NaN (torch, the reference); a NaN:
+    the whole row NaN; layer_norm with either: the whole row NaN. Rows without one stay
+    finite. RMS derived from running-mean moments made every Inf row all NaN."""
+    rng = np.random.default_rng(9)
+    for rows, n in ROW_CASES[_key(cfg)]:
+        x = _data((max(rows, 4), n), dtype, rng)
+        x[0, n // 2] = np.inf
+        x[1, n - 1] = -np.inf
+        x[2, 0] = np.nan
+        for kind in (LAYER, RMS):
+            eps = 1e-5
+            args = {"rows": x.shape[0], "n": n, "kind": kind, "has_weight": 0,
+                    "has_bias": 0, "eps": eps}
+            y = np.full_like(x, 7.0)
+            N.rownorm(sim, args, DT[dtype], x, None, None, y, config=cfg)
+            with np.errstate(invalid="ignore"):
+                ref = refs.layer_norm(x, n, None, None, eps) if kind == LAYER \
+                    else refs.rms_norm(x, n, None, eps)
+            refs.assert_close(y, ref, dtype, terms=n, what=f"{cfg} {(rows, n)} kind={kind}")

@@ -34,7 +34,8 @@ def rand(shape, dtype, rng, lo=-1.0, hi=1.0):
 
 
 def assert_close(got, ref, dtype, terms=1, what=""):
-    """dtype, shape and the non-finite positions agree, and on the finite entries
+    """dtype, shape and the non-finite positions (of ref rounded to dtype: results beyond
+    its range are +-Inf) agree, and on the finite entries
     max |got - ref| / max |ref| <= mpskern.reference.tolerance(dtype, terms), terms being
     the number of products summed into one output (reductions lose accuracy that way):
     the rule the benchmark, the tuner and selftest check with."""
@@ -44,9 +45,15 @@ def assert_close(got, ref, dtype, terms=1, what=""):
     if ref.size == 0:
         return
     g = got.astype(np.float64)
-    assert np.all(np.isfinite(g) == np.isfinite(ref)), f"{what}: non-finite values differ"
-    fin = np.isfinite(ref)
-    assert np.array_equal(g[~fin], ref[~fin], equal_nan=True), f"{what}: infinities differ in sign"
+    with np.errstate(over="ignore"):          # beyond the dtype's range: +-Inf expected
+        rounded = np.asarray(ref).astype(dtype).astype(np.float64)
+    fin = np.isfinite(rounded)
+    bad = np.flatnonzero(np.isfinite(g) != fin)
+    assert not bad.size, (f"{what}: non-finite values differ at {bad.size} of {g.size} "
+                          f"(first at flat index {bad[0]}: got {g.flat[bad[0]]}, "
+                          f"reference {ref.flat[bad[0]]})")
+    assert np.array_equal(g[~fin], rounded[~fin], equal_nan=True), \
+        f"{what}: infinities differ in sign (or NaN where the reference has Inf)"
     err, bound = max_error(g[fin], ref[fin]), tolerance(dtype, terms)
     assert err <= bound, (f"{what}: max error {err:.3g} (relative to max |ref|) exceeds the "
                           f"tolerance {bound:.3g} ({np.dtype(dtype).name}, {terms} terms)")

@@ -28,22 +28,31 @@ def metal_source(name):
     """The MSL source of metal/`name` with project headers ("...") inlined once each:
     Metal's run-time compiler (newLibraryWithSource) cannot open files, and the simulator
     gets the very same text. #line directives keep errors pointing at the real file."""
+    return inline_includes(METAL_DIR, name)
+
+
+def inline_includes(directory, name, label=None):
+    """The text of directory/name with its "..." includes (found in `directory`) inlined
+    once each, #line directives naming `label(fname)` (default: the bare file name)."""
     seen = set()
+    label = label or (lambda fname: fname)
 
     def expand(fname):
         if fname in seen:
             return ""
         seen.add(fname)
-        path = os.path.join(METAL_DIR, fname)
+        path = os.path.join(directory, fname)
         with open(path, encoding="utf-8") as f:
             text = f.read()
         out, pos = [], 0
         for m in _INCLUDE.finditer(text):
+            if not os.path.isfile(os.path.join(directory, m.group(1))):
+                continue          # left for the compiler to refuse, at its line
             out.append(text[pos:m.start()])
             line = text.count("\n", 0, m.end()) + 2
-            out.append(expand(m.group(1)) + f'\n#line {line} "{fname}"\n')
+            out.append(expand(m.group(1)) + f'\n#line {line} "{label(fname)}"\n')
             pos = m.end() + 1
         out.append(text[pos:])
-        return f'#line 1 "{fname}"\n' + "".join(out)
+        return f'#line 1 "{label(fname)}"\n' + "".join(out)
 
     return expand(name)

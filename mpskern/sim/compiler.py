@@ -18,7 +18,7 @@ from functools import lru_cache
 
 from mpskern._errors import KernelCompileError
 from mpskern.paths import SIM_INCLUDE_DIR
-from mpskern.sim import frontend
+from mpskern.sim import frontend, msl_clang, msl_rules, parse, strict
 
 # MSL the simulator claims to be (kernels may test __METAL_VERSION__), and a marker.
 PRE_DEFINES = ["-D__METAL_VERSION__=310", "-D__MPSKERN_SIM__=1", "-D__HAVE_SIMDGROUP_MATRIX__=1"]
@@ -83,7 +83,8 @@ def cxx_flags():
 def _headers_hash():
     h = hashlib.sha256()
     files = [os.path.join(SIM_INCLUDE_DIR, n) for n in sorted(os.listdir(SIM_INCLUDE_DIR))]
-    files.append(frontend.__file__)   # the translation is part of the build
+    files += [frontend.__file__, parse.__file__, strict.__file__, msl_rules.__file__,
+              msl_clang.__file__]   # the translation and the checks are part of the build
     for p in files:
         name = os.path.basename(p)
         if os.path.isfile(p):
@@ -159,7 +160,13 @@ def build(source, macros, check=False, origin=None):
     if key in _built or os.path.exists(out):
         _built[key] = out
         return out
-    pre = preprocess(source, macros)
+    # Apple's compiler refuses what the C++ compiler would accept (mpskern/sim/strict.py);
+    # foreign #includes become markers, so no host header is ever opened
+    pre = preprocess(strict.guard_includes(source), macros)
+    found = strict.check_preprocessed(pre)
+    if found:
+        raise KernelCompileError("simulator: the kernel source is not valid MSL (Apple's compiler "
+                                 "refuses it too):\n" + strict.format_findings(found))
     try:
         tr = frontend.translate(pre, checked=check)
     except frontend.TranslateError as e:

@@ -20,7 +20,8 @@ file:line.
 import re
 from dataclasses import dataclass, field
 
-FRONTEND_VERSION = 1
+FRONTEND_VERSION = 2
+MAX_BUFFER_INDEX = 30     # Metal: [[buffer(0)]] .. [[buffer(30)]]
 
 
 class TranslateError(Exception):
@@ -169,8 +170,9 @@ def _parse_param(raw, where, kname, template=None):
             f"{where}: kernel '{kname}': parameter '{pname}' needs an attribute the simulator "
             f"knows ([[buffer(i)]], [[threadgroup(i)]] or a compute built-in); it has "
             f"{', '.join('[[' + a + ']]' for a in attrs) or 'none'}")
-    if role.attr == "buffer" and not (0 <= role.index < 16):
-        raise TranslateError(f"{where}: kernel '{kname}': [[buffer({role.index})]] out of range 0..15")
+    if role.attr == "buffer" and not (0 <= role.index <= MAX_BUFFER_INDEX):
+        raise TranslateError(f"{where}: kernel '{kname}': [[buffer({role.index})]] out of range "
+                             f"0..{MAX_BUFFER_INDEX} (Metal's buffer indices)")
     if role.attr == "threadgroup" and not (0 <= role.index < 4):
         raise TranslateError(f"{where}: kernel '{kname}': [[threadgroup({role.index})]] out of range 0..3")
     return role
@@ -361,14 +363,22 @@ MK_AT(8, unsigned char) MK_AT(16, unsigned short) MK_AT(32, unsigned int) MK_AT(
 '''
 
 
+def rewrite(pre, constant="const"):
+    """The line-preserving rewrites C++ needs: attributes blanked, `1.0h` -> `half(1.0)`,
+    the `constant` address space -> `constant` (None: kept), threadgroup variables in
+    kernel bodies -> references into the threadgroup arena."""
+    text = _ATTR.sub(lambda m: _blank(m.group(0)), pre)
+    text = _HALF_LIT.sub(lambda m: f"half({m.group(1)})", text)
+    if constant is not None:
+        text = _CONSTANT.sub(constant, text)
+    return _rewrite_tg_decls(text)
+
+
 def translate(pre, *, checked=False):
     """C++ for preprocessed MSL `pre`: a Translation (text, kernels, needs_fibers)."""
     lines = _Lines(pre)
     kernels = find_kernels(pre, lines)
-    text = _ATTR.sub(lambda m: _blank(m.group(0)), pre)
-    text = _HALF_LIT.sub(lambda m: f"half({m.group(1)})", text)
-    text = _CONSTANT.sub("const", text)
-    text = _rewrite_tg_decls(text)
+    text = rewrite(pre)
     needs_fibers = _SYNC.search(text) is not None
     head = "#include <metal_stdlib>\nusing namespace metal;\n"
     body = head + text + glue(kernels, needs_fibers, checked)

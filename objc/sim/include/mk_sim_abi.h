@@ -44,6 +44,20 @@ typedef struct mk_sim_xchg {
     uint32_t width;               // lanes in this SIMD-group (the last one may be partial)
 } mk_sim_xchg;
 
+#if defined(__OPENCL_CPP_VERSION__)
+// The strict check (mpskern/sim/strict.py) type-checks a library as C++ for OpenCL and
+// never runs it: the runtime's entry points are plain declarations there (OpenCL has no
+// function pointers) and call sites name string literals in the constant address space.
+typedef struct mk_sim_rt {
+    int abi;
+    void barrier(unsigned flags, const __constant char *file, int line) const;
+    void simd_barrier(unsigned flags, const __constant char *file, int line) const;
+    const struct mk_sim_xchg *simd_exchange(const void *value, unsigned size, const void *site) const;
+    void *tg_alloc(size_t size, size_t align, const __constant char *name, const __constant char *file,
+                   int line) const;
+    const struct mk_sim_lane *lane(void) const;
+} mk_sim_rt;
+#else
 typedef struct mk_sim_rt {
     int abi;
     // threadgroup_barrier / simdgroup_barrier; `file`/`line` name the call site.
@@ -59,7 +73,9 @@ typedef struct mk_sim_rt {
     // abort the dispatch with a message (never returns)
     void (*fail)(const char *msg);
 } mk_sim_rt;
+#endif
 
+#if !defined(__OPENCL_CPP_VERSION__)
 // One [[kernel]] entry point: the generated launch glue binds buffers and built-ins.
 typedef void (*mk_sim_glue)(void *const *buffers, void *const *tg_params,
                             const mk_sim_lane *lane);
@@ -84,6 +100,7 @@ typedef struct mk_sim_module {
 
 typedef const mk_sim_module *(*mk_sim_module_init_fn)(const mk_sim_rt *rt);
 #define MK_SIM_MODULE_INIT "mk_sim_module_init"
+#endif
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,7 @@ namespace metal {
 // literals become float (MSL has no double).
 template <class T> struct mfloat { typedef float type; };
 template <> struct mfloat<half> { typedef half type; };
-template <class T> using mfloat_t = typename mfloat<T>::type;
+template <class T> using mfloat_t = typename mfloat<mk_plain_t<T>>::type;
 
 // Result type of a two-argument function: vectors win, then half/float; a literal of
 // another floating type adapts (max(h, 0.0) is half).
@@ -28,7 +28,7 @@ template <class A, class B, bool AV = vtraits_t<A>::is_vec, bool BV = vtraits_t<
 struct mcommon_v { typedef typename vtraits_t<A>::type type; };
 template <class A, class B> struct mcommon_v<A, B, false, true> { typedef typename vtraits_t<B>::type type; };
 template <class A, class B> struct mcommon_v<A, B, false, false> { typedef typename mcommon<A, B>::type type; };
-template <class A, class B> using mcommon_t = typename mcommon_v<A, B>::type;
+template <class A, class B> using mcommon_t = typename mcommon_v<mk_plain_t<A>, mk_plain_t<B>>::type;
 template <class A, class B, class C> using mcommon3_t = mcommon_t<mcommon_t<A, B>, C>;
 
 template <class T, class A> inline auto mget(const A &a, int i) {
@@ -98,7 +98,7 @@ MK_TERNARY(smoothstep, ([&] { float t = __builtin_fminf(__builtin_fmaxf((c - a) 
 template <class X, mk_if_any<X> = 0> inline auto abs(const X &x) {
     if constexpr (vtraits_t<X>::is_vec) {
         auto v = to_vec(x); for (auto &e : v.v) e = abs(e); return v;
-    } else if constexpr (std::is_integral<X>::value) return X(x < 0 ? -x : x);
+    } else if constexpr (std::is_integral<mk_plain_t<X>>::value) return mk_plain_t<X>(x < 0 ? -x : x);
     else return mfloat_t<X>(__builtin_fabsf(float(x)));
 }
 #define MK_MINMAX(name, iexpr, fexpr)                                                              \

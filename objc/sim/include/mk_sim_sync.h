@@ -8,7 +8,14 @@
 #ifndef MK_SIM_SYNC_H
 #define MK_SIM_SYNC_H
 
+#if defined(__OPENCL_CPP_VERSION__)
+const mk_sim_rt *__mk_rt_strict(void);   // the strict check: declared, never called
+#define __mk_rt (__mk_rt_strict())
+typedef const __constant char *mk_site_str;   // OpenCL string literals are `constant`
+#else
 static const mk_sim_rt *__mk_rt;   // set by mk_sim_module_init (one per library)
+typedef const char *mk_site_str;
+#endif
 
 namespace metal {
 
@@ -19,10 +26,10 @@ enum class mem_flags : unsigned {
 inline mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags((unsigned)a | (unsigned)b); }
 inline mem_flags operator&(mem_flags a, mem_flags b) { return mem_flags((unsigned)a & (unsigned)b); }
 
-inline void __mk_threadgroup_barrier(const char *f, int l, mem_flags m = mem_flags::mem_none) {
+inline void __mk_threadgroup_barrier(mk_site_str f, int l, mem_flags m = mem_flags::mem_none) {
     __mk_rt->barrier((unsigned)m, f, l);
 }
-inline void __mk_simdgroup_barrier(const char *f, int l, mem_flags m = mem_flags::mem_none) {
+inline void __mk_simdgroup_barrier(mk_site_str f, int l, mem_flags m = mem_flags::mem_none) {
     __mk_rt->simd_barrier((unsigned)m, f, l);
 }
 #define threadgroup_barrier(...) __mk_threadgroup_barrier(__FILE__, __LINE__, ##__VA_ARGS__)
@@ -181,6 +188,8 @@ inline unsigned __mk_frag_owner(int row, int col) {
 
 template <class T, int Rows, int Cols> struct simdgroup_matrix {
     static_assert(Rows == 8 && Cols == 8, "the simulator supports 8x8 simdgroup matrices");
+    static_assert(std::is_same<T, float>::value || std::is_same<T, half>::value,
+                  "simdgroup_matrix: the element type must be float or half");
     alignas(2 * sizeof(T)) T e[2];
     simdgroup_matrix() = default;
     // MSL: a diagonal matrix with `d` on the diagonal
@@ -205,6 +214,8 @@ template <class T, int R, int C> inline simdgroup_matrix<T, R, C> make_filled_si
 template <class T, int R, int C, class U>
 inline void simdgroup_load(simdgroup_matrix<T, R, C> &d, const U *src, unsigned long elements_per_row = C,
                            vec<unsigned long, 2> origin = vec<unsigned long, 2>(0, 0), bool transpose = false) {
+    static_assert(std::is_same<mk_plain_t<U>, T>::value,
+                  "simdgroup_load: the source's element type must be the matrix's (MSL converts nothing)");
     int r, c;
     __mk_frag_coord(__mk_rt->lane()->thread_index_in_simdgroup, r, c);
     for (int j = 0; j < 2; j++) {
@@ -215,6 +226,8 @@ inline void simdgroup_load(simdgroup_matrix<T, R, C> &d, const U *src, unsigned 
 template <class T, int R, int C, class U>
 inline void simdgroup_store(const simdgroup_matrix<T, R, C> &s, U *dst, unsigned long elements_per_row = C,
                             vec<unsigned long, 2> origin = vec<unsigned long, 2>(0, 0), bool transpose = false) {
+    static_assert(std::is_same<mk_plain_t<U>, T>::value,
+                  "simdgroup_store: the destination's element type must be the matrix's (MSL converts nothing)");
     int r, c;
     __mk_frag_coord(__mk_rt->lane()->thread_index_in_simdgroup, r, c);
     for (int j = 0; j < 2; j++) {
@@ -310,9 +323,15 @@ inline void atomic_thread_fence(mem_flags, memory_order, thread_scope = thread_s
 
 // ---- used by the front-end's rewrites and the generated launch glue --------------------
 // `threadgroup T name[...];` in a kernel body becomes `auto &name = __mk_tg<T[...]>(...)`.
-template <class T> inline T &__mk_tg(const char *name, const char *f, int l) {
+#if defined(__OPENCL_CPP_VERSION__)
+template <class T> inline __local T &__mk_tg(mk_site_str name, mk_site_str f, int l) {
+    return *(__local T *)(__mk_rt->tg_alloc(sizeof(T), alignof(T), name, f, l));
+}
+#else
+template <class T> inline T &__mk_tg(mk_site_str name, mk_site_str f, int l) {
     return *static_cast<T *>(__mk_rt->tg_alloc(sizeof(T), alignof(T), name, f, l));
 }
+#endif
 template <class T> inline T __mk_bind(void *p) {
     if constexpr (std::is_reference<T>::value) return *static_cast<typename std::remove_reference<T>::type *>(p);
     else return (T)p;

@@ -7,7 +7,9 @@
 
 namespace metal {
 
-typedef _Float16 half;
+#if !defined(__OPENCL_CPP_VERSION__)
+typedef _Float16 half;   // C++ for OpenCL (the strict check) has `half` built in
+#endif
 typedef unsigned int uint;
 typedef unsigned short ushort;
 typedef unsigned char uchar;
@@ -17,8 +19,21 @@ template <class T, int N> struct vec;
 template <class T, int N> struct packed_vec;
 template <class T, int S, int... I> struct swz;
 
+// The type of a value without reference, cv or (in the strict check) address space:
+// template deduction keeps OpenCL's address spaces in the deduced type.
+template <class T> struct mk_noas { typedef T type; };
+#if defined(__OPENCL_CPP_VERSION__)
+template <class T> struct mk_noas<__private T> { typedef T type; };
+template <class T> struct mk_noas<__global T> { typedef T type; };
+template <class T> struct mk_noas<__local T> { typedef T type; };
+template <class T> struct mk_noas<__constant T> { typedef T type; };
+template <class T> struct mk_noas<__generic T> { typedef T type; };
+#endif
+template <class A> using mk_plain_t =
+    typename std::remove_cv<typename mk_noas<typename std::remove_cv<typename std::remove_reference<A>::type>::type>::type>::type;
+
 template <class T> struct is_mk_scalar
-    : std::integral_constant<bool, std::is_arithmetic<T>::value || std::is_same<T, half>::value> {};
+    : std::integral_constant<bool, std::is_arithmetic<mk_plain_t<T>>::value || std::is_same<mk_plain_t<T>, half>::value> {};
 
 // vtraits: what a value is as a vector (its vector type, element, size)
 template <class A> struct vtraits { static constexpr bool is_vec = false; };
@@ -32,12 +47,12 @@ template <class T, int S, int... I> struct vtraits<swz<T, S, I...>> {
     static constexpr bool is_vec = true; typedef vec<T, (int)sizeof...(I)> type; typedef T elem;
     static constexpr int n = (int)sizeof...(I);
 };
-template <class A> using vtraits_t = vtraits<typename std::remove_cv<typename std::remove_reference<A>::type>::type>;
+template <class A> using vtraits_t = vtraits<mk_plain_t<A>>;
 
 // component count of a constructor argument and the k-th component
 template <class A, class = void> struct ncomp { static constexpr int value = 1; };
-template <class A> struct ncomp<A, typename std::enable_if<vtraits<A>::is_vec>::type> {
-    static constexpr int value = vtraits<A>::n;
+template <class A> struct ncomp<A, typename std::enable_if<vtraits_t<A>::is_vec>::type> {
+    static constexpr int value = vtraits_t<A>::n;
 };
 
 template <class T, int S, int... I> struct swz {
@@ -46,7 +61,7 @@ template <class T, int S, int... I> struct swz {
     operator V() const { return V(v[I]...); }
     swz &operator=(const V &o) {
         int k = 0;
-        (void)std::initializer_list<int>{((v[I] = o.v[k++]), 0)...};
+        ((void)(v[I] = o.v[k++]), ...);
         return *this;
     }
     swz &operator=(const swz &o) { return *this = V(o); }
@@ -72,7 +87,7 @@ template <class T, int N> struct vec_base;
     vec(const A &a, const B &b, const R &...r) {                                               \
         static_assert(ncomp<A>::value + ncomp<B>::value + (0 + ... + ncomp<R>::value) == N_,   \
                       "vector constructor: wrong number of components");                      \
-        int k = 0; put(k, a); put(k, b); (void)std::initializer_list<int>{(put(k, r), 0)...};  \
+        int k = 0; put(k, a); put(k, b); (put(k, r), ...);                                     \
     }                                                                                          \
     template <class U> explicit vec(const vec<U, N_> &o) { for (int i = 0; i < N_; i++) v[i] = T(o.v[i]); } \
     vec(const packed_vec<T, N_> &o) { for (int i = 0; i < N_; i++) v[i] = o.v[i]; }            \
@@ -85,9 +100,9 @@ template <class T, int N> struct vec_base;
     const T &operator[](int i) const { return v[i]; }                                          \
   private:                                                                                     \
     template <class A> void put(int &k, const A &a) {                                          \
-        if constexpr (vtraits<A>::is_vec) {                                                    \
-            typename vtraits<A>::type t = a;                                                   \
-            for (int i = 0; i < vtraits<A>::n; i++) v[k++] = T(t.v[i]);                        \
+        if constexpr (vtraits_t<A>::is_vec) {                                                    \
+            typename vtraits_t<A>::type t = a;                                                   \
+            for (int i = 0; i < vtraits_t<A>::n; i++) v[k++] = T(t.v[i]);                        \
         } else v[k++] = T(a);                                                                  \
     }                                                                                          \
   public:

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 from mpskern.paths import SIM_INCLUDE_DIR
@@ -187,7 +188,26 @@ def _diagnostics(stderr, user_files):
     return out
 
 
-_NAMED = ("__global", "__local", "__private")
+_AS_PHRASE = re.compile(r"address space '__(constant|global|local|private)' as a pointer to address "
+                        r"space '__(constant|global|local|private)'")
+_QUOTED = re.compile(r"'([^']*)'")
+
+
+def _mixes_constant(text):
+    """Whether clang's text is about a pointer or reference converted between constant and
+    another named space (device, threadgroup, thread) -- not about copying a value out of
+    constant memory (which OpenCL C++ fails through __generic and MSL allows)."""
+    for m in _AS_PHRASE.finditer(text):
+        if "constant" in m.groups() and m.group(1) != m.group(2):
+            return True
+    quoted = [q for q in _QUOTED.findall(text) if "*" in q or "&" in q]
+
+    def pointee(q, space):
+        head = re.split(r"[*&]", q, 1)[0]      # the pointee's qualifiers, not the pointer's
+        return space in head
+    has_c = any(pointee(q, "__constant") for q in quoted)
+    has_n = any(pointee(q, sp) for q in quoted for sp in ("__global", "__local", "__private"))
+    return has_c and has_n
 
 
 def typecheck(pre, prog=None):
@@ -199,8 +219,7 @@ def typecheck(pre, prog=None):
     prog = prog or P.parse(pre)
     user = prog.files()
 
-    def by_line(constant_as):
-        r = _run_clang(path, dirs, clcpp_source(pre, prog, constant_as))
+    def by_line(r):
         out = {}
         for f, ln, msg, full in _diagnostics(r.stderr, user):
             out.setdefault((f, ln), (msg, full))
@@ -211,7 +230,10 @@ def typecheck(pre, prog=None):
     # another named space (copying a constant struct, valid MSL, fails there through the
     # implicit copy constructors' __generic references) -- and its wording, which names
     # constant as constant, where it reports an error (a) found too.
-    a, b = by_line("const __global"), by_line("__constant")
+    with ThreadPoolExecutor(2) as pool:       # the two runs at once
+        runs = [pool.submit(_run_clang, path, dirs, clcpp_source(pre, prog, c))
+                for c in ("const __global", "__constant")]
+        a, b = (by_line(r.result()) for r in runs)
     found = []
     for key, (msg, _full) in a.items():
         bm = b.get(key)
@@ -219,7 +241,6 @@ def typecheck(pre, prog=None):
             msg = bm[0]
         found.append(Finding(key[0], key[1], msg))
     for key, (msg, full) in b.items():
-        if key not in a and "__constant" in full and "__generic" not in full and \
-                any(s in full for s in _NAMED):
+        if key not in a and _mixes_constant(full):
             found.append(Finding(key[0], key[1], msg))
     return found

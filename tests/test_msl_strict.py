@@ -361,3 +361,11 @@ def test_messages_use_msl_words():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         strict.check_source(VALID, origin="valid.metal")
+
+
+def test_ci_runs_the_address_space_stage():
+    """CI installs clang (.ci/run), so there the strict check is never the fallback."""
+    if not os.environ.get("CI"):
+        pytest.skip("only CI must have clang")
+    ok, why = strict.typecheck_available()
+    assert ok, f"CI without the strict check's clang stage: {why}"

@@ -9,11 +9,14 @@ line before the simulator compiles a kernel as C++ (which would accept much of i
 The simulator's compiler runs check_preprocessed before every build (so users'
 metal_kernel sources get the same checks), `mpskern check-msl` runs check_source on files.
 """
+from functools import lru_cache
+
 from mpskern.sim import parse as P
 from mpskern.sim.msl_clang import StrictCheckWarning, typecheck, typecheck_available  # noqa: F401
 from mpskern.sim.msl_rules import Finding, check_rules, guard_includes  # noqa: F401
 
 
+@lru_cache(maxsize=64)          # a checked build of the same source checks it once
 def check_preprocessed(pre):
     """Findings of stages 2 and 3 for preprocessed MSL (stage 3 when clang is available;
     one finding per line, the front-end's first), sorted by place."""
@@ -21,7 +24,7 @@ def check_preprocessed(pre):
     found = check_rules(prog)
     taken = {(f.file, f.line) for f in found}
     found += [f for f in typecheck(pre, prog) or [] if (f.file, f.line) not in taken]
-    return sorted(set(found), key=lambda f: (f.file, f.line, f.message))
+    return tuple(sorted(set(found), key=lambda f: (f.file, f.line, f.message)))
 
 
 def check_source(source, macros=None, origin="<source>"):
@@ -31,7 +34,7 @@ def check_source(source, macros=None, origin="<source>"):
         source = f'#line 1 "{origin}"\n' + source
     pre = compiler.preprocess(guard_includes(source),
                               {str(k): str(v) for k, v in (macros or {}).items()})
-    return check_preprocessed(pre)
+    return list(check_preprocessed(pre))
 
 
 def format_findings(found):

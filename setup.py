@@ -33,6 +33,11 @@ CYTHON_DIRECTIVES = dict(language_level=3, boundscheck=False, wraparound=False,
                          cdivision=True, initializedcheck=False, embedsignature=True)
 
 OPT = ["-O3"] if os.environ.get("MPSKERN_DEBUG") != "1" else ["-O0", "-g"]
+# MPSKERN_SANITIZE=1: every native object (C kernels, simulator runtime, the Cython module)
+# with AddressSanitizer + UndefinedBehaviorSanitizer, for the sanitizer run (.ci/sanitize)
+SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
+            "-fno-sanitize=vptr"] if os.environ.get("MPSKERN_SANITIZE") == "1" else []
+OPT = OPT + SANITIZE
 # -fno-trapping-math: lets the vectoriser turn the CPU kernels' branch-free selects (exp,
 # NaN-propagating max) into blends; nothing here reads floating-point exception flags.
 # -fno-wrapv undoes Python's -fwrapv (in its CFLAGS): with wrapping int arithmetic, x[q + 1]
@@ -117,7 +122,7 @@ def extensions():
         libraries=b.get("libraries", []) + (["c++"] if DARWIN else ["stdc++", "dl", "pthread"]),
         runtime_library_dirs=b.get("runtime_library_dirs", []),
         extra_compile_args=OPT,
-        extra_link_args=b.get("extra_link_args", []) + (
+        extra_link_args=b.get("extra_link_args", []) + SANITIZE + (
             ["-framework", "Foundation", "-framework", "CoreFoundation", "-framework", "Metal",
              "-framework", "MetalPerformanceShaders", "-framework", "MetalPerformanceShadersGraph"]
             if DARWIN else []),

@@ -107,7 +107,43 @@ def whole(v, name, op, minimum, note=""):
         raise TypeError(f"{op}: {name} must be an int, got {v!r}") from None
     if i < minimum:
         raise ValueError(f"{op}: {name}={i} must be >= {minimum}{note}")
+    if i >= INT32_LIMIT:
+        raise ValueError(f"{op}: {name}={i} is 2**31 or more; mpskern's kernels take it as an "
+                         f"int32: pass a smaller {name}")
     return i
+
+
+def window(op, hw, kernel, stride, padding, dilation, out, count=False):
+    """Sliding-window geometry (conv2d, pooling) whose index math fits the kernels' int32:
+    every value below 2**31, the padded input (H + 2*padding) and the farthest tap,
+    (P - 1)*stride + (kernel - 1)*dilation, too; with count, the window's element count.
+    Pairs are (height, width) values; out is (P, Q). ValueError naming the argument."""
+    for name, v in (("kernel_size", kernel), ("stride", stride), ("padding", padding),
+                    ("dilation", dilation)):
+        if v[0] >= INT32_LIMIT or v[1] >= INT32_LIMIT:
+            raise ValueError(f"{op}: {name}={_pair_text(v)} is 2**31 or more; mpskern's "
+                             f"kernels index in int32: pass a smaller {name}")
+    for i, axis in ((0, "height"), (1, "width")):
+        if hw[i] + 2 * padding[i] >= INT32_LIMIT:
+            raise ValueError(f"{op}: padding={_pair_text(padding)} makes the padded input's "
+                             f"{axis} {hw[i]} + 2*{padding[i]} = {hw[i] + 2 * padding[i]}, "
+                             "2**31 or more; mpskern's kernels index in int32: pass a "
+                             "smaller padding")
+        reach = (out[i] - 1) * stride[i] + (kernel[i] - 1) * dilation[i]
+        if reach >= INT32_LIMIT:
+            raise ValueError(f"{op}: stride={_pair_text(stride)}, kernel_size="
+                             f"{_pair_text(kernel)} and dilation={_pair_text(dilation)} reach "
+                             f"{axis} offset ({out[i]} - 1)*{stride[i]} + ({kernel[i]} - 1)*"
+                             f"{dilation[i]} = {reach}, 2**31 or more; mpskern's kernels "
+                             "index in int32: pass a smaller stride or dilation")
+    if count and kernel[0] * kernel[1] >= INT32_LIMIT:
+        raise ValueError(f"{op}: kernel_size={_pair_text(kernel)} has {kernel[0] * kernel[1]} "
+                         "elements per window, 2**31 or more; the kernels count a window's "
+                         "elements in int32: pass a smaller kernel_size")
+
+
+def _pair_text(v):
+    return str(v[0]) if v[0] == v[1] else f"({v[0]}, {v[1]})"
 
 
 def flag(v, name, op):

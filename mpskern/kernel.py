@@ -17,6 +17,7 @@ import numpy as np
 from mpskern import backends
 
 _MAX_BUFFERS = 16
+_MAX_GRID = 2 ** 32 - 1     # threads per grid dimension: positions are 32-bit uints in MSL
 
 
 def _dims(v, what):
@@ -31,6 +32,22 @@ def _dims(v, what):
     if any(x < 0 for x in t):
         raise ValueError(f"{what} must be non-negative, got {v!r}")
     return t + (1,) * (3 - len(t))
+
+
+def _check_launch(grid, tg, threadgroup, limit, who):
+    """Metal's limits on a dispatchThreads launch, refused with the numbers: at most
+    `limit` threads per threadgroup (the device's), at most 2**32 - 1 threads along each
+    grid dimension."""
+    if any(x == 0 for x in tg):
+        raise ValueError(f"threadgroup must be positive in every dimension, got {threadgroup!r}")
+    n = tg[0] * tg[1] * tg[2]
+    if n > limit:
+        raise ValueError(f"threadgroup {threadgroup!r} has {n} threads; {who} allows {limit}")
+    for d, (g, t) in enumerate(zip(grid, tg)):
+        if g > _MAX_GRID:
+            raise ValueError(f"grid {tuple(grid)} has {g} threads along {'xyz'[d]} "
+                             f"({-(-g // t)} threadgroups of {t}); thread positions are 32-bit "
+                             f"uints in MSL: at most {_MAX_GRID} threads per grid dimension")
 
 
 class Kernel:
@@ -66,12 +83,8 @@ class Kernel:
             raise ValueError("check=True needs backend='sim' (the checking mode is the simulator's)")
         grid = _dims(grid, "grid")
         tg = _dims(threadgroup, "threadgroup")
-        if any(x == 0 for x in tg):
-            raise ValueError(f"threadgroup must be positive in every dimension, got {threadgroup!r}")
-        maxt = be.info["max_threads_per_threadgroup"]
-        if tg[0] * tg[1] * tg[2] > maxt:
-            raise ValueError(f"threadgroup {threadgroup!r} has {tg[0] * tg[1] * tg[2]} threads; "
-                             f"{be.info['name']} allows {maxt}")
+        _check_launch(grid, tg, threadgroup, be.info["max_threads_per_threadgroup"],
+                      be.info["name"])
         if len(args) > _MAX_BUFFERS:
             raise ValueError(f"{len(args)} arguments; a kernel has at most {_MAX_BUFFERS} buffers")
         bindings, writeback, keep = [], [], []
@@ -105,6 +118,7 @@ class Kernel:
             else:
                 raise TypeError(f"argument {i}: expected a numpy array, numpy scalar or bytes, "
                                 f"got {type(a).__name__}")
+        # (the pipeline's own limit, [[max_total_threads_per_threadgroup(N)]], is mk_run's)
         pipe = be.pipeline(self.name, source=self.source, macros=self.macros, check=check)
         dispatch = dict(pipeline=pipe, grid=grid, threadgroup=tg, grid_units="threads",
                         bindings=bindings)

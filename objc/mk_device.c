@@ -82,6 +82,18 @@ mk_status mk_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *t
         if (list[i].nbindings > MK_MAX_BINDINGS)
             return mk_set_error(MK_ERR_INVALID, "mk_run: dispatch %u has %u bindings (max %d)",
                                 i, list[i].nbindings, MK_MAX_BINDINGS);
+        // thread positions are 32-bit uints in MSL: a grid dimension holds < 2^32 threads
+        // (in 64 bits: threadgroups x threads overflowed uint32 into a grid of nothing)
+        for (int k = 0; k < 3; k++) {
+            uint64_t g = list[i].grid[k], tg = list[i].threadgroup[k];
+            uint64_t threads = list[i].grid_units == MK_GRID_THREADS ? g : g * tg;
+            if (threads > UINT32_MAX)
+                return mk_set_error(MK_ERR_INVALID, "mk_run: dispatch %u: %llu threadgroups of %llu "
+                                    "threads make %llu threads along %c; thread positions are "
+                                    "32-bit uints in MSL, at most 4294967295 per grid dimension", i,
+                                    (unsigned long long)g, (unsigned long long)tg,
+                                    (unsigned long long)threads, "xyz"[k]);
+        }
     }
     return d->ops->run(d, list, n, t);
 }

@@ -34,6 +34,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
     s = positive_pair(stride, "stride", op)
     d = positive_pair(dilation, "dilation", op)
     (ph, pw), (P, Q) = conv_padding(padding, (H, W), (R, S), s, d, op)
+    _args.window(op, (H, W), (R, S), s, (ph, pw), d, (P, Q))
     b = _args.vector(bias, "bias", K, f"weight has {K} output channels", op)
     shape = (N, K, P, Q)
     _args.check_size(shape, "the result", op)

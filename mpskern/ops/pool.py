@@ -33,6 +33,7 @@ def _pool(op, mode, x, kernel_size, stride, padding, dilation, ceil_mode, count_
     N, C, H, W = (1,) + x.shape if unbatched else x.shape
     (kh, kw), (sh, sw), (ph, pw), (dh, dw), (P, Q) = pool_shape(
         op, (H, W), kernel_size, stride, padding, dilation, _args.flag(ceil_mode, "ceil_mode", op))
+    _args.window(op, (H, W), (kh, kw), (sh, sw), (ph, pw), (dh, dw), (P, Q), count=mode == AVG)
     div = 0
     if divisor_override is not None:
         div = _args.whole(divisor_override, "divisor_override", op, 1,

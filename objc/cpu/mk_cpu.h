@@ -76,4 +76,16 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
 
 static inline size_t mk_dsize(int dtype) { return dtype == MK_F16 ? 2 : 4; }
 
+/* ---- sliding windows: the outputs i in [0, n) whose tap i*step + off lies in [0, len),
+   as [*lo, *hi) (empty: lo == hi). In 64-bit arithmetic: int32 arguments (a stride near
+   2^31, a tap offset s*dilation - padding) overflow int. Conv and pool kernels use it
+   for rows, columns and, with step = dilation, for the taps of one window. */
+static inline void mk_tap_range(long off, long step, long len, long n, int *lo, int *hi) {
+    long l = off >= 0 ? 0 : (-off + step - 1) / step;
+    long h = len - off <= 0 ? 0 : (len - off - 1) / step + 1;
+    if (h > n) h = n;
+    if (l > h) l = h;
+    *lo = (int)l; *hi = (int)h;
+}
+
 #endif

@@ -27,19 +27,16 @@ static void im2col(const mk_conv2d_args *a, const float *x, long cstride, int ih
     for (long row = 0; row < (long)cn * RS; row++) {
         int c = (int)(row / RS), r = (int)(row % RS) / a->S, s = (int)(row % a->S);
         float *dst = col + row * ld;
-        int off_w = s * a->dil_w - a->pad_w;
-        // output columns q whose input column q*stride_w + off_w lies in [0, W)
-        int q_lo = off_w >= 0 ? 0 : (-off_w + a->stride_w - 1) / a->stride_w;
-        int q_hi = W - off_w <= 0 ? 0 : (W - off_w - 1) / a->stride_w + 1;
-        if (q_hi > Q) q_hi = Q;
-        if (q_lo > q_hi) q_lo = q_hi;
+        long off_w = (long)s * a->dil_w - a->pad_w;
+        int q_lo, q_hi;   // output columns whose input column q*stride_w + off_w is in [0, W)
+        mk_tap_range(off_w, a->stride_w, W, Q, &q_lo, &q_hi);
         for (int p = p0; p < p0 + rows; p++, dst += Q) {
-            int ih = p * a->stride_h - a->pad_h + r * a->dil_h;
+            long ih = (long)p * a->stride_h - a->pad_h + (long)r * a->dil_h;
             if (ih < 0 || ih >= a->H) { memset(dst, 0, (size_t)Q * 4); continue; }
-            const float *xr = x + c * cstride + (long)(ih - ih0) * W + off_w;
+            const float *xr = x + c * cstride + (ih - ih0) * W;
             for (int q = 0; q < q_lo; q++) dst[q] = 0.0f;
-            if (a->stride_w == 1) memcpy(dst + q_lo, xr + q_lo, (size_t)(q_hi - q_lo) * 4);
-            else for (int q = q_lo; q < q_hi; q++) dst[q] = xr[(long)q * a->stride_w];
+            if (a->stride_w == 1) memcpy(dst + q_lo, xr + q_lo + off_w, (size_t)(q_hi - q_lo) * 4);
+            else for (int q = q_lo; q < q_hi; q++) dst[q] = xr[(long)q * a->stride_w + off_w];
             for (int q = q_hi; q < Q; q++) dst[q] = 0.0f;
         }
     }
@@ -74,15 +71,16 @@ static long block_input(gemm_conv_ctx *t, int g, long n, int p0, int rows, float
         return 0;
     }
     // float16: convert the input rows this block reads (all channels of the group)
-    int lo = p0 * a->stride_h - a->pad_h;
-    int hi = (p0 + rows - 1) * a->stride_h - a->pad_h + (a->R - 1) * a->dil_h + 1;
+    long lo = (long)p0 * a->stride_h - a->pad_h;
+    long hi = (long)(p0 + rows - 1) * a->stride_h - a->pad_h + (long)(a->R - 1) * a->dil_h + 1;
     if (lo < 0) lo = 0;
     if (hi > a->H) hi = a->H;
     long srows = hi > lo ? hi - lo : 0;
+    if (lo > a->H) lo = a->H;
     for (int c = 0; c < Cg; c++)
         mk_h2f((const mk_half *)t->x + xoff + c * HW + (long)lo * a->W,
                slab + c * srows * a->W, srows * a->W);
-    im2col(a, slab, srows * a->W, lo, Cg, p0, rows, col + at, ld);
+    im2col(a, slab, srows * a->W, (int)lo, Cg, p0, rows, col + at, ld);
     return 0;
 }
 
@@ -165,16 +163,16 @@ MK_MULTIVERSION static void dw_plane(const mk_conv2d_args *a, const float *xp, c
     for (int p = 0; p < a->P; p++) {
         float *yr = yp + (long)p * Q;
         for (int q = 0; q < Q; q++) yr[q] = bias;
-        for (int r = 0; r < a->R; r++) {
-            int ih = p * a->stride_h - a->pad_h + r * a->dil_h;
-            if (ih < 0 || ih >= a->H) continue;
+        int r0, r1;      // taps r whose input row p*stride_h - pad_h + r*dil_h is in [0, H)
+        mk_tap_range((long)p * a->stride_h - a->pad_h, a->dil_h, a->H, a->R, &r0, &r1);
+        for (int r = r0; r < r1; r++) {
+            long ih = (long)p * a->stride_h - a->pad_h + (long)r * a->dil_h;
             for (int s = 0; s < a->S; s++) {
-                int off_w = s * a->dil_w - a->pad_w;
-                int q_lo = off_w >= 0 ? 0 : (-off_w + sw - 1) / sw;
-                int q_hi = W - off_w <= 0 ? 0 : (W - off_w - 1) / sw + 1;
-                if (q_hi > Q) q_hi = Q;
+                long off_w = (long)s * a->dil_w - a->pad_w;
+                int q_lo, q_hi;
+                mk_tap_range(off_w, sw, W, Q, &q_lo, &q_hi);
                 float wv = wk[r * a->S + s];
-                const float *xr = xp + (long)ih * W + off_w;
+                const float *xr = xp + ih * W + off_w;
                 if (sw == 1) for (int q = q_lo; q < q_hi; q++) yr[q] += wv * xr[q];
                 else for (int q = q_lo; q < q_hi; q++) yr[q] += wv * xr[(long)q * sw];
             }
@@ -212,11 +210,13 @@ static void dw_range(void *vc, long b, long e) {
     const mk_conv2d_args *a = t->a;
     int mult = a->K / a->groups, RS = a->R * a->S;
     long HW = (long)a->H * a->W, PQ = (long)a->P * a->Q;
-    int k3 = a->R == 3 && a->S == 3;
-    // 3x3: the plane goes into a zero-padded buffer (borders written once, stay zero)
+    // 3x3: the plane goes into a zero-padded buffer (borders written once, stay zero),
+    // unless padding or strides so large that the buffer would dwarf input and output
     long bot = (long)(a->P - 1) * a->stride_h + 2L * a->dil_h + 1 - a->pad_h - a->H;
     long rgt = (long)(a->Q - 1) * a->stride_w + 2L * a->dil_w + 1 - a->pad_w - a->W;
-    long Hp = a->pad_h + a->H + (bot > 0 ? bot : 0), Wp = a->pad_w + a->W + (rgt > 0 ? rgt : 0);
+    long Hp = (long)a->pad_h + a->H + (bot > 0 ? bot : 0);
+    long Wp = (long)a->pad_w + a->W + (rgt > 0 ? rgt : 0);
+    int k3 = a->R == 3 && a->S == 3 && (double)Hp * Wp <= 4.0 * (HW + 9 * PQ) + 4096;
     float *xs = NULL, *ys = NULL, wf[64];
     float *wk = RS <= 64 ? wf : NULL;
     if (k3) xs = mk_alloc((size_t)Hp * Wp * 4);
@@ -240,7 +240,7 @@ static void dw_range(void *vc, long b, long e) {
         float *yo = t->dtype == MK_F32 ? (float *)t->y + i * PQ : ys;
         if (k3) {
             for (int h = 0; h < a->H; h++) {
-                float *dst = xs + (h + a->pad_h) * Wp + a->pad_w;
+                float *dst = xs + ((long)h + a->pad_h) * Wp + a->pad_w;
                 if (t->dtype == MK_F32) memcpy(dst, (const float *)t->x + xoff + (long)h * a->W, (size_t)a->W * 4);
                 else mk_h2f((const mk_half *)t->x + xoff + (long)h * a->W, dst, a->W);
             }

@@ -9,22 +9,10 @@
 #include <string.h>
 
 // number of taps start + t*d (0 <= t < k) inside [lo, hi)
-static int count_taps(int start, int k, int d, int lo, int hi) {
-    int n = 0;
-    for (int t = 0; t < k; t++) {
-        int v = start + t * d;
-        n += v >= lo && v < hi;
-    }
-    return n;
-}
-
-// valid output column range [*lo, *hi) for tap offset off: 0 <= q*stride + off < W
-static void col_range(int off, int stride, int W, int Q, int *lo, int *hi) {
-    int l = off >= 0 ? 0 : (-off + stride - 1) / stride;
-    int h = W - off <= 0 ? 0 : (W - off - 1) / stride + 1;
-    if (h > Q) h = Q;
-    if (l > h) l = h;
-    *lo = l; *hi = h;
+static int count_taps(long start, int k, int d, long lo, long hi) {
+    int t0, t1;
+    mk_tap_range(start - lo, d, hi - lo, k, &t0, &t1);
+    return t1 - t0;
 }
 
 typedef struct {
@@ -34,6 +22,8 @@ typedef struct {
     void *y;
     const float *inv_div_w;   // avg: per-q factor; combined with the per-p factor
     const float *div_h;
+    int s0, s1;               // the taps s that reach the input for some output column
+    int rows;                 // the row sweep (else window by window)
     int failed;
 } pool_ctx;
 
@@ -70,10 +60,14 @@ static inline float span_max(const float *x, long n, float m) {
     return m;
 }
 
-// per output column q the taps' column range: lo[s] <= q < hi[s] (no divisions in the loops)
-static void tap_ranges(const mk_pool2d_args *a, int *lo, int *hi) {
-    for (int s = 0; s < a->kw; s++)
-        col_range(s * a->dil_w - a->pad_w, a->stride_w, a->W, a->Q, lo + s, hi + s);
+// per output column q the taps' column range: lo[s] <= q < hi[s] for s in [s0, s1) (no
+// divisions in the loops; taps that never reach the input, a huge window's padding, are
+// not stored)
+static void tap_ranges(const pool_ctx *t, int *lo, int *hi) {
+    const mk_pool2d_args *a = t->a;
+    for (int s = t->s0; s < t->s1; s++)
+        mk_tap_range((long)s * a->dil_w - a->pad_w, a->stride_w, a->W, a->Q, lo + s - t->s0,
+                     hi + s - t->s0);
 }
 
 // row sweep: for each tap, one straight loop over the output columns (wide outputs)
@@ -86,15 +80,19 @@ MK_MULTIVERSION static void pool_plane_rows(const pool_ctx *t, const float *xp, 
         float *yr = yp + (long)p * Q;
         float init = is_max ? -INFINITY : 0.0f;
         for (int q = 0; q < Q; q++) yr[q] = init;
-        for (int r = 0; r < a->kh; r++) {
-            int ih = p * a->stride_h - a->pad_h + r * a->dil_h;
-            if (ih < 0 || ih >= a->H) continue;
-            for (int s = 0; s < a->kw; s++) {
-                const float *xr = xp + (long)ih * W + (s * a->dil_w - a->pad_w);
+        long h0 = (long)p * a->stride_h - a->pad_h;
+        int r0, r1;
+        mk_tap_range(h0, a->dil_h, a->H, a->kh, &r0, &r1);
+        for (int r = r0; r < r1; r++) {
+            long ih = h0 + (long)r * a->dil_h;
+            for (int s = t->s0; s < t->s1; s++) {
+                // (points before the row when the tap starts in the padding; read from lo on)
+                const float *xr = xp + ih * W + ((long)s * a->dil_w - a->pad_w);
+                int ql = lo[s - t->s0], qh = hi[s - t->s0];
                 if (is_max) {
-                    for (int q = lo[s]; q < hi[s]; q++) yr[q] = MAXNAN(yr[q], xr[(long)q * sw]);
+                    for (int q = ql; q < qh; q++) yr[q] = MAXNAN(yr[q], xr[(long)q * sw]);
                 } else {
-                    for (int q = lo[s]; q < hi[s]; q++) yr[q] += xr[(long)q * sw];
+                    for (int q = ql; q < qh; q++) yr[q] += xr[(long)q * sw];
                 }
             }
         }
@@ -111,37 +109,32 @@ MK_MULTIVERSION static void pool_plane_windows(const pool_ctx *t, const float *x
     int Q = a->Q, W = a->W;
     int is_max = a->mode == MK_POOL_MAX;
     for (int p = 0; p < a->P; p++) {
-        int h0 = p * a->stride_h - a->pad_h;
+        long h0 = (long)p * a->stride_h - a->pad_h;
+        int r0, r1;                        // the window's taps inside the input rows
+        mk_tap_range(h0, a->dil_h, a->H, a->kh, &r0, &r1);
         for (int q = 0; q < Q; q++) {
-            int w0 = q * a->stride_w - a->pad_w;
+            long w0 = (long)q * a->stride_w - a->pad_w;
+            int c0, c1;                    // and inside the input columns
+            mk_tap_range(w0, a->dil_w, W, a->kw, &c0, &c1);
             float acc = is_max ? -INFINITY : 0.0f;
-            if (a->dil_w == 1) {
-                int c0 = w0 < 0 ? 0 : w0, c1 = w0 + a->kw > W ? W : w0 + a->kw;
-                if (c1 > c0 && a->dil_h == 1 && c0 == 0 && c1 == W) {
+            if (r1 > r0 && c1 > c0) {
+                if (a->dil_w == 1 && a->dil_h == 1 && c0 + w0 == 0 && c1 + w0 == W) {
                     // the window spans whole rows: its rows are one contiguous span
-                    int r0 = h0 < 0 ? 0 : h0, r1 = h0 + a->kh > a->H ? a->H : h0 + a->kh;
-                    if (r1 > r0) {
-                        const float *xr = xp + (long)r0 * W;
-                        long n = (long)(r1 - r0) * W;
-                        acc = is_max ? span_max(xr, n, acc) : span_sum(xr, n);
-                    }
-                } else if (c1 > c0) {
-                    for (int r = 0; r < a->kh; r++) {
-                        int ih = h0 + r * a->dil_h;
-                        if (ih < 0 || ih >= a->H) continue;
-                        const float *xr = xp + (long)ih * W + c0;
+                    const float *xr = xp + (h0 + r0) * W;
+                    long n = (long)(r1 - r0) * W;
+                    acc = is_max ? span_max(xr, n, acc) : span_sum(xr, n);
+                } else if (a->dil_w == 1) {
+                    for (int r = r0; r < r1; r++) {
+                        const float *xr = xp + (h0 + (long)r * a->dil_h) * W + w0 + c0;
                         acc = is_max ? span_max(xr, c1 - c0, acc) : acc + span_sum(xr, c1 - c0);
                     }
-                }
-            } else {
-                for (int r = 0; r < a->kh; r++) {
-                    int ih = h0 + r * a->dil_h;
-                    if (ih < 0 || ih >= a->H) continue;
-                    for (int s = 0; s < a->kw; s++) {
-                        int iw = w0 + s * a->dil_w;
-                        if (iw < 0 || iw >= W) continue;
-                        float v = xp[(long)ih * W + iw];
-                        acc = is_max ? MAXNAN(acc, v) : acc + v;
+                } else {
+                    for (int r = r0; r < r1; r++) {
+                        const float *xr = xp + (h0 + (long)r * a->dil_h) * W + w0;
+                        for (int s = c0; s < c1; s++) {
+                            float v = xr[(long)s * a->dil_w];
+                            acc = is_max ? MAXNAN(acc, v) : acc + v;
+                        }
                     }
                 }
             }
@@ -154,8 +147,8 @@ MK_MULTIVERSION static void pool_plane_windows(const pool_ctx *t, const float *x
 #define WINDOW_MAX_Q 8
 
 static void pool_plane(const pool_ctx *t, const float *xp, float *yp, const int *lo, const int *hi) {
-    if (t->a->Q <= WINDOW_MAX_Q) pool_plane_windows(t, xp, yp);
-    else pool_plane_rows(t, xp, yp, lo, hi);
+    if (t->rows) pool_plane_rows(t, xp, yp, lo, hi);
+    else pool_plane_windows(t, xp, yp);
 }
 
 static void pool_range(void *vc, long b, long e) {
@@ -163,9 +156,10 @@ static void pool_range(void *vc, long b, long e) {
     const mk_pool2d_args *a = t->a;
     long HW = (long)a->H * a->W, PQ = (long)a->P * a->Q;
     float *xs = NULL, *ys = NULL;
-    int *lo = mk_alloc((size_t)a->kw * 2 * sizeof(int)), *hi = lo ? lo + a->kw : NULL;
+    long taps = t->rows ? t->s1 - t->s0 : 0;
+    int *lo = mk_alloc((size_t)(taps + 1) * 2 * sizeof(int)), *hi = lo ? lo + taps : NULL;
     if (!lo) { t->failed = 1; return; }
-    tap_ranges(a, lo, hi);
+    if (t->rows) tap_ranges(t, lo, hi);
     if (t->dtype == MK_F16) {
         xs = mk_alloc((size_t)HW * 4);
         ys = mk_alloc((size_t)PQ * 4);
@@ -209,23 +203,32 @@ mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void 
             return mk_set_error(MK_ERR_NOMEM, "mk_cpu_pool2d: out of memory");
         }
         for (int p = 0; p < a->P; p++) {
-            int s0 = p * a->stride_h - a->pad_h;
+            long s0 = (long)p * a->stride_h - a->pad_h;
             int n = a->divisor > 0 ? 1 : a->count_include_pad
-                ? count_taps(s0, a->kh, a->dil_h, s0, a->H + a->pad_h_end)
+                ? count_taps(s0, a->kh, a->dil_h, s0, (long)a->H + a->pad_h_end)
                 : count_taps(s0, a->kh, a->dil_h, 0, a->H);
             div_h[p] = n > 0 ? 1.0f / (float)n : NAN;
         }
         for (int q = 0; q < a->Q; q++) {
-            int s0 = q * a->stride_w - a->pad_w;
+            long s0 = (long)q * a->stride_w - a->pad_w;
             int n = a->divisor > 0 ? a->divisor : a->count_include_pad
-                ? count_taps(s0, a->kw, a->dil_w, s0, a->W + a->pad_w_end)
+                ? count_taps(s0, a->kw, a->dil_w, s0, (long)a->W + a->pad_w_end)
                 : count_taps(s0, a->kw, a->dil_w, 0, a->W);
             inv_w[q] = n > 0 ? 1.0f / (float)n : NAN;
         }
     }
-    pool_ctx t = {a, dtype, x, y, inv_w, div_h, 0};
-    long per_plane = (long)a->H * a->W + (long)a->P * a->Q * a->kh * a->kw;
-    mk_parallel_for(planes, mk_grain(per_plane), pool_range, &t);
+    pool_ctx t = {a, dtype, x, y, inv_w, div_h, 0, 0, 0, 0};
+    // the taps s for which some output column q may read an input column (a superset:
+    // 0 <= q*stride_w + s*dil_w - pad_w < W for a q in [0, Q)). A window reaches at most
+    // W/dil_w + 1 input columns; the row sweep visits every tap in [s0, s1) per row, so it
+    // is for wide outputs whose superset is not much more (not for windows of 2^30 taps
+    // with their strides, mostly padding: those go window by window, which skips padding)
+    mk_tap_range(-(long)a->pad_w + (long)(a->Q - 1) * a->stride_w, a->dil_w,
+                 (long)a->W + (long)(a->Q - 1) * a->stride_w, a->kw, &t.s0, &t.s1);
+    t.rows = a->Q > WINDOW_MAX_Q && t.s1 - t.s0 <= 2L * (a->W / a->dil_w) + 16;
+    double per_plane = (double)a->H * a->W + (double)a->P * a->Q *
+                       (a->kh < a->H ? a->kh : a->H) * (a->kw < a->W ? a->kw : a->W);
+    mk_parallel_for(planes, mk_grain(per_plane < 1e15 ? (long)per_plane : (long)1e15), pool_range, &t);
     mk_free(div_h); mk_free(inv_w);
     return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_pool2d: out of memory") : MK_OK;
 }

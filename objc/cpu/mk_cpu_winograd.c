@@ -400,9 +400,12 @@ static void task_range(void *vc, long b, long e) {
     free_bufs(&bf);
 }
 
+// (64-bit sums: H + 2*pad_h overflows int for a padding near 2^30; tile counts times m
+// must stay in int)
 int mk_winograd_applies(const mk_conv2d_args *a) {
     return a->R == 3 && a->S == 3 && a->stride_h == 1 && a->stride_w == 1 && a->dil_h == 1 &&
-           a->dil_w == 1 && a->P == a->H + 2 * a->pad_h - 2 && a->Q == a->W + 2 * a->pad_w - 2;
+           a->dil_w == 1 && a->P == a->H + 2L * a->pad_h - 2 && a->Q == a->W + 2L * a->pad_w - 2 &&
+           a->P < (1 << 30) && a->Q < (1 << 30);
 }
 
 mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, const void *x,

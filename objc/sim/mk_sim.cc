@@ -169,14 +169,14 @@ static mk_status prepare(Device *dev, const mk_dispatch &ds, Job &j) {
                             ds.threadgroup[0], ds.threadgroup[1], ds.threadgroup[2], (unsigned long long)nthreads);
     j.partial = ds.grid_units == MK_GRID_THREADS;
     for (int d = 0; d < 3; d++) {
-        j.tg[d] = ds.threadgroup[d];
-        if (j.partial) {
-            j.threads_per_grid[d] = ds.grid[d];
-            j.groups[d] = (ds.grid[d] + ds.threadgroup[d] - 1) / ds.threadgroup[d];
-        } else {
-            j.groups[d] = ds.grid[d];
-            j.threads_per_grid[d] = ds.grid[d] * ds.threadgroup[d];
-        }
+        // 64-bit: 2^32 - 1 threads in groups of 1024 overflow uint32, which once made a grid
+        // of no threadgroups at all (mk_run refused grids of 2^32 threads or more)
+        uint64_t tg = ds.threadgroup[d];
+        uint64_t groups = j.partial ? (ds.grid[d] + tg - 1) / tg : ds.grid[d];
+        uint64_t threads = j.partial ? ds.grid[d] : ds.grid[d] * tg;
+        j.tg[d] = (uint32_t)tg;
+        j.groups[d] = (uint32_t)groups;
+        j.threads_per_grid[d] = (uint32_t)threads;
     }
     j.ngroups = (uint64_t)j.groups[0] * j.groups[1] * j.groups[2];
     for (uint32_t i = 0; i < MK_MAX_BINDINGS; i++) {
@@ -200,7 +200,7 @@ static mk_status prepare(Device *dev, const mk_dispatch &ds, Job &j) {
         } else {
             // setBytes: a private, aligned copy (the kernel sees it as constant memory)
             // +128: the checking mode's red zone after a value stays inside this allocation
-            j.bytes_copies.emplace_back(new unsigned char[(b->nbytes + 15) / 16 * 16 + 16 + 128]);
+            j.bytes_copies.emplace_back(new unsigned char[((size_t)b->nbytes + 15) / 16 * 16 + 16 + 128]);
             unsigned char *c = j.bytes_copies.back().get();
             c = (unsigned char *)(((uintptr_t)c + 15) & ~(uintptr_t)15);
             memcpy(c, b->bytes, b->nbytes);
@@ -218,7 +218,7 @@ static mk_status prepare(Device *dev, const mk_dispatch &ds, Job &j) {
                                 "threadgroup_memory length", k->name, k->file, k->line, i);
         j.tg_param_off[i] = (uint32_t)off;
         j.tg_param_size[i] = ds.threadgroup_memory[i];
-        size_t sz = (ds.threadgroup_memory[i] + 15) / 16 * 16;
+        size_t sz = ((size_t)ds.threadgroup_memory[i] + 15) / 16 * 16;
         off += sz + (sz ? red : 0);
         used += sz;
     }

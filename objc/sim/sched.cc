@@ -265,11 +265,18 @@ static void install_fault_handlers() {
         sigaction(SIGFPE, &sa, &old_fpe);
     });
     if (!tl_altstack) {   // the handler needs a stack when the fault is a stack overflow
-        stack_t ss;
+        // A thread that has one keeps it (Python's faulthandler, a sanitizer's runtime: they
+        // free their own at thread exit and would free ours instead)
+        stack_t ss, old;
+        if (sigaltstack(nullptr, &old) == 0 && !(old.ss_flags & SS_DISABLE) && old.ss_size >= 16384) {
+            tl_altstack = true;
+            return;
+        }
         ss.ss_size = 64 * 1024;
         ss.ss_sp = malloc(ss.ss_size);
         ss.ss_flags = 0;
         if (ss.ss_sp && sigaltstack(&ss, nullptr) == 0) tl_altstack = true;
+        else free(ss.ss_sp);
     }
 }
 

@@ -1,5 +1,5 @@
 """conv2d kernels (metal/conv2d.metal) on the simulator through the GPU encoder
-(mpskern/gpu_ops/conv2d.py): implicit GEMM (simd and tiled) for every shipped tile
+(mpskern/backends/gpu/conv2d.py): implicit GEMM (simd and tiled) for every shipped tile
 configuration and dtype, the depthwise kernel, and the 1x1-as-GEMM path, against the
 float64 references of mpskern/reference.py, in two fiber orders (bit-identical) and under the
 checking mode. Shapes stay small: the simulator is slow."""
@@ -8,7 +8,7 @@ import pytest
 
 from mpskern import _native
 from simtools import sim  # noqa: F401  (fixture)
-from mpskern.gpu_ops import conv2d as conv_op
+from mpskern.backends.gpu import conv2d as conv_op
 from mpskern.tuning import spaces
 from test_gpu_gemm import DTYPES, TILE_KEYS, UNIT, shipped_tiles, tiles_id
 
@@ -42,7 +42,7 @@ def make_args(x, w, bias, stride, padding, dilation, groups):
 def run(be, x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, config=None):
     args = make_args(x, w, bias, stride, padding, dilation, groups)
     y = np.full((args["N"], args["K"], args["P"], args["Q"]), np.nan, x.dtype)
-    conv_op.conv2d(be, args, CODE[x.dtype], x, w, bias, y, config=config)
+    be.conv2d(args, CODE[x.dtype], x, w, bias, y, config=config)
     return y
 
 

@@ -1,5 +1,5 @@
 """gemm kernels (metal/gemm.metal) on the simulator, through the GPU encoder
-(mpskern/gpu_ops/gemm.py): every kernel x dtype x shipped tile configuration against
+(mpskern/backends/gpu/gemm.py): every kernel x dtype x shipped tile configuration against
 float64, in two fiber orders (outputs bit-identical: the kernels use no atomics) and under
 the checking mode; edge tiles, transposes, alpha/beta/C, broadcast batches, split-K.
 Plus the tile space's rules (mpskern/tuning/spaces.py). Shapes stay small: the simulator
@@ -9,7 +9,6 @@ import pytest
 
 from mpskern import _native
 from simtools import sim  # noqa: F401  (fixture)
-from mpskern.gpu_ops import gemm as gemm_op
 from mpskern.tuning import db, spaces
 
 FAMILIES = ("apple7", "apple8", "apple9", "apple10")
@@ -64,7 +63,7 @@ def run(be, A, B, C=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, 
     if out is None:
         out = np.full((batch, M, N), np.nan, A.dtype)
     args = make_args(A, B, C, alpha, beta, trans_a, trans_b, (batch, M, N))
-    gemm_op.gemm(be, args, CODE[A.dtype], A, B, C, out, config=config)
+    be.gemm(args, CODE[A.dtype], A, B, C, out, config=config)
     return out
 
 
@@ -351,24 +350,27 @@ def test_pipeline_thread_limit_steps_down_unless_pinned():
     is refused with the reason."""
     from types import SimpleNamespace
 
-    from mpskern.gpu_ops import compile_config
+    from mpskern.backends.gpu.context import pipelines
 
     class Fake:
         info = APPLE8
         compiled = []
 
-        def pipeline(self, kernel, file=None, macros=None):
+        def pipeline(self, kernel, file, macros=None):
             self.compiled.append((kernel, macros))
             return SimpleNamespace(name=kernel, max_threads=64)
 
-    be = Fake()
+    ctx = Fake()
     cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2)     # 128 threads
-    got, level, pipe = compile_config(be, "gemm", "gemm.metal", cfg, "family", np.float32,
-                                      (1, 64, 64, 64))
+
+    def kernels(c):
+        return [(spaces.SPACES["gemm"].kernel(c, np.float32), spaces.threads("gemm", c))]
+    got, level, (pipe,) = pipelines(ctx, "gemm", np.float32, (1, 64, 64, 64), cfg, "family",
+                                    kernels)
     assert level == "generic" and spaces.threads("gemm", got) <= 64
-    assert pipe.name == "gemm_simd_f32" and len(be.compiled) == 2
+    assert pipe.name == "gemm_simd_f32" and len(ctx.compiled) == 2
     with pytest.raises(ValueError, match="pipeline's 64"):
-        compile_config(be, "gemm", "gemm.metal", cfg, "forced", np.float32, (1, 64, 64, 64))
+        pipelines(ctx, "gemm", np.float32, (1, 64, 64, 64), cfg, "forced", kernels)
 
 
 def test_tile_set_that_only_the_tiled_kernel_fits(sim):

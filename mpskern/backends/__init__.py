@@ -7,16 +7,26 @@ of "auto". Ops call `get(name)` and then the backend's method for the op.
     sim    mpskern's MSL kernels in the CPU simulator      everywhere with a C++ compiler
     auto   metal where available, else cpu
 """
-import importlib
 import threading
 
 from mpskern._errors import BackendUnavailable
 
 NAMES = ("cpu", "metal", "mps", "sim")
-_MODULES = {"cpu": "mpskern.backends.cpu", "metal": "mpskern.backends.gpu",
-            "mps": "mpskern.backends.mps", "sim": "mpskern.backends.gpu"}
 _cache = {}
 _lock = threading.Lock()
+
+
+def _create(name):
+    """A new backend object. Each class is imported when first asked for, so a program
+    that only runs on the CPU never loads the GPU path (its compilers, the tuning code)."""
+    if name == "cpu":
+        from mpskern.backends.cpu import CpuBackend
+        return CpuBackend(name)
+    if name == "mps":
+        from mpskern.backends.mps import MpsBackend
+        return MpsBackend(name)
+    from mpskern.backends.gpu.backend import GpuBackend    # "metal" and "sim"
+    return GpuBackend(name)
 
 
 def _instance(name):
@@ -25,8 +35,7 @@ def _instance(name):
         with _lock:
             be = _cache.get(name)
             if be is None:
-                be = importlib.import_module(_MODULES[name]).create(name)
-                _cache[name] = be
+                be = _cache[name] = _create(name)
     return be
 
 

@@ -17,6 +17,3 @@ class CpuBackend(Backend):
     group_norm = staticmethod(_native.cpu_group_norm)  # (args, dtype, x, weight, bias, y)
     batch_norm = staticmethod(_native.cpu_batch_norm)  # (args, dtype, x, rm, rv, w, b, y)
 
-
-def create(name):
-    return CpuBackend(name)

@@ -105,6 +105,3 @@ class MpsBackend(Backend):
                   (x, False), (running_mean, True), (running_var, True), (weight, False),
                   (bias, False), (y, True))
 
-
-def create(name):
-    return MpsBackend(name)

@@ -8,12 +8,11 @@ Three paths, by the problem (route() says which, and so which tuning space appli
                     group with im2col gathered into threadgroup memory, never stored
 """
 from mpskern import _native
-from mpskern.gpu_ops import cdiv, compile_config, configure
-from mpskern.gpu_ops import gemm as _gemm
+from mpskern.backends.gpu import gemm as _gemm
+from mpskern.backends.gpu.context import MAX_GRID_YZ, cdiv, configure, nothing, pipelines
 from mpskern.tuning import spaces
 
 FILE = "conv2d.metal"
-MAX_GRID_YZ = 65535
 
 
 def route(args):
@@ -47,21 +46,22 @@ def key(args, op):
     return (g, a["K"] // g, a["N"] * a["P"] * a["Q"], a["C"] // g * a["R"] * a["S"])
 
 
-def conv2d(backend, args, dtype, x, w, bias, y, config=None):
-    """Backend method (see mpskern/backends/base.py); `config` pins a configuration of the
-    path's space (route(args))."""
+def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
+    """Encoder (see context.py); `config` pins a configuration of the path's space
+    (route(args))."""
     if args["has_bias"] and bias is None:
         raise ValueError("conv2d: args has_bias=1 but no bias array was given")
     op = route(args)
     if op == "gemm":
-        return _gemm.gemm(backend, gemm_args(args), dtype, w, x, None, y, config=config)
-    cfg, level = configure(backend, op, dtype, key(args, op), config)
+        return _gemm.gemm(ctx, gemm_args(args), dtype, w, x, None, y, config=config)
+    shape = key(args, op)
+    cfg, level = configure(ctx, op, dtype, shape, config)
     a = args
     total = a["N"] * a["K"] * a["P"] * a["Q"]
     if total == 0:
-        backend._record(None, dict(cfg, kernel=spaces.SPACES[op].kernel(cfg, dtype), level=level))
-        return
-    cfg, level, pipe = compile_config(backend, op, FILE, cfg, level, dtype, key(args, op))
+        return nothing(dict(cfg, kernel=spaces.SPACES[op].kernel(cfg, dtype), level=level))
+    cfg, level, (pipe,) = pipelines(ctx, op, dtype, shape, cfg, level, lambda c: [
+        (spaces.SPACES[op].kernel(c, dtype), spaces.threads(op, c))])
     threads = spaces.threads(op, cfg)
     if op == "conv2d_depthwise":
         grid = (cdiv(total, threads), 1, 1)
@@ -72,13 +72,12 @@ def conv2d(backend, args, dtype, x, w, bias, y, config=None):
             raise ValueError(f"conv2d: grid {grid} exceeds {MAX_GRID_YZ} threadgroups along "
                              "y or z; split the channels into smaller calls")
     record = dict(cfg, kernel=pipe.name, level=level)
-    by = backend.wrap(y, writable=True)
+    by = ctx.wrap(y, writable=True)
     # C == 0 leaves x and w empty (never read; Metal has no zero-length buffers); a
     # missing bias is never read either
-    bx = backend.wrap(x) if x.size else by
-    bw = backend.wrap(w) if w.size else by
-    bb = backend.wrap(bias) if bias is not None else by
+    bx = ctx.wrap(x) if x.size else by
+    bw = ctx.wrap(w) if w.size else by
+    bb = ctx.wrap(bias) if bias is not None else by
     packed = _native.pack_args("conv2d", args)
-    backend.run([dict(pipeline=pipe, grid=grid, threadgroup=(threads, 1, 1),
-                      bindings=[bx, bw, bb, by, packed])], config=record)
-    by.sync()
+    return ctx.run([dict(pipeline=pipe, grid=grid, threadgroup=(threads, 1, 1),
+                         bindings=[bx, bw, bb, by, packed])], record, outputs=[by])

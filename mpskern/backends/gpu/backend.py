@@ -2,17 +2,19 @@
 simulator. Both go through the same code: compile (Metal: at run time from source; sim:
 mpskern.sim's front-end + host compiler), a pipeline cache keyed by (source, kernel,
 macros, check), buffers wrapped around numpy memory, dispatch lists run in one command
-buffer. The per-op encoders (which kernel, which tile configuration, which grid) live in
-mpskern/gpu_ops/<op>.py and call `pipeline`, `wrap` and `run` below.
+buffer. Each op method hands an encode Context (context.py) to its encoder module
+(gemm.py, conv2d.py, pool.py, softmax.py, norm.py), which picks the kernel, the tile
+configuration and the grid, and returns (timing, record) for last_timing / last_config.
 """
 import hashlib
-import importlib
 import platform
 import sys
 import threading
 
 from mpskern import _native
 from mpskern.backends.base import Backend
+from mpskern.backends.gpu import conv2d, gemm, norm, pool, softmax
+from mpskern.backends.gpu.context import Context
 from mpskern.paths import metal_source
 
 
@@ -24,11 +26,12 @@ class GpuBackend(Backend):
         self._libraries = {}
         self._lock = threading.RLock()
         self._check = False
+        self._ctx = Context(self)
 
     def availability(self):
         n, why = _native.device_count(self.name)
         if n > 0:
-            return True, self.device.info()["name"]
+            return True, self.info["name"]
         if self.name == "metal" and sys.platform != "darwin":   # the C reason is about the build
             why = (f"metal needs macOS on Apple silicon; this is {platform.system()} "
                    f"{platform.machine()} (mpskern's Metal kernels run here in the simulator: "
@@ -46,6 +49,8 @@ class GpuBackend(Backend):
 
     @property
     def info(self):
+        """The device's names and limits (a new _native.Device.info() dict each time:
+        set_sim_options may change the simulated family and limits)."""
         return self.device.info()
 
     def set_sim_options(self, **options):
@@ -91,57 +96,39 @@ class GpuBackend(Backend):
     def wrap(self, array, writable=False):
         return self.device.wrap(array, writable)
 
-    def run(self, dispatches, config=None):
-        """Run dispatch dicts (see _native.Device.run) in one command buffer; records
-        (gpu_ms, wall_ms) and the configuration for bench."""
+    def run(self, dispatches):
+        """Run dispatch dicts (see _native.Device.run) in one command buffer (users' own
+        kernels: mpskern.kernel); records (gpu_ms, wall_ms) for last_timing."""
         t = self.device.run(dispatches)
-        if isinstance(config, dict):
-            config = dict(config, zero_copy=_zero_copy(dispatches))
-        self._record(t, config)
+        self._record(t, None)
         return t
 
+    def _encode(self, encoder, *args, config=None):
+        """Run an encoder with this backend's Context; keep what it reports."""
+        timing, record = encoder(self._ctx, *args, config=config)
+        self._record(timing, record)
+        return timing
 
-    # -- ops: each delegates to its encoder in mpskern/gpu_ops/<module>.py -----------------
-    def _encoder(self, module, op):
-        try:
-            return importlib.import_module(f"mpskern.gpu_ops.{module}")
-        except ModuleNotFoundError as e:
-            if e.name != f"mpskern.gpu_ops.{module}":
-                raise
-            raise NotImplementedError(f"backend {self.name!r} has no GPU kernels for {op} yet "
-                                      f"(mpskern/gpu_ops/{module}.py); use backend='cpu'") from None
+    # -- ops (backends/base.py); `config` pins a configuration of the op's tuning space ------
+    def gemm(self, args, dtype, A, B, C, out, config=None):
+        return self._encode(gemm.gemm, args, dtype, A, B, C, out, config=config)
 
-    def gemm(self, args, dtype, A, B, C, out):
-        self._encoder("gemm", "gemm").gemm(self, args, dtype, A, B, C, out)
+    def conv2d(self, args, dtype, x, w, bias, y, config=None):
+        return self._encode(conv2d.conv2d, args, dtype, x, w, bias, y, config=config)
 
-    def conv2d(self, args, dtype, x, w, bias, y):
-        self._encoder("conv2d", "conv2d").conv2d(self, args, dtype, x, w, bias, y)
+    def pool2d(self, args, dtype, x, y, config=None):
+        return self._encode(pool.pool2d, args, dtype, x, y, config=config)
 
-    def pool2d(self, args, dtype, x, y):
-        self._encoder("pool", "pool2d").pool2d(self, args, dtype, x, y)
+    def softmax(self, args, dtype, x, y, config=None):
+        return self._encode(softmax.softmax, args, dtype, x, y, config=config)
 
-    def softmax(self, args, dtype, x, y):
-        self._encoder("softmax", "softmax").softmax(self, args, dtype, x, y)
+    def rownorm(self, args, dtype, x, weight, bias, y, config=None):
+        return self._encode(norm.rownorm, args, dtype, x, weight, bias, y, config=config)
 
-    def rownorm(self, args, dtype, x, weight, bias, y):
-        self._encoder("norm", "rownorm").rownorm(self, args, dtype, x, weight, bias, y)
+    def group_norm(self, args, dtype, x, weight, bias, y, config=None):
+        return self._encode(norm.group_norm, args, dtype, x, weight, bias, y, config=config)
 
-    def group_norm(self, args, dtype, x, weight, bias, y):
-        self._encoder("norm", "group_norm").group_norm(self, args, dtype, x, weight, bias, y)
-
-    def batch_norm(self, args, dtype, x, running_mean, running_var, weight, bias, y):
-        self._encoder("norm", "batch_norm").batch_norm(self, args, dtype, x, running_mean,
-                                                      running_var, weight, bias, y)
-
-
-def _zero_copy(dispatches):
-    """Whether every numpy array the dispatches bind was used in place (no staging copy);
-    device scratch buffers and constant bytes do not count."""
-    bufs = [b[0] if isinstance(b, tuple) else b
-            for d in dispatches for b in d["bindings"]]
-    host = [b for b in bufs if isinstance(b, _native.Buffer) and b.array is not None]
-    return all(b.zero_copy for b in host)
-
-
-def create(name):
-    return GpuBackend(name)
+    def batch_norm(self, args, dtype, x, running_mean, running_var, weight, bias, y,
+                   config=None):
+        return self._encode(norm.batch_norm, args, dtype, x, running_mean, running_var,
+                            weight, bias, y, config=config)

@@ -8,26 +8,25 @@ sums to device scratch, and gemm_splitk_reduce_* finishes (alpha, beta, C) in th
 command buffer.
 """
 from mpskern import _native
-from mpskern.gpu_ops import cdiv, compile_config, configure, suffix
+from mpskern.backends.gpu.context import MAX_GRID_YZ, cdiv, configure, nothing, pipelines, suffix
 from mpskern.tuning import spaces
 
-FILE = "gemm.metal"
-OP = "gemm"
-REDUCE_THREADS = 256
-MAX_GRID_YZ = 65535        # threadgroups along a grid's y and z that every Metal GPU takes
+SPACE = "gemm"
+REDUCE_THREADS = 256       # the split-K reduction's threadgroup
 INT32_LIMIT = 2 ** 31      # the kernels index in int32
 
 
-def gemm(backend, args, dtype, A, B, C, out, config=None):
-    """Backend method (see mpskern/backends/base.py); `config` pins a configuration."""
+def gemm(ctx, args, dtype, A, B, C, out, config=None):
+    """Encoder (see context.py); `config` pins a configuration of the "gemm" space."""
     if args["has_c"] and C is None:
         raise ValueError("gemm: args has_c=1 but no C array was given")
     batch, M, N, K = args["batch"], args["M"], args["N"], args["K"]
-    cfg, level = configure(backend, OP, dtype, (batch, M, N, K), config)
+    shape = (batch, M, N, K)
+    cfg, level = configure(ctx, SPACE, dtype, shape, config)
     if batch == 0 or M == 0 or N == 0:
-        backend._record(None, dict(cfg, kernel=spaces.SPACES[OP].kernel(cfg, dtype), level=level))
-        return
-    cfg, level, pipe = compile_config(backend, OP, FILE, cfg, level, dtype, (batch, M, N, K))
+        return nothing(dict(cfg, kernel=spaces.SPACES[SPACE].kernel(cfg, dtype), level=level))
+    cfg, level, (pipe,) = pipelines(ctx, SPACE, dtype, shape, cfg, level, lambda c: [
+        (spaces.SPACES[SPACE].kernel(c, dtype), spaces.threads(SPACE, c))])
     split = spaces.split_k(cfg, batch, M, N, K)
     if split * batch * M * N >= INT32_LIMIT:
         split = 1
@@ -36,23 +35,20 @@ def gemm(backend, args, dtype, A, B, C, out, config=None):
         raise ValueError(f"gemm: {batch} batch entries x {split} K splits and "
                          f"{cdiv(M, cfg['BM'])} row tiles: a grid dimension exceeds "
                          f"{MAX_GRID_YZ} threadgroups; split the batch into smaller calls")
-    threads = spaces.threads(OP, cfg)
-
-    packed = _native.pack_args(OP, dict(args, split_k=split))
-    bO = backend.wrap(out, writable=True)
+    packed = _native.pack_args("gemm", dict(args, split_k=split))
+    bO = ctx.wrap(out, writable=True)
     # K == 0: A and B are empty and never read; bind something real (Metal has no
     # zero-length buffers)
-    bA = backend.wrap(A) if A.size else bO
-    bB = backend.wrap(B) if B.size else bO
-    bC = bO if C is None or C is out else backend.wrap(C)
-    partial = backend.device.alloc(4 * split * batch * M * N) if split > 1 else bO
+    bA = ctx.wrap(A) if A.size else bO
+    bB = ctx.wrap(B) if B.size else bO
+    bC = bO if C is None or C is out else ctx.wrap(C)
+    partial = ctx.alloc(4 * split * batch * M * N) if split > 1 else bO
     run = [dict(pipeline=pipe, grid=(cdiv(N, cfg["BN"]), cdiv(M, cfg["BM"]), batch * split),
-                threadgroup=(threads, 1, 1), bindings=[bA, bB, bC, bO, packed, partial])]
+                threadgroup=(spaces.threads(SPACE, cfg), 1, 1),
+                bindings=[bA, bB, bC, bO, packed, partial])]
     if split > 1:
-        red = backend.pipeline(f"gemm_splitk_reduce_{suffix(dtype)}", file=FILE,
-                               macros=spaces.macros(OP, cfg))
+        red = ctx.pipeline(f"gemm_splitk_reduce_{suffix(dtype)}", spaces.SPACES[SPACE].file,
+                           spaces.macros(SPACE, cfg))
         run.append(dict(pipeline=red, grid=(cdiv(batch * M * N, REDUCE_THREADS), 1, 1),
-                        threadgroup=(REDUCE_THREADS, 1, 1),
-                        bindings=[partial, bC, bO, packed]))
-    backend.run(run, config=record)
-    bO.sync()
+                        threadgroup=(REDUCE_THREADS, 1, 1), bindings=[partial, bC, bO, packed]))
+    return ctx.run(run, record, outputs=[bO])

@@ -1,0 +1,142 @@
+"""What an encoder gets from its GPU backend, and the one rule for configurations.
+
+An encoder (gemm.py, conv2d.py, pool.py, softmax.py, norm.py) receives a Context, never
+the backend: the device's limits (`info`), compiled pipelines of metal/ files, buffers
+around numpy arrays, device scratch memory, and running a dispatch list. It returns
+(timing, record): the (gpu_ms, wall_ms) of its command buffer (None when there was
+nothing to run) and what ran (configuration, kernel, lookup level); the backend keeps
+both for bench (Backend.last_timing / last_config).
+
+The one rule for threadgroup sizes (configure + pipelines): a dispatch uses the caller's
+pinned configuration (checked against the device) or what mpskern/tuning/spaces.select
+picks for the op's shape. Metal may then give a compiled pipeline fewer threads per
+threadgroup (maxTotalThreadsPerThreadgroup, e.g. a register-heavy kernel) than the device
+maximum the choice assumed. Then, for any pipeline limit >= 32:
+  - a configured kernel steps down to the generic configuration that fits the smallest
+    such limit (level "generic"), compiled and checked again;
+  - a pinned configuration is refused (ValueError naming the kernel and the limit);
+  - a helper kernel of no configuration (gemm's split-K reduction, batch_norm's finish)
+    runs min(its size, the limit) threads per threadgroup (helper_threads).
+"""
+from mpskern import _native
+from mpskern.tuning import spaces
+
+MAX_GRID_YZ = 65535     # threadgroups along a grid's y and z that every Metal GPU takes
+MIN_THREADS = 32        # one SIMD-group: the smallest threadgroup any configuration has
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def suffix(dtype):
+    """The kernel-name suffix of a dtype code (_native.F32 -> "f32")."""
+    if dtype == _native.F32:
+        return "f32"
+    if dtype == _native.F16:
+        return "f16"
+    raise TypeError(f"GPU kernels take float32 or float16 (dtype code {dtype!r})")
+
+
+class Context:
+    """The device-level operations an encoder may use (see the module docstring)."""
+    __slots__ = ("_backend",)
+
+    def __init__(self, backend):
+        self._backend = backend     # the GpuBackend: encoders see only these members
+
+    @property
+    def info(self):
+        """The device's limits and names (_native.Device.info())."""
+        return self._backend.info
+
+    def pipeline(self, kernel, file, macros=None):
+        """The compiled pipeline of `kernel` in metal/`file` with `macros` (cached)."""
+        return self._backend.pipeline(kernel, file=file, macros=macros)
+
+    def wrap(self, array, writable=False):
+        """A device buffer over a C-contiguous numpy array (zero-copy where possible)."""
+        return self._backend.device.wrap(array, writable)
+
+    def alloc(self, nbytes):
+        """Device scratch memory."""
+        return self._backend.device.alloc(nbytes)
+
+    def run(self, dispatches, record, outputs=()):
+        """Run the dispatch list in one command buffer, make the `outputs` buffers' device
+        writes visible in their arrays, and return (timing, record + zero_copy)."""
+        t = self._backend.device.run(dispatches)
+        for b in outputs:
+            b.sync()
+        return t, dict(record, zero_copy=_zero_copy(dispatches))
+
+
+def nothing(record=None):
+    """What an encoder returns when a count is 0: no buffers, no dispatch (Metal cannot wrap
+    empty arrays or run empty grids)."""
+    return None, ({"empty": True} if record is None else record)
+
+
+def configure(ctx, space, dtype, shape, config=None):
+    """(config, lookup level) of a dispatch of `space` at the op's `shape` key: the caller's
+    `config` checked against the device and the problem (level "forced"), else the Choice
+    of spaces.select (forced by lookup.forced, tuned, family default or generic)."""
+    info = ctx.info
+    if config is not None:
+        cfg = dict(config)
+        spaces.require(space, cfg, info, shape=shape)
+        return cfg, "forced"
+    choice = spaces.select(space, dtype, shape, info)
+    return dict(choice.config), choice.level
+
+
+def pipelines(ctx, space, dtype, shape, cfg, level, kernels):
+    """(cfg, level, pipelines): the pipelines `kernels(cfg)` names, [(kernel, threads per
+    threadgroup)], compiled from the space's metal file with the configuration's macros,
+    each fitting its own pipeline's thread limit (the module docstring's rule)."""
+    file = spaces.space(space).file
+    info = ctx.info
+    while True:
+        wanted = kernels(cfg)
+        macros = spaces.macros(space, cfg)
+        pipes = [ctx.pipeline(k, file, macros) for k, _ in wanted]
+        over = [(k, t, p.max_threads) for (k, t), p in zip(wanted, pipes)
+                if p.max_threads and t > p.max_threads]
+        if not over:
+            spaces.require(space, cfg, info, shape=shape)
+            return cfg, level, pipes
+        limit = min(m for _, _, m in over)
+        if level != "forced" and limit >= MIN_THREADS:
+            fit = dict(info, max_threads_per_threadgroup=min(
+                limit, info.get("max_threads_per_threadgroup") or limit))
+            smaller = spaces.generic(space, dtype, shape, fit)
+            if smaller != cfg and not spaces.problems(space, smaller, fit, shape=shape):
+                cfg, level, info = dict(smaller), "generic", fit
+                continue
+        k, t, m = over[0]
+        raise ValueError(f"{space} configuration {cfg} is invalid on "
+                         f"{ctx.info.get('name', 'this device')}: {k} runs {t} threads per "
+                         f"threadgroup > the pipeline's {m}" + (
+                             "; pin a smaller configuration (or let the lookup choose one)"
+                             if level == "forced" else
+                             f"; no configuration of {space} fits {limit} threads"))
+
+
+def helper_threads(pipe, threads):
+    """Threads per threadgroup of a helper kernel that takes any size (its grid is counted
+    in threads or it guards its index): `threads`, halved until the pipeline allows it."""
+    limit = pipe.max_threads or threads
+    while threads > limit and threads > MIN_THREADS:
+        threads //= 2
+    if threads > limit:
+        raise ValueError(f"{pipe.name}: the pipeline allows {limit} threads per threadgroup; "
+                         f"mpskern's kernels need at least {MIN_THREADS}")
+    return threads
+
+
+def _zero_copy(dispatches):
+    """Whether every numpy array the dispatches bind was used in place (no staging copy);
+    device scratch buffers and constant bytes do not count."""
+    bufs = [b[0] if isinstance(b, tuple) else b for d in dispatches for b in d["bindings"]]
+    host = [b for b in bufs if isinstance(b, _native.Buffer) and b.array is not None]
+    return all(b.zero_copy for b in host)

@@ -1,0 +1,94 @@
+"""layer_norm / rms_norm (rownorm), group_norm and batch_norm on the GPU backends
+(metal/norm.metal): which kernel, which configuration, which grid.
+
+rownorm and group_norm are row reductions (spaces "rownorm", "group_norm": variants rows,
+the row in registers, and looped, any length); group_norm's row is one (sample, group),
+contiguous in NCHW. batch_norm (space "batch_norm"): inference is one elementwise dispatch
+over the running statistics; training is a dispatch list run in one command buffer: the
+moments of `split` chunks per channel (TPR threads per chunk; spaces.stats_split), their
+exact combination per channel with the running-stat update, then the same elementwise
+dispatch over those statistics (`threads` per threadgroup).
+"""
+import numpy as np
+
+from mpskern import _native
+from mpskern.backends.gpu import rows as R
+from mpskern.backends.gpu.context import configure, nothing, suffix
+from mpskern.tuning import spaces
+
+
+def _optional(ctx, v, fallback):
+    """Absent weight/bias: the kernel never reads it (has_weight/has_bias == 0), but the
+    slot still needs a buffer."""
+    return fallback if v is None else ctx.wrap(v)
+
+
+def _rows_op(ctx, op, kind, args, dtype, x, weight, bias, y, rows, n, config):
+    if not (rows and n):
+        return nothing()
+    cfg, level = configure(ctx, op, dtype, (rows, n), config)
+    kernel = f"norm_{kind}_{cfg['variant']}_{suffix(dtype)}"
+    pipe = R.pipeline(ctx, op, kernel, cfg, cfg["TPR"] * cfg["RPG"])
+    xb, yb = ctx.wrap(x), ctx.wrap(y, writable=True)
+    binds = [xb, _optional(ctx, weight, xb), _optional(ctx, bias, xb), yb,
+             _native.pack_args(op, args)]
+    return ctx.run([R.row_dispatch(pipe, cfg, rows, binds)],
+                   dict(cfg, kernel=kernel, level=level), outputs=[yb])
+
+
+def rownorm(ctx, args, dtype, x, weight, bias, y, config=None):
+    """Encoder: layer_norm (kind 0) or rms_norm (kind 1) of x viewed as (rows, n)."""
+    return _rows_op(ctx, "rownorm", "rownorm", args, dtype, x, weight, bias, y,
+                    args["rows"], args["n"], config)
+
+
+def group_norm(ctx, args, dtype, x, weight, bias, y, config=None):
+    """Encoder: group_norm of x (N, C, HW); a (sample, group) is one row."""
+    if args["groups"] < 1 or args["C"] % args["groups"]:
+        raise ValueError(f"group_norm: groups={args['groups']} must divide C={args['C']}")
+    return _rows_op(ctx, "group_norm", "group", args, dtype, x, weight, bias, y,
+                    args["N"] * args["groups"], args["C"] // args["groups"] * args["HW"],
+                    config)
+
+
+def batch_norm(ctx, args, dtype, x, running_mean, running_var, weight, bias, y, config=None):
+    """Encoder: batch_norm of x (N, C, HW); training updates the running statistics in
+    place when present (has_running)."""
+    training = bool(args["training"])
+    if not training and (running_mean is None or running_var is None):
+        raise ValueError("batch_norm: inference (training=False) needs running_mean and "
+                         "running_var")
+    N, C, HW = args["N"], args["C"], args["HW"]
+    if not (N and C and HW):
+        return nothing()
+    op, sfx = "batch_norm", suffix(dtype)
+    cfg, level = configure(ctx, op, dtype, (N, C, HW), config)
+    threads = cfg.get("threads", 256)
+    packed = _native.pack_args(op, args)
+    xb, yb = ctx.wrap(x), ctx.wrap(y, writable=True)
+    wb, bb = _optional(ctx, weight, xb), _optional(ctx, bias, xb)
+    outputs = [yb]
+    apply = R.pipeline(ctx, op, f"norm_batch_apply_{sfx}", cfg, threads)
+    if not training:
+        rm, rv = ctx.wrap(running_mean), ctx.wrap(running_var)
+        run = [R.elementwise_dispatch(apply, threads, N * C * HW, [xb, rm, rv, wb, bb, yb, packed])]
+    else:
+        split = spaces.stats_split(cfg, N, C, HW)
+        partial = ctx.wrap(np.empty(3 * C * split, np.float32), writable=True)
+        stats = ctx.wrap(np.empty(2 * C, np.float32), writable=True)
+        if args["has_running"]:
+            rm = ctx.wrap(running_mean, writable=True)
+            rv = ctx.wrap(running_var, writable=True)
+            outputs += [rm, rv]
+        else:
+            rm = rv = stats       # never touched: has_running == 0
+        nsplit = np.int32(split).tobytes()
+        st = R.pipeline(ctx, op, f"norm_batch_stats_{sfx}", cfg, cfg["TPR"] * cfg["RPG"])
+        fin = R.pipeline(ctx, op, "norm_batch_finish_f32", cfg, 32)
+        mean, var = (stats, 0), (stats, 4 * C)
+        run = [R.row_dispatch(st, cfg, C * split, [xb, partial, packed, nsplit]),
+               R.elementwise_dispatch(fin, 32, C, [partial, rm, rv, stats, packed, nsplit]),
+               R.elementwise_dispatch(apply, threads, N * C * HW,
+                                      [xb, mean, var, wb, bb, yb, packed])]
+        cfg = dict(cfg, split=split)
+    return ctx.run(run, dict(cfg, level=level), outputs=outputs)

@@ -8,11 +8,12 @@ sums to device scratch, and gemm_splitk_reduce_* finishes (alpha, beta, C) in th
 command buffer.
 """
 from mpskern import _native
-from mpskern.backends.gpu.context import MAX_GRID_YZ, cdiv, configure, nothing, pipelines, suffix
+from mpskern.backends.gpu.context import (MAX_GRID_YZ, cdiv, configure, helper_threads,
+                                          nothing, pipelines, suffix)
 from mpskern.tuning import spaces
 
 SPACE = "gemm"
-REDUCE_THREADS = 256       # the split-K reduction's threadgroup
+REDUCE_THREADS = 256       # the split-K reduction's threadgroup (fewer if its pipeline says so)
 INT32_LIMIT = 2 ** 31      # the kernels index in int32
 
 
@@ -49,6 +50,7 @@ def gemm(ctx, args, dtype, A, B, C, out, config=None):
     if split > 1:
         red = ctx.pipeline(f"gemm_splitk_reduce_{suffix(dtype)}", spaces.SPACES[SPACE].file,
                            spaces.macros(SPACE, cfg))
-        run.append(dict(pipeline=red, grid=(cdiv(batch * M * N, REDUCE_THREADS), 1, 1),
-                        threadgroup=(REDUCE_THREADS, 1, 1), bindings=[partial, bC, bO, packed]))
+        t = helper_threads(red, REDUCE_THREADS)
+        run.append(dict(pipeline=red, grid=(cdiv(batch * M * N, t), 1, 1), threadgroup=(t, 1, 1),
+                        bindings=[partial, bC, bO, packed]))
     return ctx.run(run, record, outputs=[bO])

@@ -13,7 +13,7 @@ import numpy as np
 
 from mpskern import _native
 from mpskern.backends.gpu import rows as R
-from mpskern.backends.gpu.context import configure, nothing, suffix
+from mpskern.backends.gpu.context import configure, helper_threads, nothing, pipelines, suffix
 from mpskern.tuning import spaces
 
 
@@ -27,13 +27,13 @@ def _rows_op(ctx, op, kind, args, dtype, x, weight, bias, y, rows, n, config):
     if not (rows and n):
         return nothing()
     cfg, level = configure(ctx, op, dtype, (rows, n), config)
-    kernel = f"norm_{kind}_{cfg['variant']}_{suffix(dtype)}"
-    pipe = R.pipeline(ctx, op, kernel, cfg, cfg["TPR"] * cfg["RPG"])
+    cfg, level, (pipe,) = pipelines(ctx, op, dtype, (rows, n), cfg, level, lambda c: [
+        (f"norm_{kind}_{c['variant']}_{suffix(dtype)}", R.row_threads(c))])
     xb, yb = ctx.wrap(x), ctx.wrap(y, writable=True)
     binds = [xb, _optional(ctx, weight, xb), _optional(ctx, bias, xb), yb,
              _native.pack_args(op, args)]
     return ctx.run([R.row_dispatch(pipe, cfg, rows, binds)],
-                   dict(cfg, kernel=kernel, level=level), outputs=[yb])
+                   dict(cfg, kernel=pipe.name, level=level), outputs=[yb])
 
 
 def rownorm(ctx, args, dtype, x, weight, bias, y, config=None):
@@ -63,12 +63,16 @@ def batch_norm(ctx, args, dtype, x, running_mean, running_var, weight, bias, y, 
         return nothing()
     op, sfx = "batch_norm", suffix(dtype)
     cfg, level = configure(ctx, op, dtype, (N, C, HW), config)
-    threads = cfg.get("threads", 256)
+
+    def kernels(c):             # the elementwise normalisation; training: the statistics
+        apply = [(f"norm_batch_apply_{sfx}", c.get("threads", 256))]
+        return apply + [(f"norm_batch_stats_{sfx}", R.row_threads(c))] if training else apply
+    cfg, level, pipes = pipelines(ctx, op, dtype, (N, C, HW), cfg, level, kernels)
+    apply, threads = pipes[0], cfg.get("threads", 256)
     packed = _native.pack_args(op, args)
     xb, yb = ctx.wrap(x), ctx.wrap(y, writable=True)
     wb, bb = _optional(ctx, weight, xb), _optional(ctx, bias, xb)
     outputs = [yb]
-    apply = R.pipeline(ctx, op, f"norm_batch_apply_{sfx}", cfg, threads)
     if not training:
         rm, rv = ctx.wrap(running_mean), ctx.wrap(running_var)
         run = [R.elementwise_dispatch(apply, threads, N * C * HW, [xb, rm, rv, wb, bb, yb, packed])]
@@ -83,11 +87,11 @@ def batch_norm(ctx, args, dtype, x, running_mean, running_var, weight, bias, y, 
         else:
             rm = rv = stats       # never touched: has_running == 0
         nsplit = np.int32(split).tobytes()
-        st = R.pipeline(ctx, op, f"norm_batch_stats_{sfx}", cfg, cfg["TPR"] * cfg["RPG"])
-        fin = R.pipeline(ctx, op, "norm_batch_finish_f32", cfg, 32)
+        fin = ctx.pipeline("norm_batch_finish_f32", spaces.SPACES[op].file, spaces.macros(op, cfg))
         mean, var = (stats, 0), (stats, 4 * C)
-        run = [R.row_dispatch(st, cfg, C * split, [xb, partial, packed, nsplit]),
-               R.elementwise_dispatch(fin, 32, C, [partial, rm, rv, stats, packed, nsplit]),
+        run = [R.row_dispatch(pipes[1], cfg, C * split, [xb, partial, packed, nsplit]),
+               R.elementwise_dispatch(fin, helper_threads(fin, 32), C,
+                                      [partial, rm, rv, stats, packed, nsplit]),
                R.elementwise_dispatch(apply, threads, N * C * HW,
                                       [xb, mean, var, wb, bb, yb, packed])]
         cfg = dict(cfg, split=split)

@@ -4,7 +4,7 @@ mpskern/tuning/spaces.py) is only the threads per threadgroup, so one compiled l
 serves every configuration."""
 from mpskern import _native
 from mpskern.backends.gpu import rows as R
-from mpskern.backends.gpu.context import configure, nothing, suffix
+from mpskern.backends.gpu.context import configure, nothing, pipelines, suffix
 
 SPACE = "pool2d"
 MODES = {0: "max", 1: "avg"}      # MK_POOL_MAX / MK_POOL_AVG in metal/mk_args.h
@@ -20,7 +20,8 @@ def pool2d(ctx, args, dtype, x, y, config=None):
         return nothing()
     cfg, level = configure(ctx, SPACE, dtype, shape, config)
     kernel = f"pool_{mode}_{suffix(dtype)}"
-    pipe = R.pipeline(ctx, SPACE, kernel, cfg, cfg["threads"])
+    cfg, level, (pipe,) = pipelines(ctx, SPACE, dtype, shape, cfg, level,
+                                    lambda c: [(kernel, c["threads"])])
     xb, yb = ctx.wrap(x), ctx.wrap(y, writable=True)
     run = [R.elementwise_dispatch(pipe, cfg["threads"], shape[0] * shape[1] * shape[2] * shape[3],
                                   [xb, yb, _native.pack_args("pool2d", args)])]

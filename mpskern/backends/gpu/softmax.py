@@ -10,7 +10,7 @@ otherwise a threadgroup reduces each row.
 """
 from mpskern import _native
 from mpskern.backends.gpu import rows as R
-from mpskern.backends.gpu.context import configure, nothing, suffix
+from mpskern.backends.gpu.context import configure, nothing, pipelines, suffix
 
 COLS_MIN_ROWS = 1024   # mpskern's own threshold, not measured yet
 
@@ -30,14 +30,14 @@ def softmax(ctx, args, dtype, x, y, config=None):
         return nothing()
     op = space_of(args, config)
     cfg, level = configure(ctx, op, dtype, shape, config)
+    cols = op == "softmax_cols"
+    cfg, level, (pipe,) = pipelines(ctx, op, dtype, shape, cfg, level, lambda c: [
+        (f"softmax_{c['variant']}_{suffix(dtype)}", c["threads"] if cols else R.row_threads(c))])
     xb, yb = ctx.wrap(x), ctx.wrap(y, writable=True)
     packed = _native.pack_args("softmax", args)
     rows = args["outer"] * args["inner"]
-    kernel = f"softmax_{cfg['variant']}_{suffix(dtype)}"
-    if op == "softmax_cols":
-        pipe = R.pipeline(ctx, op, kernel, cfg, cfg["threads"])
+    if cols:
         run = [R.elementwise_dispatch(pipe, cfg["threads"], rows, [xb, yb, packed])]
     else:
-        pipe = R.pipeline(ctx, op, kernel, cfg, cfg["TPR"] * cfg["RPG"])
         run = [R.row_dispatch(pipe, cfg, rows, [xb, yb, packed])]
-    return ctx.run(run, dict(cfg, kernel=kernel, level=level), outputs=[yb])
+    return ctx.run(run, dict(cfg, kernel=pipe.name, level=level), outputs=[yb])

@@ -19,7 +19,7 @@ if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "cli")) and _os.
 
 from mpskern._version import __version__
 from mpskern._errors import (BackendUnavailable, KernelCheckError, KernelCompileError,
-                             MpskernError)
+                             MpskernError, Unsupported)
 from mpskern import _blas_preload  # noqa: F401  (loads OpenBLAS before _native)
 from mpskern.ops import (Device, avg_pool2d, batch_norm, conv2d, devices, gemm,  # noqa: E402
                          group_norm, layer_norm, log_softmax, matmul, max_pool2d, rms_norm,

@@ -5,6 +5,12 @@ class MpskernError(RuntimeError):
     """A failure inside a backend (dispatch, command buffer, driver)."""
 
 
+class Unsupported(MpskernError, NotImplementedError):
+    """The arguments are valid, but this backend cannot run them (a documented limitation:
+    a grid larger than Metal allows, an MPS semantics gap, ...); the message says why and
+    what to use instead. A NotImplementedError too, so older handlers still catch it."""
+
+
 class BackendUnavailable(MpskernError):
     """The requested backend cannot run on this machine; the message says why."""
 

@@ -12,7 +12,7 @@ from libc.string cimport memcpy, memset
 from mpskern._abi cimport *
 
 from mpskern._errors import (BackendUnavailable, KernelCheckError, KernelCompileError,
-                             MpskernError)
+                             MpskernError, Unsupported)
 
 ABI_VERSION = MK_ABI_VERSION
 F32 = MK_F32
@@ -35,7 +35,7 @@ cdef int check(mk_status st) except -1:
     if st == MK_ERR_NOMEM:
         raise MemoryError(msg)
     if st == MK_ERR_UNSUPPORTED:
-        raise NotImplementedError(msg)
+        raise Unsupported(msg)
     raise MpskernError(msg)
 
 

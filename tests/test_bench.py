@@ -309,16 +309,12 @@ def test_unavailable_backend_says_why():
 
 
 def test_mpskern_target_device_info_for_gpu_backends():
-    class Dev:
-        def info(self):
-            return {"name": "Apple M2", "family": 8}
-
-    class MpsLike:                         # mps: info through .device.info()
-        device = Dev()
+    class MpsLike:                         # every backend describes its device in .info
+        info = {"name": "Apple M2", "family": 8, "memory": 2 ** 34}
         last_timing = (0.5, 0.9)
         last_config = {"primitive": "MPSMatrixMultiplication", "zero_copy": True}
 
-    class MetalLike:                       # metal / sim: an .info property
+    class MetalLike:
         info = {"name": "Apple M2", "family": 8}
         last_timing = None
         last_config = None

@@ -268,3 +268,26 @@ def test_batch_norm_arguments():
         must=["running_mean is read-only", "writable"])
     bad(ValueError, mpskern.batch_norm, np.zeros((1, 3), f32), None, None, training=True,
         must=["more than 1 value per channel", r"x\.shape=\(1, 3\)"])
+
+
+def test_valid_but_unsupported_is_one_exception_type():
+    """metal, sim and mps say "valid, but not here" with mpskern.Unsupported (also a
+    NotImplementedError): the native MK_ERR_UNSUPPORTED status, a GPU grid larger than Metal
+    allows, an op a backend lacks. Before: NotImplementedError from the native layer, a
+    ValueError (a bad-argument error for a valid call) from the GPU encoders."""
+    import mpskern
+    from mpskern import _native, backends
+    from mpskern.backends.base import Backend
+    assert issubclass(mpskern.Unsupported, NotImplementedError)
+    assert issubclass(mpskern.Unsupported, mpskern.MpskernError)
+    ok, why = backends.availability("sim")
+    if not ok:
+        pytest.skip(f"sim unavailable: {why}")
+    with pytest.raises(mpskern.Unsupported, match="simulator compiles MSL"):
+        _native.Device("sim").library_from_source("kernel void k() {}")
+    a = np.zeros((65536, 1, 1), np.float32)     # 65536 batch entries: a grid z over 65535
+    with pytest.raises(mpskern.Unsupported, match="65535 threadgroups"):
+        mpskern.matmul(a, a, backend="sim")
+    assert mpskern.matmul(a, a, backend="cpu").shape == (65536, 1, 1)
+    with pytest.raises(mpskern.Unsupported, match="no softmax kernel"):
+        Backend("partial").softmax({}, 0, a, a)

@@ -1,12 +1,14 @@
 """The interface every backend implements. Arguments arrive validated: arrays are
 C-contiguous numpy arrays of the op's dtype (float32/float16; per-channel vectors always
 float32), `args` is a dict with exactly the fields of the op's struct in metal/mk_args.h,
-`dtype` is _native.F32 / F16, outputs are preallocated. Methods fill the outputs and
-return nothing; GPU backends leave (gpu_ms, wall_ms) of the last call in
-`last_timing` (per thread) for the benchmark, and the kernel configuration they used in
-`last_config`.
+`dtype` is _native.F32 / F16, outputs are preallocated. Op methods fill the outputs;
+GPU backends leave (gpu_ms, wall_ms) of the last call in `last_timing` (per thread) for
+the benchmark, and the kernel configuration they used in `last_config`. An op a backend
+cannot run for valid arguments raises mpskern.Unsupported saying why.
 """
 import threading
+
+from mpskern._errors import Unsupported
 
 
 class Backend:
@@ -16,9 +18,16 @@ class Backend:
         self.name = name
         self._tls = threading.local()
 
-    # -- availability ---------------------------------------------------------------------
+    # -- what it is -------------------------------------------------------------------------
     def availability(self):
-        """(available: bool, reason: str)."""
+        """(available: bool, reason: str): what it runs on, or why it cannot run here."""
+        raise NotImplementedError
+
+    @property
+    def info(self):
+        """What it runs on, a dict: "name" (device name), "family" (Apple GPU family number,
+        0 for the CPU), "memory" (bytes it can use: RAM, or the GPU's recommended working
+        set), and on GPUs the device's limits (_native.Device.info())."""
         raise NotImplementedError
 
     # -- what the last call on this thread did (for bench) --------------------------------
@@ -35,23 +44,34 @@ class Backend:
         self._tls.config = config
 
     # -- ops --------------------------------------------------------------------------------
+    def _unsupported(self, op):
+        raise Unsupported(f"backend {self.name!r} has no {op} kernel; use backend='cpu'")
+
     def gemm(self, args, dtype, A, B, C, out):
-        raise NotImplementedError(f"{self.name}: gemm")
+        self._unsupported("gemm")
 
     def conv2d(self, args, dtype, x, w, bias, y):
-        raise NotImplementedError(f"{self.name}: conv2d")
+        self._unsupported("conv2d")
 
     def pool2d(self, args, dtype, x, y):
-        raise NotImplementedError(f"{self.name}: pool2d")
+        self._unsupported("pool2d")
 
     def softmax(self, args, dtype, x, y):
-        raise NotImplementedError(f"{self.name}: softmax")
+        self._unsupported("softmax")
 
     def rownorm(self, args, dtype, x, weight, bias, y):
-        raise NotImplementedError(f"{self.name}: rownorm")
+        self._unsupported("rownorm")
 
     def group_norm(self, args, dtype, x, weight, bias, y):
-        raise NotImplementedError(f"{self.name}: group_norm")
+        self._unsupported("group_norm")
 
     def batch_norm(self, args, dtype, x, running_mean, running_var, weight, bias, y):
-        raise NotImplementedError(f"{self.name}: batch_norm")
+        self._unsupported("batch_norm")
+
+
+def device_info(device):
+    """Backend.info of a Metal (or simulated) _native.Device: its info() plus "memory",
+    the recommended working set (metal, sim and mps all describe their device this way)."""
+    info = device.info()
+    info["memory"] = info.get("recommended_working_set")
+    return info

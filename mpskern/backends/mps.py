@@ -5,7 +5,7 @@ Each op wraps its numpy arrays as buffers of the Metal device (zero-copy where t
 allows, see mpskern.empty), calls _native.mps_<op> and records (gpu_ms, wall_ms) and what
 ran (the primitive, whether every array was used in place, without a copy) for bench. Outputs and in-place
 inputs (batch_norm's running stats) are wrapped writable: the shim writes them back.
-Where MPS semantics differ from ours the shim computes ours or raises NotImplementedError
+Where MPS semantics differ from ours the shim computes ours or raises mpskern.Unsupported
 (MK_ERR_UNSUPPORTED) with the reason; it never returns a silently different answer.
 """
 import platform
@@ -14,7 +14,7 @@ import threading
 
 from mpskern import _native
 from mpskern._errors import BackendUnavailable
-from mpskern.backends.base import Backend
+from mpskern.backends.base import Backend, device_info
 from mpskern.memory import is_page_aligned
 
 PRIMITIVES = {
@@ -50,7 +50,12 @@ class MpsBackend(Backend):
         why = unavailable_reason(self.native)
         if why:
             return False, why
-        return True, f"Metal Performance Shaders on {self.device.info()['name']}"
+        return True, f"Metal Performance Shaders on {self.info['name']}"
+
+    @property
+    def info(self):
+        """The Metal device's (Backend.info): MPS runs on it."""
+        return device_info(self.device)
 
     @property
     def device(self):

@@ -67,26 +67,11 @@ class MpskernTarget(Target):
         from mpskern import backends
         return backends.availability(self.name)
 
-    def _info(self):
-        """The Metal device's info dict (metal/sim backends expose `.info`; mps its
-        `.device.info()`)."""
-        if self.name == "cpu":
-            return {}
-        be = self.backend
-        info = getattr(be, "info", None)
-        if info is None:
-            info = be.device.info()
-        return info if isinstance(info, dict) else {}
-
     def device(self):
-        if self.name == "cpu":
-            return peaks.cpu_device_name()
-        return self._info().get("name")
+        return self.backend.info.get("name")
 
     def gpu_family(self):
-        if self.name == "cpu":
-            return None
-        fam = self._info().get("family")
+        fam = self.backend.info.get("family")
         return f"apple{fam}" if fam else None
 
     def peak(self):

@@ -1,5 +1,4 @@
 """devices(): one record per backend, available or not (and why not)."""
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -22,27 +21,15 @@ class Device:
     peak_gbps: Optional[float] = None
 
 
-def _ram():
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def devices():
     """A Device for each backend (cpu, metal, mps, sim), whether this machine can run it
     or not; `reason` says what it runs on, or why it is unavailable."""
     out = []
     for name in backends.NAMES:
         ok, why = backends.availability(name)
-        if name == "cpu":
-            dev, family, memory = peaks.cpu_device_name(), None, _ram()
-        elif ok:  # mps runs on the Metal device
-            info = backends.get("metal" if name == "mps" else name).info
-            dev, family, memory = info["name"], info["family"], info["recommended_working_set"]
-        else:
-            dev, family, memory = name, None, None
+        info = backends.get(name).info if ok else {}
+        dev = info.get("name", name)
         p = peaks.lookup(dev) if ok else None
-        out.append(Device(dev, name, ok, why, family, memory,
+        out.append(Device(dev, name, ok, why, info.get("family") or None, info.get("memory"),
                           p.fp32_gflops if p else None, p.gbps if p else None))
     return out

@@ -12,7 +12,7 @@ import sys
 import threading
 
 from mpskern import _native
-from mpskern.backends.base import Backend
+from mpskern.backends.base import Backend, device_info
 from mpskern.backends.gpu import conv2d, gemm, norm, pool, softmax
 from mpskern.backends.gpu.context import Context
 from mpskern.paths import metal_source
@@ -51,7 +51,7 @@ class GpuBackend(Backend):
     def info(self):
         """The device's names and limits (a new _native.Device.info() dict each time:
         set_sim_options may change the simulated family and limits)."""
-        return self.device.info()
+        return device_info(self.device)
 
     def set_sim_options(self, **options):
         """Simulator options (see _native.Device.set_sim_options: check_mode, order, seed,

@@ -8,6 +8,7 @@ Three paths, by the problem (route() says which, and so which tuning space appli
                     group with im2col gathered into threadgroup memory, never stored
 """
 from mpskern import _native
+from mpskern._errors import Unsupported
 from mpskern.backends.gpu import gemm as _gemm
 from mpskern.backends.gpu.context import MAX_GRID_YZ, cdiv, configure, nothing, pipelines
 from mpskern.tuning import spaces
@@ -69,8 +70,8 @@ def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
         grid = (cdiv(a["N"] * a["P"] * a["Q"], cfg["BN"]), cdiv(a["K"] // a["groups"], cfg["BM"]),
                 a["groups"])
         if grid[1] > MAX_GRID_YZ or grid[2] > MAX_GRID_YZ:
-            raise ValueError(f"conv2d: grid {grid} exceeds {MAX_GRID_YZ} threadgroups along "
-                             "y or z; split the channels into smaller calls")
+            raise Unsupported(f"conv2d: grid {grid} exceeds {MAX_GRID_YZ} threadgroups along "
+                              "y or z; split the channels into smaller calls")
     record = dict(cfg, kernel=pipe.name, level=level)
     by = ctx.wrap(y, writable=True)
     # C == 0 leaves x and w empty (never read; Metal has no zero-length buffers); a

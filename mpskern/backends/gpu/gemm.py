@@ -8,6 +8,7 @@ sums to device scratch, and gemm_splitk_reduce_* finishes (alpha, beta, C) in th
 command buffer.
 """
 from mpskern import _native
+from mpskern._errors import Unsupported
 from mpskern.backends.gpu.context import (MAX_GRID_YZ, cdiv, configure, helper_threads,
                                           nothing, pipelines, suffix)
 from mpskern.tuning import spaces
@@ -33,9 +34,9 @@ def gemm(ctx, args, dtype, A, B, C, out, config=None):
         split = 1
     record = dict(cfg, split_k=split, kernel=pipe.name, level=level)
     if cdiv(M, cfg["BM"]) > MAX_GRID_YZ or batch * split > MAX_GRID_YZ:
-        raise ValueError(f"gemm: {batch} batch entries x {split} K splits and "
-                         f"{cdiv(M, cfg['BM'])} row tiles: a grid dimension exceeds "
-                         f"{MAX_GRID_YZ} threadgroups; split the batch into smaller calls")
+        raise Unsupported(f"gemm: {batch} batch entries x {split} K splits and "
+                          f"{cdiv(M, cfg['BM'])} row tiles: a grid dimension exceeds "
+                          f"{MAX_GRID_YZ} threadgroups; split the batch into smaller calls")
     packed = _native.pack_args("gemm", dict(args, split_k=split))
     bO = ctx.wrap(out, writable=True)
     # K == 0: A and B are empty and never read; bind something real (Metal has no

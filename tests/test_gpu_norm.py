@@ -226,7 +226,7 @@ def test_rownorm_non_finite_rows(sim, cfg, dtype):
             args = {"rows": x.shape[0], "n": n, "kind": kind, "has_weight": 0,
                     "has_bias": 0, "eps": eps}
             y = np.full_like(x, 7.0)
-            N.rownorm(sim, args, DT[dtype], x, None, None, y, config=cfg)
+            sim.rownorm(args, DT[dtype], x, None, None, y, config=cfg)
             with np.errstate(invalid="ignore"):
                 ref = refs.layer_norm(x, n, None, None, eps) if kind == LAYER \
                     else refs.rms_norm(x, n, None, eps)

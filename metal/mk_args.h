@@ -88,4 +88,23 @@ typedef struct mk_batch_norm_args {
     mk_f32 eps, momentum;
 } mk_batch_norm_args;
 
+#define MK_ATTN_MASK_NONE 0
+#define MK_ATTN_MASK_BOOL 1        // uint8, nonzero: the query may attend to the key
+#define MK_ATTN_MASK_ADD 2         // the query's dtype, added to the scaled scores
+// scaled_dot_product_attention: out[b, h, i, :] = softmax_j(scale * q[b,h,i,:] . k[b,hk,j,:]
+// (+ mask)) @ v[b, hv, j, :], hk = h / (Hq / Hk), hv = h / (Hq / Hv) (grouped-query heads;
+// Hk = 1 broadcasts one head). q (B, Hq, L, E), k (., Hk, S, E), v (., Hv, S, Ev) with
+// contiguous rows at batch/head strides in elements (0 broadcasts); out (B, Hq, L, Ev)
+// contiguous. Mask element (b, h, i, j) at b*m_sb + h*m_sh + i*m_sl + j*m_ss (0 broadcasts).
+// causal: key j is visible to query i only when j <= i (torch's top-left triangle). A row
+// with no visible key (l = 0) gives 0 @ v, as torch.
+typedef struct mk_attention_args {
+    mk_i32 B, Hq, Hk, Hv, L, S, E, Ev;
+    mk_i32 q_sb, q_sh, k_sb, k_sh, v_sb, v_sh;
+    mk_i32 mask;                   // MK_ATTN_MASK_*
+    mk_i32 m_sb, m_sh, m_sl, m_ss;
+    mk_i32 causal;                 // 0/1
+    mk_f32 scale;
+} mk_attention_args;
+
 #endif

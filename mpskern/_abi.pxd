@@ -25,6 +25,12 @@ cdef extern from "mk_args.h":
     ctypedef struct mk_batch_norm_args:
         int32_t N, C, HW, training, has_running, has_weight, has_bias
         float eps, momentum
+    int MK_ATTN_MASK_NONE, MK_ATTN_MASK_BOOL, MK_ATTN_MASK_ADD
+    ctypedef struct mk_attention_args:
+        int32_t B, Hq, Hk, Hv, L, S, E, Ev
+        int32_t q_sb, q_sh, k_sb, k_sh, v_sb, v_sh
+        int32_t mask, m_sb, m_sh, m_sl, m_ss, causal
+        float scale
 
 cdef extern from "mpskern.h" nogil:
     int MK_ABI_VERSION
@@ -48,6 +54,8 @@ cdef extern from "mpskern.h" nogil:
     mk_status mk_cpu_batch_norm(const mk_batch_norm_args *a, int dtype, const void *x,
                                 float *running_mean, float *running_var,
                                 const float *weight, const float *bias, void *y)
+    mk_status mk_cpu_attention(const mk_attention_args *a, int dtype, const void *q,
+                               const void *k, const void *v, const void *mask, void *out)
 
     ctypedef enum mk_device_kind:
         MK_DEVICE_METAL, MK_DEVICE_SIM

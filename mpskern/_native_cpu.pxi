@@ -105,3 +105,15 @@ def cpu_batch_norm(mk_batch_norm_args args, int dtype, x, running_mean, running_
         with nogil:
             st = mk_cpu_batch_norm(&args, dtype, px, rm, rv, pw, pb, py)
     check(st)
+
+
+def cpu_attention(mk_attention_args args, int dtype, q, k, v, mask, out):
+    cdef const void* pq = addr(q)
+    cdef const void* pk = addr(k)
+    cdef const void* pv = addr(v)
+    cdef const void* pm = addr(mask)
+    cdef void* po = addr(out, True)
+    cdef mk_status st
+    with nogil:
+        st = mk_cpu_attention(&args, dtype, pq, pk, pv, pm, po)
+    check(st)

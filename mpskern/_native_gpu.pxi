@@ -23,6 +23,7 @@ def pack_args(str kind, dict args):
     cdef mk_rownorm_args r
     cdef mk_group_norm_args gn
     cdef mk_batch_norm_args bn
+    cdef mk_attention_args at
     if kind == "gemm":
         g = args; return (<char*>&g)[:sizeof(g)]
     if kind == "conv2d":
@@ -37,6 +38,8 @@ def pack_args(str kind, dict args):
         gn = args; return (<char*>&gn)[:sizeof(gn)]
     if kind == "batch_norm":
         bn = args; return (<char*>&bn)[:sizeof(bn)]
+    if kind == "attention":
+        at = args; return (<char*>&at)[:sizeof(at)]
     raise ValueError(f"pack_args: unknown args kind {kind!r}")
 
 

@@ -262,3 +262,31 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     if bias is not None:
         y = y + _per_channel(bias, x.ndim)
     return y, rm, rv
+
+
+# -- attention ----------------------------------------------------------------------------------
+def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """torch's math formulation: scores = scale * q k^T, a bool mask / causal triangle added
+    as 0 / -inf (so a NaN score stays NaN), a float mask added; a row whose scores are all
+    -inf gets weights 0 (torch's safe softmax), so its output is 0 @ v."""
+    q, k, v = f64(query, key, value)
+    L, S, E = q.shape[-2], k.shape[-2], q.shape[-1]
+    if enable_gqa and q.ndim >= 3:
+        k = np.repeat(k, q.shape[-3] // k.shape[-3], axis=-3)
+        v = np.repeat(v, q.shape[-3] // v.shape[-3], axis=-3)
+    if E > 0:
+        scores = (q @ np.swapaxes(k, -1, -2)) * (1.0 / math.sqrt(E) if scale is None else scale)
+    else:   # every product is empty: the scores are 0 whatever the scale (torch)
+        scores = np.zeros(np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (L, S))
+    if is_causal:
+        scores = scores + np.where(np.tri(L, S, dtype=bool), 0.0, -np.inf)
+    if attn_mask is not None:
+        m = np.asarray(attn_mask)
+        scores = scores + (np.where(m, 0.0, -np.inf) if m.dtype == bool else m.astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        empty = np.all(scores == -np.inf, axis=-1, keepdims=True)
+        top = np.where(empty, 0.0, np.max(scores, axis=-1, keepdims=True, initial=-np.inf))
+        e = np.exp(scores - top)
+        w = np.where(empty, 0.0, e / np.where(empty, 1.0, e.sum(axis=-1, keepdims=True)))
+    return w @ v

@@ -58,6 +58,10 @@ mk_status mk_cpu_group_norm(const mk_group_norm_args *a, int dtype, const void *
 mk_status mk_cpu_batch_norm(const mk_batch_norm_args *a, int dtype, const void *x,
                             float *running_mean, float *running_var,
                             const float *weight, const float *bias, void *y);
+// q, k, v, out in `dtype`; mask: uint8 (MK_ATTN_MASK_BOOL), `dtype` (MK_ATTN_MASK_ADD) or
+// NULL (MK_ATTN_MASK_NONE). Scratch is O(block), never O(L * S).
+mk_status mk_cpu_attention(const mk_attention_args *a, int dtype, const void *q, const void *k,
+                           const void *v, const void *mask, void *out);
 
 /* ---------------------------------------------------------------- GPU devices */
 typedef enum mk_device_kind { MK_DEVICE_METAL = 1, MK_DEVICE_SIM = 2 } mk_device_kind;
@@ -175,6 +179,11 @@ mk_status mk_mps_group_norm(mk_device *d, const mk_group_norm_args *a, int dtype
 mk_status mk_mps_batch_norm(mk_device *d, const mk_batch_norm_args *a, int dtype,
                             mk_buffer *x, mk_buffer *running_mean, mk_buffer *running_var,
                             mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t);
+// mask: NULL for MK_ATTN_MASK_NONE. MPSGraph's own attention op where the OS has it (macOS 15),
+// else matmul, mask, softmax and matmul in one graph.
+mk_status mk_mps_attention(mk_device *d, const mk_attention_args *a, int dtype, mk_buffer *q,
+                           mk_buffer *k, mk_buffer *v, mk_buffer *mask, mk_buffer *out,
+                           mk_timing *t);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,177 @@
+// mk_cpu_attention.c: scaled_dot_product_attention (mk_attention_args) on the CPU, blocked as
+// flash attention: a task owns QB query rows of one (batch, head) and walks the keys in
+// blocks of KB. Per key block, two single-threaded BLAS calls on our pool's thread (the GEMM
+// core, as conv2d uses it): S = scale * Q K^T (QB x KB), then, after the online-softmax
+// update of each row (mask, running max m and sum l, S -> exp(S - m), output rows rescaled
+// by exp(m_old - m)), O += S V. Scratch is S, the rows' m and l, and for float16 the
+// converted Q, K and V blocks: O(QB * KB), never O(L * S); float32 output rows accumulate in
+// place in `out`. docs/attention.md says why the blocks are these sizes.
+//
+// Semantics (as torch, see metal/mk_args.h): hidden keys (false bool mask, causal j > i)
+// get -inf added, as torch adds its masks (a NaN score stays NaN), so exp gives exactly 0; a row that has seen no key yet keeps m = -inf and its
+// weights are set to 0 directly (exp(-inf - -inf) would be NaN); at the end a row with l = 0
+// (nothing visible) is 0 @ v, the rest O / l. NaN scores propagate through the max and the
+// sums. With causal, key blocks past a task's last row are not visited at all.
+#include "mk_cpu.h"
+#include "mk_cpu_rowvec.h"
+#include <math.h>
+#include <string.h>
+
+#define QB 128   // query rows per task
+#define KB 256   // keys per block
+
+typedef struct {
+    const mk_attention_args *a;
+    int dtype;
+    const void *q, *k, *v, *mask;
+    void *out;
+    long nqb;          // query blocks per (batch, head)
+    int failed;
+} at_ctx;
+
+typedef struct {       // one thread's scratch (floats)
+    float *S, *m, *l, *O, *Q, *K, *V;
+} at_scratch;
+
+static size_t esize(int dtype) { return mk_dsize(dtype); }
+
+// Row r of the score block for query i, keys j0.. j0+n-1: the mask, then causal exclusion.
+MK_MULTIVERSION static void mask_row(const at_ctx *t, float *row, long n, int b, int h, int i, int j0) {
+    const mk_attention_args *a = t->a;
+    if (a->mask != MK_ATTN_MASK_NONE) {
+        long at = (long)b * a->m_sb + (long)h * a->m_sh + (long)i * a->m_sl + (long)j0 * a->m_ss;
+        if (a->mask == MK_ATTN_MASK_BOOL) {
+            const uint8_t *mr = (const uint8_t *)t->mask + at;
+            if (a->m_ss == 0) {
+                if (!mr[0]) for (long j = 0; j < n; j++) row[j] += -INFINITY;
+            } else {
+                for (long j = 0; j < n; j++) row[j] += mr[j * a->m_ss] ? 0.0f : -INFINITY;
+            }
+        } else if (t->dtype == MK_F32) {
+            const float *mr = (const float *)t->mask + at;
+            if (a->m_ss == 0) { float c = mr[0]; for (long j = 0; j < n; j++) row[j] += c; }
+            else for (long j = 0; j < n; j++) row[j] += mr[j * a->m_ss];
+        } else {
+            const mk_half *mr = (const mk_half *)t->mask + at;
+            if (a->m_ss == 0) { float c = (float)mr[0]; for (long j = 0; j < n; j++) row[j] += c; }
+            else for (long j = 0; j < n; j++) row[j] += (float)mr[j * a->m_ss];
+        }
+    }
+    if (a->causal) {                     // keys j0 + j > i are invisible
+        long first = (long)i - j0 + 1;
+        for (long j = first < 0 ? 0 : first; j < n; j++) row[j] += -INFINITY;
+    }
+}
+
+// One query block: rows i0..i0+nq-1 of (b, h).
+static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int i0, int nq) {
+    const mk_attention_args *a = t->a;
+    const mk_rowvec_t *rv = mk_rowvec();
+    const int E = a->E, Ev = a->Ev, f16 = t->dtype == MK_F16;
+    const size_t es = esize(t->dtype);
+    const char *qb = (const char *)t->q + ((long)b * a->q_sb + (long)h * a->q_sh + (long)i0 * E) * es;
+    const char *kb = (const char *)t->k + ((long)b * a->k_sb + (long)(h / (a->Hq / a->Hk)) * a->k_sh) * es;
+    const char *vb = (const char *)t->v + ((long)b * a->v_sb + (long)(h / (a->Hq / a->Hv)) * a->v_sh) * es;
+    long orow = ((long)b * a->Hq + h) * a->L + i0;      // first output row
+    float *O = f16 ? w->O : (float *)t->out + orow * Ev;
+    const float *Q = (const float *)qb;
+    if (f16) { mk_h2f((const mk_half *)qb, w->Q, (long)nq * E); Q = w->Q; }
+    memset(O, 0, (size_t)nq * Ev * 4);
+    for (int r = 0; r < nq; r++) { w->m[r] = -INFINITY; w->l[r] = 0.0f; }
+
+    int kend = a->causal && i0 + nq < a->S ? i0 + nq : a->S;
+    for (int j0 = 0; j0 < kend; j0 += KB) {
+        int nk = kend - j0 < KB ? kend - j0 : KB;
+        const float *K = (const float *)(kb + (size_t)j0 * E * es);
+        const float *V = (const float *)(vb + (size_t)j0 * Ev * es);
+        if (f16) {
+            mk_h2f((const mk_half *)(kb + (size_t)j0 * E * es), w->K, (long)nk * E);
+            mk_h2f((const mk_half *)(vb + (size_t)j0 * Ev * es), w->V, (long)nk * Ev);
+            K = w->K;
+            V = w->V;
+        }
+        if (E > 0) mk_sgemm(0, 1, nq, nk, E, a->scale, Q, E, K, E, 0.0f, w->S, KB);
+        else for (int r = 0; r < nq; r++) memset(w->S + (long)r * KB, 0, (size_t)nk * 4);
+        for (int r = 0; r < nq; r++) {
+            float *row = w->S + (long)r * KB;
+            mask_row(t, row, nk, b, h, i0 + r, j0);
+            float bm = rv->max(row, nk);
+            float m = w->m[r];
+            float mn = (bm > m || bm != bm) ? bm : m;
+            if (mn == -INFINITY) {           // nothing visible yet: weights 0 (0 @ v is added)
+                memset(row, 0, (size_t)nk * 4);
+                continue;
+            }
+            float f = expf(m - mn);          // 0 when m = -inf; NaN when mn is NaN
+            w->l[r] = w->l[r] * f + rv->exp_sum(row, row, nk, mn);
+            w->m[r] = mn;
+            if (f != 1.0f && Ev > 0) rv->scale(O + (long)r * Ev, Ev, f);
+        }
+        if (Ev > 0) mk_sgemm(0, 0, nq, Ev, nk, 1.0f, w->S, KB, V, Ev, 1.0f, O, Ev);
+    }
+    for (int r = 0; r < nq; r++)
+        if (w->l[r] > 0.0f && Ev > 0) rv->scale(O + (long)r * Ev, Ev, 1.0f / w->l[r]);
+    if (f16) mk_f2h(O, (mk_half *)t->out + orow * Ev, (long)nq * Ev);
+}
+
+static void attend_range(void *vc, long begin, long end) {
+    at_ctx *t = vc;
+    const mk_attention_args *a = t->a;
+    int f16 = t->dtype == MK_F16;
+    size_t floats = (size_t)QB * KB + 2 * QB;
+    if (f16) floats += (size_t)QB * a->Ev + (size_t)QB * a->E + (size_t)KB * a->E + (size_t)KB * a->Ev;
+    float *buf = mk_alloc(floats * 4);
+    if (!buf) { __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED); return; }
+    at_scratch w = {buf, buf + (size_t)QB * KB, buf + (size_t)QB * KB + QB, NULL, NULL, NULL, NULL};
+    if (f16) {
+        w.O = w.l + QB;
+        w.Q = w.O + (size_t)QB * a->Ev;
+        w.K = w.Q + (size_t)QB * a->E;
+        w.V = w.K + (size_t)KB * a->E;
+    }
+    for (long it = begin; it < end; it++) {
+        long bh = it / t->nqb;
+        // the last query blocks first: under causal they have the most keys, and the pool
+        // hands out chunks in order, so the long tasks do not come last
+        long qblk = t->nqb - 1 - it % t->nqb;
+        int i0 = (int)(qblk * QB);
+        int nq = a->L - i0 < QB ? a->L - i0 : QB;
+        attend_block(t, &w, (int)(bh / a->Hq), (int)(bh % a->Hq), i0, nq);
+    }
+    mk_free(buf);
+}
+
+static mk_status check_args(const mk_attention_args *a) {
+    MK_CHECK_NONNEG(a->B); MK_CHECK_NONNEG(a->L); MK_CHECK_NONNEG(a->S);
+    MK_CHECK_NONNEG(a->E); MK_CHECK_NONNEG(a->Ev);
+    MK_CHECK_POS(a->Hq); MK_CHECK_POS(a->Hk); MK_CHECK_POS(a->Hv);
+    if (a->Hq % a->Hk || a->Hq % a->Hv)
+        return mk_set_error(MK_ERR_INVALID, "mk_cpu_attention: Hk=%d and Hv=%d must divide Hq=%d",
+                            a->Hk, a->Hv, a->Hq);
+    if (a->q_sb < 0 || a->q_sh < 0 || a->k_sb < 0 || a->k_sh < 0 || a->v_sb < 0 || a->v_sh < 0 ||
+        a->m_sb < 0 || a->m_sh < 0 || a->m_sl < 0 || a->m_ss < 0)
+        return mk_set_error(MK_ERR_INVALID, "mk_cpu_attention: negative stride");
+    if (a->mask < MK_ATTN_MASK_NONE || a->mask > MK_ATTN_MASK_ADD)
+        return mk_set_error(MK_ERR_INVALID, "mk_cpu_attention: mask kind %d is not MK_ATTN_MASK_*", a->mask);
+    return MK_OK;
+}
+
+mk_status mk_cpu_attention(const mk_attention_args *a, int dtype, const void *q, const void *k,
+                           const void *v, const void *mask, void *out) {
+    MK_CHECK_PTR(a);
+    MK_CHECK_DTYPE(dtype);
+    mk_status st = check_args(a);
+    if (st) return st;
+    if (a->B == 0 || a->L == 0 || a->Ev == 0) return MK_OK;
+    MK_CHECK_PTR(out);
+    if (a->S > 0) {
+        MK_CHECK_PTR(v);
+        if (a->E > 0) { MK_CHECK_PTR(q); MK_CHECK_PTR(k); }
+        if (a->mask != MK_ATTN_MASK_NONE) MK_CHECK_PTR(mask);
+    }
+    at_ctx t = {a, dtype, q, k, v, mask, out, (a->L + QB - 1) / QB, 0};
+    long items = (long)a->B * a->Hq * t.nqb;
+    mk_parallel_for(items, 1, attend_range, &t);
+    if (t.failed) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_attention: out of memory for block scratch");
+    return MK_OK;
+}

@@ -45,7 +45,7 @@ MKGraph *mk_mps_graph_get(mk_device *d, NSString *key, MKGraph * (^build)(void))
 }
 
 static size_t tensor_bytes(MPSGraphTensor *x) {
-    size_t n = x.dataType == MPSDataTypeFloat16 ? 2 : 4;
+    size_t n = ((size_t)x.dataType & 0xFFFF) / 8;   // MPSDataType's low bits: bits per element
     for (NSNumber *v in x.shape) n *= (size_t)v.longLongValue;
     return n;
 }

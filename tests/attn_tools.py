@@ -88,7 +88,7 @@ def check(got, q, k, v, mask=None, causal=False, scale=None, what=""):
 
 def run_gpu(be, q, k, v, mask=None, causal=False, scale=None, variant="simd", BQ=16, BK=16, D=None):
     """The metal/attention.metal kernel `variant` on GPU backend `be` (sim or metal)."""
-    from mpskern.gpu_ops import cdiv, suffix
+    from mpskern.backends.gpu.context import cdiv, suffix
     a, m = args(q, k, v, mask, causal, scale)
     if D is None:
         D = max(8, cdiv(max(a["E"], a["Ev"]), 8) * 8)

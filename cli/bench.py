@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mpskern.bench import ops as bench_ops
-from mpskern.bench import presets, runner, schema, targets
+from mpskern import ops
+from mpskern.bench import runner, schema, targets
 from mpskern.cli.app import app
 
-Op = Enum("Op", {n: n for n in bench_ops.SPECS}, type=str)
+Op = Enum("Op", {n: n for n in ops.TABLE}, type=str)
 
 
 def _help():
@@ -25,9 +25,12 @@ def _help():
              "Default backends: every available one except sim (simulator timings are CPU "
              "emulation and say nothing about GPU speed; ask for it with --backend sim), plus "
              "installed peers (torch-cpu, torch-mps, mlx).",
-             "--shape: comma-separated, key=value or positional in field order; per op:"]
-    for name, sp in bench_ops.SPECS.items():
-        lines.append(f"{name}: {sp.grammar()}; presets: {', '.join(presets.presets_for(name))}")
+             f"--shape: each op's fields, {ops.op.GRAMMAR} (the grammar of `mpskern tune` "
+             "too):"]
+    for name, sp in ops.TABLE.items():
+        fields = ",".join(f.name if f.default is None else f"{f.name}={f.default}"
+                          for f in sp.fields)
+        lines.append(f"{name}: {fields} (e.g. {sp.example!r}); presets: {', '.join(sp.presets)}")
     return "\n\n".join(lines)
 
 
@@ -88,7 +91,7 @@ def bench(
 ):
     err = Console(stderr=True)
     name = op.value
-    sp = bench_ops.spec(name)
+    sp = ops.get(name)
 
     def fail(msg):
         err.print(f"[red]error:[/red] {msg}")
@@ -100,7 +103,7 @@ def bench(
         if shape:
             cases, preset = [(sp.label(s), s) for s in (sp.parse(t) for t in shape)], "custom"
         else:
-            cases = [(lbl, sp.complete(f)) for lbl, f in presets.get(name, preset)]
+            cases = sp.preset(preset)
     except ValueError as e:
         fail(str(e))
     dtypes = dtype or ["float32"]

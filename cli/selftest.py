@@ -14,12 +14,33 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from mpskern import backends
+from mpskern import backends, ops
 from mpskern.reference import max_error, tolerance
 from mpskern.cli.app import app
-from mpskern.cli.selftest_cases import CASES
 
 DTYPES = ("float32", "float16")
+
+
+@dataclass(frozen=True)
+class Case:
+    op: str        # the public function
+    label: str     # shape and options, as shown in the table
+    build: object  # build(rng, dtype) -> (call(backend) -> array, float64 ref or None, terms)
+
+
+def _case(op, check):
+    """A Case from an op table entry's selftest check (mpskern/ops/<op>.py: checks)."""
+    def build(rng, dt):
+        inp = check.inputs(rng, dt)
+        return (lambda be: op.call(inp, be)), op.reference(inp), op.reduction(inp)
+    return Case(op.name, check.label, build)
+
+
+# every public op on a few small shapes, odd sizes and the options where backends tend to
+# differ (transposes, broadcasting, groups, dilation, "same" padding, ceil_mode, divisors,
+# a non-last axis, long rows, batch_norm training with its running statistics)
+CASES = [_case(op, c) for op in ops.TABLE.values() for c in op.checks]
+OPS = sorted({c.op for c in CASES})
 
 
 @dataclass

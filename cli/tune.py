@@ -19,7 +19,7 @@ def _fail(console, msg, code=2):
 
 
 def _fmt(cfg, compact=False):
-    from mpskern.tuning.search import fmt_config
+    from mpskern.tuner.search import fmt_config
     return fmt_config(cfg, compact) if cfg else "-"
 
 
@@ -29,21 +29,22 @@ def _ms(t):
 
 @app.command()
 def tune(
-    op: Optional[str] = typer.Argument(None, help="gemm, conv2d, softmax, log_softmax, "
-                                                  "layer_norm, rms_norm or group_norm."),
+    op: Optional[str] = typer.Argument(None, help="The op, as `mpskern bench` names it: "
+                                                  "conv2d, matmul, gemm, max_pool2d, ... "
+                                                  "(see mpskern bench --help)."),
     backend: str = typer.Option("metal", help="metal (a Mac's GPU) or sim (the simulator: "
                                               "CPU timings, stored for the simulated device only)."),
     dtype: str = typer.Option("float32", help="float32 or float16."),
     shape: Optional[List[str]] = typer.Option(
-        None, help="The op's shape form, repeatable: gemm MxNxK, conv2d NxCxHxWxKxRxS, "
-                   "softmax/layer_norm/rms_norm ROWSxN, group_norm NxCxHxW. Default: one "
-                   "typical shape."),
+        None, help="The op's shape, repeatable, in the grammar of `mpskern bench --shape` "
+                   "(e.g. gemm 512x512x256, conv2d 8x64x56x56x64x3x3,pad=1; bench --help "
+                   "lists every op's fields). Default: one typical shape."),
     budget: float = typer.Option(30.0, help="Seconds of search per shape."),
-    stride: int = typer.Option(1, help="conv2d stride."),
-    padding: int = typer.Option(0, help="conv2d padding."),
-    groups: Optional[int] = typer.Option(None, help="conv2d groups (default 1; groups = C: "
-                                                     "the depthwise kernel); group_norm "
-                                                     "num_groups (default 2)."),
+    stride: int = typer.Option(1, help="conv2d stride (the shape's stride field)."),
+    padding: int = typer.Option(0, help="conv2d padding (the shape's pad field)."),
+    groups: Optional[int] = typer.Option(None, help="conv2d groups (groups = C: the depthwise "
+                                                     "kernel) or group_norm's G (the shape's "
+                                                     "groups / G field)."),
     reps: int = typer.Option(5, help="Timed runs per candidate (fewer if it is pruned)."),
     show: bool = typer.Option(False, "--show", help="Print the configuration a call would "
                                                     "use and which lookup level chose it."),
@@ -57,20 +58,19 @@ def tune(
     # one line: rich keeps a docstring's line breaks, mid-sentence in the command list
     """Autotune an op's tile configuration for this GPU and store it in the tuning database; dispatch then uses it for this device, op, dtype and shape."""  # noqa: E501
     from mpskern.tuning import db as tdb
-    from mpskern.tuning import problems
 
     console = Console()
     with warnings.catch_warnings():       # warnings as one readable line each, in place
         warnings.simplefilter("always", tdb.TuningDatabaseWarning)
         warnings.showwarning = lambda message, *a, **k: console.print(
             f"[yellow]warning:[/] {message}")
-        _run(console, tdb, problems, op, backend, dtype, shape, budget, stride, padding,
-             groups, reps, show, verbose, list_db, merge, db)
+        _run(console, tdb, op, backend, dtype, shape, budget, stride, padding, groups, reps, show,
+             verbose, list_db, merge, db)
 
 
-def _run(console, tdb, problems, op, backend, dtype, shape, budget, stride, padding, groups,
-         reps, show, verbose, list_db, merge, db):
-    from mpskern import BackendUnavailable, MpskernError
+def _run(console, tdb, op, backend, dtype, shape, budget, stride, padding, groups, reps, show,
+         verbose, list_db, merge, db):
+    from mpskern import BackendUnavailable, MpskernError, ops
     if db:
         os.environ[tdb.ENV_PATH] = os.path.abspath(db)
     if merge:
@@ -85,17 +85,19 @@ def _run(console, tdb, problems, op, backend, dtype, shape, budget, stride, padd
         return
     if op is None:
         _fail(console, "give an OP to tune (or --list / --merge FILE); see mpskern tune --help")
-    if op not in problems.OPS:
-        _fail(console, f"{op!r} is not a tunable op; tunable: {', '.join(problems.OPS)}")
+    if op not in ops.TABLE:
+        _fail(console, f"{op!r} is not a tunable op; tunable: {', '.join(ops.TABLE)}")
     if budget <= 0:
         _fail(console, f"--budget {budget}: give a positive number of seconds")
-    opts = dict(stride=stride, padding=padding) if op == "conv2d" else {}
+    fields = {}           # shape fields the options set: conv2d stride/pad/groups, group_norm G
+    if op == "conv2d" and (stride != 1 or padding != 0):
+        fields.update(stride=stride, pad=padding)
     if groups is not None:
         if op not in ("conv2d", "group_norm"):
             _fail(console, "--groups applies to conv2d and group_norm only")
         if groups < 1:
             _fail(console, f"--groups {groups}: give a positive number")
-        opts["groups"] = groups
+        fields["groups" if op == "conv2d" else "G"] = groups
     if op != "conv2d" and (stride != 1 or padding != 0):
         _fail(console, "--stride and --padding apply to conv2d only")
     # checked here, before the progress bar starts, so each message names its option
@@ -108,15 +110,17 @@ def _run(console, tdb, problems, op, backend, dtype, shape, budget, stride, padd
     if reps < 1:
         _fail(console, f"--reps {reps}: give a positive number of timed runs")
     try:
-        from mpskern.tuning import tuner
+        from mpskern.tuner import tune as tuner
         tuner.gpu_backend(backend)
-        shapes = [problems.parse_shape(op, s) for s in shape] if shape else [None]
+        spec = ops.get(op)
+        shapes = [spec.parse(s) for s in shape] if shape else [spec.tune_shape(backend)]
+        shapes = [spec.complete(dict(s, **fields)) for s in shapes]
         done = []
         for sh in shapes:
             if show:
-                _show(console, op, sh, dtype, backend, opts)
+                _show(console, op, sh, dtype, backend)
             else:
-                done.append(_tune(console, op, sh, dtype, backend, budget, reps, verbose, opts))
+                done.append(_tune(console, op, sh, dtype, backend, budget, reps, verbose))
         if done:
             _summary(console, op, dtype, backend, reps, done)
     except BackendUnavailable as e:
@@ -126,9 +130,9 @@ def _run(console, tdb, problems, op, backend, dtype, shape, budget, stride, padd
         _fail(console, str(e))
 
 
-def _show(console, op, shape, dtype, backend, opts):
-    from mpskern.tuning import tuner
-    c = tuner.show(op, shape, dtype, backend, **opts)
+def _show(console, op, shape, dtype, backend):
+    from mpskern.tuner import tune as tuner
+    c = tuner.show(op, shape, dtype, backend)
     dev = tuner.gpu_backend(backend).info
     console.print(f"[bold]{op}[/] {dtype} {'x'.join(map(str, c.shape))} on {dev['name']} "
                   f"(family apple{dev['family']}): [bold]{_fmt(c.config)}[/]")
@@ -137,10 +141,11 @@ def _show(console, op, shape, dtype, backend, opts):
         console.print(f"  skipped {level} entry {_fmt(cfg)} ({src}): {why}")
 
 
-def _tune(console, op, shape, dtype, backend, budget, reps, verbose, opts):
-    from mpskern.tuning import search, tuner
+def _tune(console, op, shape, dtype, backend, budget, reps, verbose):
+    from mpskern.tuner import search
+    from mpskern.tuner import tune as tuner
     with search.rich_progress(console, f"tuning {op}") as bar:
-        r = tuner.tune(op, shape, dtype, backend, budget, reps=reps, progress=bar, **opts)
+        r = tuner.tune(op, shape, dtype, backend, budget, reps=reps, progress=bar)
     res = r.result
     if verbose:
         t = Table(title="candidates")

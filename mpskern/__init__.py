@@ -21,9 +21,7 @@ from mpskern._version import __version__
 from mpskern._errors import (BackendUnavailable, KernelCheckError, KernelCompileError,
                              MpskernError, Unsupported)
 from mpskern import _blas_preload  # noqa: F401  (loads OpenBLAS before _native)
-from mpskern.ops import (Device, avg_pool2d, batch_norm, conv2d, devices, gemm,  # noqa: E402
-                         group_norm, layer_norm, log_softmax, matmul, max_pool2d, rms_norm,
-                         softmax)
+from mpskern.ops import *  # noqa: E402,F401,F403  (the public ops: mpskern/ops/__init__.py's __all__)
 from mpskern.memory import empty  # noqa: E402  (page-aligned arrays: zero-copy on Metal)
 from mpskern.threads import get_num_threads, set_num_threads  # noqa: E402,F401
 from mpskern.kernel import Kernel, metal_kernel  # noqa: E402,F401  (users' own MSL kernels)

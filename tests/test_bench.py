@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from mpskern import costs, peaks, reference
-from mpskern.bench import ops, presets, runner, schema, targets
+from mpskern import ops, peaks, reference, structs
+from mpskern.bench import runner, schema, targets
 
 
 class FakeTarget(targets.Target):
@@ -54,13 +54,13 @@ def fake_make(name):
 
 # -- shapes ---------------------------------------------------------------------------------
 def test_shape_grammar_positional_keys_defaults():
-    sp = ops.spec("conv2d")
+    sp = ops.get("conv2d")
     s = sp.parse("2,64,56,56,128,3,pad=1")
     assert s == dict(N=2, C=64, H=56, W=56, K=128, R=3, S=3, stride=1, pad=1, dil=1, groups=1,
                      bias=1)
     assert sp.parse("c=8 h=10 k=4 r=1") == dict(N=1, C=8, H=10, W=10, K=4, R=1, S=1, stride=1,
                                                  pad=0, dil=1, groups=1, bias=1)
-    assert ops.spec("matmul").parse("512") == dict(M=512, N=512, K=512, batch=1)
+    assert ops.get("matmul").parse("512") == dict(M=512, N=512, K=512, batch=1)
 
 
 @pytest.mark.parametrize("op,text,msg", [
@@ -79,45 +79,44 @@ def test_shape_grammar_positional_keys_defaults():
 ])
 def test_shape_grammar_errors(op, text, msg):
     with pytest.raises(ValueError, match=msg) as e:
-        ops.spec(op).parse(text)
+        ops.get(op).parse(text)
     assert str(e.value).startswith(op + ":")               # names the op
 
 
 def test_pool_fields_added_later_keep_old_keys():
     """dil and ceil came after results were saved: at their defaults they stay out of the
     shape key, so `report --compare` still matches rows of older runs."""
-    sp = ops.spec("max_pool2d")
+    sp = ops.get("max_pool2d")
     assert sp.key(sp.parse("1,64,112,112,3,2,1")) == "N=1,C=64,H=112,W=112,k=3,stride=2,pad=1"
     s = sp.parse("1,64,112,112,3,2,1,dil=2,ceil=1")
     assert sp.key(s).endswith("pad=1,dil=2,ceil=1") and sp.label(s).endswith("d2 ceil")
 
 
 def test_every_preset_is_valid_and_the_default_conv_preset_is_small():
-    for op, sp in ops.SPECS.items():
-        for name, entries in presets.presets_for(op).items():
+    for op, sp in ops.TABLE.items():
+        for name, entries in sp.presets.items():
             assert entries, (op, name)
             for label, fields in entries:
                 sp.complete(fields)
     total = 0.0
-    sp = ops.spec("conv2d")
-    for _, f in presets.get("conv2d", "small"):
-        s = sp.complete(f)
+    sp = ops.get("conv2d")
+    for _, s in sp.preset("small"):
         P = (s["H"] + 2 * s["pad"] - s["R"]) // s["stride"] + 1
-        total += costs.for_op("conv2d", sp.struct_args(s, (1, s["K"], P, P)), 4).flops
+        total += sp.costs(s, (1, s["K"], P, P), 4).flops
     assert total < 1.5e9            # `mpskern bench conv2d` stays about a minute on 2 cores
 
 
 # -- costs and references -------------------------------------------------------------------
 def test_costs():
-    c = costs.conv2d(N=1, C=64, H=56, W=56, K=64, R=3, S=3, P=56, Q=56, itemsize=4)
+    c = structs.conv2d_cost(N=1, C=64, H=56, W=56, K=64, R=3, S=3, P=56, Q=56, itemsize=4)
     assert c.flops == 2 * 64 * 56 * 56 * 64 * 9
     assert c.bytes == 4 * (64 * 56 * 56 * 2 + 64 * 64 * 9)
-    g = costs.for_op("matmul", dict(batch=2, M=3, N=4, K=5), 2)
+    g = ops.get("matmul").costs(dict(M=3, N=4, K=5, batch=2), (2, 3, 4), 2)
     assert g.flops == 2 * 2 * 3 * 4 * 5 and g.bytes == 2 * 2 * (15 + 20 + 12)
     assert math.isclose(g.intensity, g.flops / g.bytes)
-    assert costs.primary_metric("conv2d") == "gflops" and costs.primary_metric("softmax") == "gbps"
-    with pytest.raises(ValueError, match="no cost model"):
-        costs.for_op("fft", {}, 4)
+    assert ops.get("conv2d").metric == "gflops" and ops.get("softmax").metric == "gbps"
+    with pytest.raises(ValueError, match="unknown op 'fft'"):
+        ops.get("fft")
 
 
 def test_reference_conv_and_pool_against_loops():
@@ -182,8 +181,8 @@ def test_check_tolerance_and_error():
 
 # -- runner and schema ----------------------------------------------------------------------
 def _run(op="conv2d", tg=("cpu", "metal", "mps", "torch-cpu"), dtypes=("float32",)):
-    sp = ops.spec(op)
-    cases = [(lbl, sp.complete(f)) for lbl, f in presets.get(op, "tiny")]
+    sp = ops.get(op)
+    cases = sp.preset("tiny")
     return runner.run(op, cases, dtypes, [fake_make(n) for n in tg], budget=0.02)
 
 
@@ -212,7 +211,7 @@ def test_runner_checks_times_and_derives():
 
 
 def test_runner_every_op_and_float16():
-    for op in ops.SPECS:
+    for op in ops.TABLE:
         rows = _run(op, tg=("cpu",), dtypes=("float32", "float16"))
         assert rows and all(r["status"] == "ok" for r in rows), (op, rows[0]["error"])
         assert all(r[r["metric"]] > 0 for r in rows)

@@ -57,18 +57,19 @@ def test_only_ops_that_count_work_done_raise_the_peak(monkeypatch, tmp_path):
     """conv2d counts direct-convolution FLOPs; the cpu backend's Winograd path does ~4x
     fewer, so its 'GFLOP/s' may pass the FMA peak. Was: such a case raised the saved peak,
     and every later case's % of peak read low."""
-    from mpskern.bench import ops, runner, targets
+    from mpskern import ops
+    from mpskern.bench import runner, targets
     monkeypatch.setenv("MPSKERN_CACHE_DIR", str(tmp_path))
     low = peaks.Peak(0.01, None, 10.0, "measured: test", measured=True)   # any machine beats it
     monkeypatch.setattr(peaks, "_session_peak", {})
     monkeypatch.setattr(peaks, "cpu_peak", lambda measure=True: low)
     cpu = targets.make("cpu")
-    conv = ops.spec("conv2d")
+    conv = ops.get("conv2d")
     rows = runner.run("conv2d", [("c", conv.parse("2,32,16,16,32,3,pad=1"))], ["float32"], [cpu],
                       budget=0.01, min_samples=3)
     assert rows[0]["status"] == "ok" and rows[0]["gflops"] > 0.01
     assert rows[0]["pct_peak"] > 100 and peaks.lookup(peaks.cpu_device_name()) is None
-    mm = ops.spec("matmul")
+    mm = ops.get("matmul")
     rows = runner.run("matmul", [("m", mm.parse("128"))], ["float32"], [cpu], budget=0.01,
                       min_samples=3)
     assert rows[0]["status"] == "ok"

@@ -2,19 +2,20 @@
 Every op's torch mapping must pass the same float64 check as mpskern's backends."""
 import pytest
 
-from mpskern.bench import ops, presets, runner, targets
+from mpskern import ops
+from mpskern.bench import runner, targets
 
 torch = pytest.importorskip("torch")
 
 
-@pytest.mark.parametrize("op", list(ops.SPECS))
+@pytest.mark.parametrize("op", list(ops.TABLE))
 def test_torch_cpu_matches_the_reference(op, monkeypatch):
     from mpskern import peaks
     monkeypatch.setattr(peaks, "cpu_peak", lambda measure=True: None)   # no peak measuring
     t = targets.make("torch-cpu")
     assert t.availability()[0] and t.kind == "peer"
-    sp = ops.spec(op)
-    cases = [(lbl, sp.complete(f)) for lbl, f in presets.get(op, "tiny")][:1]
+    sp = ops.get(op)
+    cases = sp.preset("tiny")[:1]
     rows = runner.run(op, cases, ["float32", "float16"], [t], budget=0.01, min_samples=3)
     assert len(rows) == 2
     for r in rows:

@@ -6,7 +6,8 @@ import pytest
 from typer.testing import CliRunner
 
 from mpskern import backends, peaks
-from mpskern.bench import ops, presets, runner, targets
+from mpskern import ops
+from mpskern.bench import runner, targets
 
 
 @pytest.fixture(autouse=True)
@@ -15,10 +16,10 @@ def _no_peak_measuring(monkeypatch, tmp_path):
     monkeypatch.setattr(peaks, "cpu_peak", lambda measure=True: None)
 
 
-@pytest.mark.parametrize("op", list(ops.SPECS))
+@pytest.mark.parametrize("op", list(ops.TABLE))
 def test_every_op_on_cpu(op):
-    sp = ops.spec(op)
-    cases = [(lbl, sp.complete(f)) for lbl, f in presets.get(op, "tiny")]
+    sp = ops.get(op)
+    cases = sp.preset("tiny")
     rows = runner.run(op, cases, ["float32", "float16"], [targets.make("cpu")], budget=0.01,
                       min_samples=3)
     for r in rows:
@@ -30,7 +31,7 @@ def test_every_op_on_cpu(op):
                                       ("avg_pool2d", "2,3,10,10,3,2,1,ceil=1")])
 def test_pool_options_checked_on_cpu_and_sim(op, text):
     """dilation and ceil_mode reach the kernels: the float64 check runs on each backend."""
-    sp = ops.spec(op)
+    sp = ops.get(op)
     tg = [targets.make("cpu")] + ([targets.make("sim")] if backends.availability("sim")[0] else [])
     rows = runner.run(op, [("opts", sp.parse(text))], ["float32"], tg, budget=0.01, min_samples=3)
     assert [r["status"] for r in rows] == ["ok"] * len(tg), [r["error"] for r in rows]

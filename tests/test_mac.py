@@ -10,7 +10,7 @@ import pytest
 import mpskern
 from mpskern import _native, backends
 from mpskern.cli import selftest as st
-from mpskern.cli.selftest_cases import CASES
+from mpskern.cli.selftest import CASES
 
 pytestmark = [pytest.mark.mac,
               pytest.mark.skipif(sys.platform != "darwin", reason="needs macOS on Apple silicon")]

@@ -8,7 +8,8 @@ import pytest
 from matplotlib.image import imread
 from typer.testing import CliRunner
 
-from mpskern.bench import ops, presets, runner, schema
+from mpskern import ops
+from mpskern.bench import runner, schema
 from mpskern.cli.main import app
 from mpskern.report import compare, data
 from test_bench import fake_make
@@ -19,8 +20,8 @@ def results(tmp_path_factory):
     d = tmp_path_factory.mktemp("res")
     rows = []
     for op in ("conv2d", "softmax"):
-        sp = ops.spec(op)
-        cases = [(lbl, sp.complete(f)) for lbl, f in presets.get(op, "tiny")]
+        sp = ops.get(op)
+        cases = sp.preset("tiny")
         rows += runner.run(op, cases, ["float32"], [fake_make(n) for n in ("cpu", "metal", "sim", "mps")],
                            budget=0.02)
     schema.append_jsonl(d / "bench.jsonl", rows)

@@ -3,7 +3,7 @@ early stop, budget, default first."""
 import numpy as np
 import pytest
 
-from mpskern.tuning import search as S
+from mpskern.tuner import search as S
 
 REF = np.arange(6.0)
 

@@ -9,7 +9,8 @@ import pytest
 
 import mpskern
 from mpskern import backends
-from mpskern.tuning import db, spaces, tuner
+from mpskern.tuner import tune as tuner
+from mpskern.tuning import db, spaces
 
 pytestmark = [
     pytest.mark.skipif(not backends.availability("sim")[0],
@@ -108,8 +109,8 @@ def test_row_ops_and_depthwise_tune_through_their_own_spaces(sim):
                    candidates=spaces.shipped("softmax")[:2])
     assert r.key.op == "softmax" and r.key.shape == (4, 96, 1) and r.result.best is not None
     assert len(r.result.trials) == 2 and all(t.status in ("ok", "pruned") for t in r.result.trials)
-    r = tuner.tune("conv2d", (1, 4, 5, 5, 4, 3, 3), backend="sim", budget_s=10, reps=2,
-                   padding=1, groups=4, candidates=[{"variant": "depthwise", "threads": 64}])
+    r = tuner.tune("conv2d", "1,4,5,5,4,3,3,pad=1,groups=4", backend="sim", budget_s=10, reps=2,
+                   candidates=[{"variant": "depthwise", "threads": 64}])
     assert r.key.op == "conv2d_depthwise" and r.result.best is not None
     assert {e.op for e in db.user_db().entries} == {"softmax", "conv2d_depthwise"}
 

@@ -4,7 +4,9 @@ the real kernels on the simulator are exercised in test_tuning_sim.py."""
 import numpy as np
 import pytest
 
-from mpskern.tuning import db, lookup, problems, tuner
+from mpskern import ops
+from mpskern.tuner import tune as tuner
+from mpskern.tuning import db, lookup
 
 # a family without packaged defaults, so an untuned call uses the generic rule
 SIM11 = dict(name="mpskern simulator (apple11)", architecture="", family=11, is_simulator=True,
@@ -41,6 +43,8 @@ def fake(monkeypatch, tmp_path):
     be = FakeBackend(dict(SIM11))
 
     def make(op, shape, dtype="float32", seed=0, **options):
+        if isinstance(shape, dict):                     # the CLI's parsed --shape
+            shape = (shape["M"], shape["N"], shape["K"])
         M, N, K = shape
         a = np.random.default_rng(seed).uniform(-1, 1, (M, K)).astype(dtype)
         b = np.random.default_rng(seed + 1).uniform(-1, 1, (K, N)).astype(dtype)
@@ -52,17 +56,17 @@ def fake(monkeypatch, tmp_path):
             be.last_timing = (MS[c.config["variant"]] * (1.0 + 0.01 * c.config["BK"]), 9.9)
             out = a @ b
             return out + 1.0 if c.config == WRONG or be.broken else out
-        return problems.Problem(op, tuple(shape), dtype, call,
+        return tuner.Problem(op, tuple(shape), dtype, call,
                                 a.astype(np.float64) @ b.astype(np.float64))
 
-    monkeypatch.setattr(problems, "make", make)
+    monkeypatch.setattr(tuner, "make", make)
     monkeypatch.setattr(tuner, "gpu_backend", lambda name: be)
     yield be
     db.reset()
 
 
 def test_tune_stores_the_winner_and_later_calls_use_it(fake):
-    prob = problems.make("gemm", (40, 24, 16))
+    prob = tuner.make("gemm", (40, 24, 16))
     prob.call("sim")
     assert fake.last_config == GENERIC and lookup.last_choice().level == "generic"
 
@@ -81,7 +85,7 @@ def test_tune_stores_the_winner_and_later_calls_use_it(fake):
     assert fake.last_config == FAST and lookup.last_choice().level == "exact"
     c = tuner.show("gemm", (40, 24, 16), backend="sim")
     assert c.level == "exact" and "tuned on this device" in c.explain()
-    bigger = problems.make("gemm", (48, 30, 16))        # same bucket 64x32x16
+    bigger = tuner.make("gemm", (48, 30, 16))        # same bucket 64x32x16
     bigger.call("sim")
     assert fake.last_config == FAST and lookup.last_choice().level == "bucket"
 
@@ -109,31 +113,31 @@ def test_nothing_correct_stores_nothing(fake):
 
 def test_unknown_op_and_dtype():
     with pytest.raises(ValueError, match="not a tunable op"):
-        problems.make("fft", (4,))
+        tuner.make("fft", (4,))
     with pytest.raises(ValueError, match="float32 or float16"):
-        problems.make("gemm", (4, 4, 4), "float64")
-    with pytest.raises(ValueError, match="MxNxK"):
-        problems.parse_shape("gemm", "4x4")
-    assert problems.parse_shape("conv2d", "1x2x3x4x5x3x3") == (1, 2, 3, 4, 5, 3, 3)
+        tuner.make("gemm", (4, 4, 4), "float64")
+    with pytest.raises(ValueError, match="gemm shape: M,N=M,K=M"):    # the one grammar
+        ops.get("gemm").parse("4x4xq")
+    assert tuple(ops.get("conv2d").parse("1x2x3x4x5x3x3").values())[:7] == (1, 2, 3, 4, 5, 3, 3)
     with pytest.raises(ValueError, match="sim"):
         tuner.gpu_backend("cpu")
 
 
-CPU_CASES = [(op, problems.default_shape(op, "sim"), {}) for op in sorted(problems.OPS)] + [
-    ("conv2d", (2, 6, 9, 8, 4, 3, 2), dict(stride=2, padding=1, groups=2)),
-    ("conv2d", (1, 4, 6, 6, 4, 3, 3), dict(padding=1, groups=4)),
-    ("group_norm", (2, 6, 3, 5), dict(groups=3)),
+CPU_CASES = [(op, None) for op in ops.TABLE] + [
+    ("conv2d", "2,6,9,8,4,3,2,stride=2,pad=1,groups=2"),
+    ("conv2d", "1,4,6,6,4,3,3,pad=1,groups=4"),
+    ("group_norm", "2,6,3,5,G=3"),
 ]
 
 
-@pytest.mark.parametrize("op,shape,opts", CPU_CASES)
+@pytest.mark.parametrize("op,shape", CPU_CASES)
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_problem_references_agree_with_the_cpu_backend(op, shape, opts, dtype):
+def test_problem_references_agree_with_the_cpu_backend(op, shape, dtype):
     """Each problem's float64 reference against mpskern's CPU kernels (an independent
     implementation), and the check rejects a perturbed or mis-shaped output."""
-    p = problems.make(op, shape, dtype, **opts)
+    p = tuner.make(op, shape, dtype, backend="sim")
     ok, err = p.check(p.call("cpu"))
-    assert ok, (op, shape, opts, err)
+    assert ok, (op, shape, err)
     bad = p.reference.copy()
     bad.flat[0] += 0.05 * np.max(np.abs(bad))
     assert not p.check(bad)[0]
@@ -161,7 +165,8 @@ def test_cli_tune_show_list_merge(fake, monkeypatch, tmp_path):
     r = run(app, ["tune", "--merge", str(tmp_path / "tuning.json"), "--db", str(other)])
     assert r.exit_code == 0 and "merged 1 entries" in r.output, r.output
     for bad, msg in ((["tune", "fft"], "not a tunable op"),
-                     (["tune", "gemm", "--backend", "sim", "--shape", "1x2"], "MxNxK"),
+                     (["tune", "gemm", "--backend", "sim", "--shape", "1x2xq"],
+                      "gemm shape: M,N=M,K=M"),
                      (["tune", "gemm", "--budget", "0"], "positive")):
         r = run(app, bad)
         assert r.exit_code == 2 and msg in r.output, (bad, r.output)

@@ -11,9 +11,8 @@ import zlib
 
 import numpy as np
 
-from mpskern import costs, peaks
+from mpskern import ops, peaks
 from mpskern.bench import provenance, schema, stats, timing
-from mpskern.bench.ops import spec as get_spec
 from mpskern.bench.targets import as_numpy
 from mpskern.reference import max_error, tolerance
 
@@ -33,7 +32,7 @@ def run(op, shapes, dtypes, targets, *, budget=0.5, run_id=None, preset="custom"
     """Run `shapes` ([(label, shape dict)]) x `dtypes` x `targets`; returns the rows.
     on_row(row) is called as each case's rows are complete (for appending to a file);
     on_case(label, dtype, target_name) before each target runs (for progress)."""
-    sp = get_spec(op)
+    sp = ops.get(op)
     run_id = run_id or new_run_id()
     mach = provenance.machine()
     rows = []
@@ -44,8 +43,8 @@ def run(op, shapes, dtypes, targets, *, budget=0.5, run_id=None, preset="custom"
                 raise ValueError(f"dtype {dtype} is not benchmarked; use float32 or float16")
             inp = sp.inputs(shape, dtype, _rng(op, sp.key(shape), dtype))
             want = sp.reference(inp)
-            cost = costs.for_op(op, sp.struct_args(shape, want.shape), np.dtype(dtype).itemsize)
-            tol = tolerance(dtype, sp.reduction(shape))
+            cost = sp.costs(shape, want.shape, np.dtype(dtype).itemsize)
+            tol = tolerance(dtype, sp.reduction(inp))
             case = []
             for t in targets:
                 if on_case:
@@ -69,7 +68,7 @@ def _empty_row(sp, t, shape, label, dtype, budget):
     r.update(schema_version=schema.SCHEMA_VERSION, op=sp.name, shape=dict(shape),
              shape_key=sp.key(shape), shape_label=label, dtype=dtype, backend=t.name,
              backend_kind=t.kind, simulated=t.simulated, timer=t.timer, budget_s=budget,
-             metric=costs.primary_metric(sp.name), unstable=None)
+             metric=sp.metric, unstable=None)
     return r
 
 
@@ -117,7 +116,7 @@ def _one(sp, t, shape, label, dtype, inp, want, cost, tol, budget, min_samples):
         r.update(gflops=cost.flops / sec / 1e9, gbps=cost.bytes / sec / 1e9)
     pk = _safe(t.peak)
     if (pk is not None and sec > 0 and dtype == "float32" and r["metric"] == "gflops"
-            and sp.name in costs.WORK_DONE_OPS):
+            and sp.work_done):
         pk = peaks.raise_measured(r["device"], pk, r["gflops"])
     if pk is not None and sec > 0:
         pg, pb = pk.gflops(dtype), pk.gbps

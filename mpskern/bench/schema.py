@@ -39,7 +39,7 @@ COLUMNS = {
     "unstable_reason": "why unstable",
     "wall_median_ms": "median wall time per call (equals median_ms for the wall timer)",
     "wall_p10_ms": "wall p10", "wall_p90_ms": "wall p90",
-    "flops": "FLOPs per call (mpskern.costs)", "bytes": "compulsory bytes per call",
+    "flops": "FLOPs per call (mpskern.structs)", "bytes": "compulsory bytes per call",
     "intensity": "flops / bytes",
     "gflops": "flops / median time", "gbps": "bytes / median time",
     "metric": "gflops or gbps: the figure the op is read in",

@@ -95,7 +95,7 @@ class MpskernTarget(Target):
             return a
         inp = {k: aligned(v) for k, v in inputs.items()}
         out = mpskern.empty(out_shape, dtype)
-        return lambda: spec.call(mpskern, inp, self.name, out)
+        return lambda: spec.call(inp, self.name, out)
 
     def device_ms(self):
         t = self.backend.last_timing
@@ -183,7 +183,7 @@ class MlxTarget(Target):
 
     def bind(self, spec, inputs, out_shape, dtype):
         import mlx.core as mx
-        f = _MLX.get(spec.name)
+        f = spec.mlx_call
         if f is None:
             raise NotImplementedError(f"mlx: no mapping for {spec.name} in the benchmark")
         t = {k: (mx.array(v) if isinstance(v, np.ndarray) else v) for k, v in inputs.items()}
@@ -193,21 +193,6 @@ class MlxTarget(Target):
             mx.eval(y)
             return y
         return _NumpyResult(run, lambda y: np.array(y))
-
-
-def _mlx_softmax(mx, t, log=False):
-    x = t["x"]
-    return x - mx.logsumexp(x, axis=-1, keepdims=True) if log else mx.softmax(x, axis=-1)
-
-
-_MLX = {
-    "matmul": lambda mx, t: mx.matmul(t["a"], t["b"]),
-    "softmax": _mlx_softmax,
-    "log_softmax": lambda mx, t: _mlx_softmax(mx, t, log=True),
-    "layer_norm": lambda mx, t: mx.fast.layer_norm(t["x"], t["w"].astype(t["x"].dtype),
-                                                   t["b"].astype(t["x"].dtype), 1e-5),
-    "rms_norm": lambda mx, t: mx.fast.rms_norm(t["x"], t["w"].astype(t["x"].dtype), 1e-5),
-}
 
 
 def _metal_device_name():

@@ -1,10 +1,25 @@
-"""The public ops, one module per family; mpskern/__init__.py re-exports them."""
-from mpskern.ops.conv2d import conv2d
+"""The public ops, one module per family, and the op table: one declaration per op
+(mpskern/ops/op.py says what it holds) that `mpskern bench`, `mpskern tune`, `mpskern
+selftest` and the tests share. mpskern/__init__.py re-exports __all__."""
+from mpskern.ops.conv2d import CONV2D, conv2d
 from mpskern.ops.devices import Device, devices
-from mpskern.ops.matmul import gemm, matmul
-from mpskern.ops.norm import batch_norm, group_norm, layer_norm, rms_norm
-from mpskern.ops.pool import avg_pool2d, max_pool2d
-from mpskern.ops.softmax import log_softmax, softmax
+from mpskern.ops.matmul import GEMM, MATMUL, gemm, matmul
+from mpskern.ops.norm import (BATCH_NORM, GROUP_NORM, LAYER_NORM, RMS_NORM, batch_norm,
+                              group_norm, layer_norm, rms_norm)
+from mpskern.ops.pool import AVG_POOL2D, MAX_POOL2D, avg_pool2d, max_pool2d
+from mpskern.ops.softmax import LOG_SOFTMAX, SOFTMAX, log_softmax, softmax
 
 __all__ = ["avg_pool2d", "batch_norm", "conv2d", "Device", "devices", "gemm", "group_norm",
            "layer_norm", "log_softmax", "matmul", "max_pool2d", "rms_norm", "softmax"]
+
+# the op table, in the order tools list the ops
+TABLE = {op.name: op for op in (CONV2D, MATMUL, GEMM, MAX_POOL2D, AVG_POOL2D, SOFTMAX,
+                                LOG_SOFTMAX, LAYER_NORM, RMS_NORM, BATCH_NORM, GROUP_NORM)}
+
+
+def get(name):
+    """The table's declaration of op `name`; ValueError listing the ops."""
+    try:
+        return TABLE[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown op {name!r}; use one of {', '.join(TABLE)}") from None

@@ -1,7 +1,11 @@
 """conv2d (torch.nn.functional.conv2d semantics, NCHW) on the backend's conv2d
-(mk_conv2d_args)."""
-
+(mk_conv2d_args), and its entry in the op table (CONV2D: shape fields, inputs, reference,
+cost, bench presets, tune shapes, selftest cases)."""
+import mpskern
 from mpskern import _args
+from mpskern import reference as ref
+from mpskern import structs
+from mpskern.ops.op import Check, Field, Op, normal
 from mpskern.shapes import conv_padding, positive_pair
 
 
@@ -43,8 +47,121 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
     if y.size == 0 or C == 0:
         y[...] = 0 if b is None else b.reshape(-1, 1, 1)  # C == 0: an empty sum
         return _args.finish(y, out)
-    args = {"N": N, "C": C, "H": H, "W": W, "K": K, "R": R, "S": S, "P": P, "Q": Q,
-            "stride_h": s[0], "stride_w": s[1], "pad_h": ph, "pad_w": pw,
-            "dil_h": d[0], "dil_w": d[1], "groups": g, "has_bias": int(b is not None)}
+    args = structs.conv2d_args(N, C, H, W, K, R, S, P, Q, stride_h=s[0], stride_w=s[1],
+                               pad_h=ph, pad_w=pw, dil_h=d[0], dil_w=d[1], groups=g,
+                               has_bias=b is not None)
     be.conv2d(args, code, x, w, b, y)
     return _args.finish(y, out)
+
+
+# -- the op table's entry -------------------------------------------------------------------
+# ResNet-50 (v1.5, 224x224 input) convolutions, one entry per distinct layer shape:
+# (label, C, H, K, R, stride); 3x3 and 7x7 layers are padded to keep the size.
+_RESNET50 = [("conv1 7x7/2", 3, 224, 64, 7, 2), ("res2 1x1 64>64", 64, 56, 64, 1, 1),
+             ("res2 3x3 64", 64, 56, 64, 3, 1), ("res2 1x1 64>256", 64, 56, 256, 1, 1),
+             ("res2 1x1 256>64", 256, 56, 64, 1, 1), ("res3 1x1 256>128", 256, 56, 128, 1, 1),
+             ("res3 3x3/2 128", 128, 56, 128, 3, 2), ("res3 3x3 128", 128, 28, 128, 3, 1),
+             ("res3 1x1 128>512", 128, 28, 512, 1, 1), ("res3 1x1 512>128", 512, 28, 128, 1, 1),
+             ("res3 down 1x1/2", 256, 56, 512, 1, 2), ("res4 1x1 512>256", 512, 28, 256, 1, 1),
+             ("res4 3x3/2 256", 256, 28, 256, 3, 2), ("res4 3x3 256", 256, 14, 256, 3, 1),
+             ("res4 1x1 256>1024", 256, 14, 1024, 1, 1),
+             ("res4 1x1 1024>256", 1024, 14, 256, 1, 1), ("res4 down 1x1/2", 512, 28, 1024, 1, 2),
+             ("res5 1x1 1024>512", 1024, 14, 512, 1, 1), ("res5 3x3/2 512", 512, 14, 512, 3, 2),
+             ("res5 3x3 512", 512, 7, 512, 3, 1), ("res5 1x1 512>2048", 512, 7, 2048, 1, 1),
+             ("res5 1x1 2048>512", 2048, 7, 512, 1, 1), ("res5 down 1x1/2", 1024, 14, 2048, 1, 2)]
+_RESNET50 = [(lbl, dict(C=c, H=h, K=k, R=r, **(dict(stride=st) if st > 1 else {}),
+                        **(dict(pad=r // 2) if r > 1 else {})))
+             for lbl, c, h, k, r, st in _RESNET50]
+_SMALL = ["conv1 7x7/2", "res2 3x3 64", "res3 3x3 128", "res4 1x1 1024>256", "res5 3x3 512"]
+# MobileNetV2 depthwise 3x3 layers (groups = channels)
+_MOBILENET_DW = [(f"dw 3x3{'/2' if st == 2 else ''} {c}@{h}",
+                  dict(C=c, H=h, K=c, R=3, stride=st, pad=1, groups=c))
+                 for c, h, st in [(32, 112, 1), (96, 112, 2), (144, 56, 1), (144, 56, 2),
+                                  (192, 28, 1), (384, 14, 1), (576, 14, 1), (576, 14, 2),
+                                  (960, 7, 1)]]
+
+
+def _check(xs, ws, bias=False, **p):
+    """A selftest case: x of shape xs, weight ws, conv2d options p."""
+    def inputs(rng, dt):
+        return dict(x=normal(rng, xs, dt), w=normal(rng, ws, dt),
+                    b=normal(rng, ws[0], "float32") if bias else None, p=p)
+    return inputs
+
+
+class Conv2d(Op):
+    name = "conv2d"
+    kernel, cost, metric = "conv2d", staticmethod(structs.conv2d_cost), "gflops"
+    fields = (Field("N", 1, "batch"), Field("C", None, "input channels"),
+              Field("H", None, "height"), Field("W", "H", "width (default H)"),
+              Field("K", None, "output channels"), Field("R", None, "kernel height"),
+              Field("S", "R", "kernel width (default R)"), Field("stride", 1),
+              Field("pad", 0), Field("dil", 1), Field("groups", 1), Field("bias", 1, "0/1"))
+    example = "1,64,56,56,64,3,pad=1"
+    zero_ok = frozenset({"pad", "bias"})
+    presets = {
+        "small": [e for e in _RESNET50 if e[0] in _SMALL],
+        "resnet50": _RESNET50,
+        "mobilenet-dw": _MOBILENET_DW,
+        "tiny": [("tiny 3x3 16", dict(C=16, H=16, K=16, R=3, pad=1)),
+                 ("tiny 1x1 32>16", dict(C=32, H=8, K=16, R=1))],
+    }
+    tune = {"metal": dict(N=8, C=64, H=56, K=64, R=3, bias=0),
+            "sim": dict(N=1, C=8, H=10, K=16, R=3, bias=0)}
+    checks = (
+        Check("x(2,3,9,11) w(4,3,3,3) pad 1 +bias", _check((2, 3, 9, 11), (4, 3, 3, 3), True,
+                                                          padding=1)),
+        Check("x(1,4,10,13) w(6,2,3,3) stride 2 pad 2 dil 2 groups 2",
+              _check((1, 4, 10, 13), (6, 2, 3, 3), stride=2, padding=2, dilation=2, groups=2)),
+        Check("x(2,5,8,7) w(5,1,3,3) depthwise pad 1 +bias",
+              _check((2, 5, 8, 7), (5, 1, 3, 3), True, padding=1, groups=5)),
+        Check("x(1,8,5,5) w(16,8,1,1) 1x1", _check((1, 8, 5, 5), (16, 8, 1, 1))),
+        Check("x(1,3,7,8) w(2,3,2,4) pad same", _check((1, 3, 7, 8), (2, 3, 2, 4),
+                                                      padding="same")),
+        Check("x(0,3,5,5) w(4,3,3,3) empty batch", _check((0, 3, 5, 5), (4, 3, 3, 3), True)),
+    )
+
+    def validate(self, s):
+        super().validate(s)
+        if s["C"] % s["groups"] or s["K"] % s["groups"]:
+            raise ValueError(f"conv2d: groups={s['groups']} must divide C={s['C']} and K={s['K']}")
+        for d, k in (("H", "R"), ("W", "S")):
+            if s[d] + 2 * s["pad"] < s["dil"] * (s[k] - 1) + 1:
+                raise ValueError(f"conv2d: kernel {k}={s[k]} (dil={s['dil']}) is larger than the "
+                                 f"padded input {d}+2*pad={s[d] + 2 * s['pad']}")
+
+    def label(self, s):
+        g = f" g{s['groups']}" if s["groups"] > 1 else ""
+        d = f" d{s['dil']}" if s["dil"] > 1 else ""
+        return (f"{s['N']}x{s['C']}x{s['H']}x{s['W']} {s['R']}x{s['S']}->{s['K']} "
+                f"s{s['stride']}p{s['pad']}{d}{g}")
+
+    def inputs(self, s, dtype, rng):
+        fan = s["C"] // s["groups"] * s["R"] * s["S"]
+        return dict(x=normal(rng, (s["N"], s["C"], s["H"], s["W"]), dtype),
+                    w=normal(rng, (s["K"], s["C"] // s["groups"], s["R"], s["S"]), dtype,
+                             fan ** -0.5),
+                    b=normal(rng, s["K"], dtype) if s["bias"] else None,
+                    p=dict(stride=s["stride"], padding=s["pad"], dilation=s["dil"],
+                           groups=s["groups"]))
+
+    def call(self, i, backend, out=None):
+        return mpskern.conv2d(i["x"], i["w"], i["b"], backend=backend, out=out, **i["p"])
+
+    def torch_call(self, F, t):
+        return F.conv2d(t["x"], t["w"], t["b"], **t["p"])
+
+    def reference(self, i):
+        return ref.conv2d(i["x"], i["w"], i["b"], **i["p"])
+
+    def reduction(self, i):
+        _, cg, r, s_ = i["w"].shape
+        return cg * r * s_
+
+    def struct(self, s, out_shape):
+        return structs.conv2d_args(s["N"], s["C"], s["H"], s["W"], s["K"], s["R"], s["S"],
+                                   out_shape[2], out_shape[3], groups=s["groups"],
+                                   has_bias=s["bias"])
+
+
+CONV2D = Conv2d()

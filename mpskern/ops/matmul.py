@@ -1,10 +1,14 @@
 """matmul (np.matmul's rules) and gemm (alpha*op(A)*op(B) + beta*C), both on the backend's
-gemm (mk_gemm_args)."""
+gemm (mk_gemm_args), and their entries in the op table (MATMUL, GEMM)."""
 from math import prod
 
 import numpy as np
 
+import mpskern
 from mpskern import _args
+from mpskern import reference as ref
+from mpskern import structs
+from mpskern.ops.op import Check, Field, Op, normal
 from mpskern.shapes import broadcast_batch
 
 
@@ -49,10 +53,8 @@ def matmul(a, b, *, backend="auto", out=None):
         if nbb == 1:
             sb = 0
         count, m = nb, M
-    args = {"batch": count, "M": m, "N": N, "K": K, "lda": K, "ldb": N, "ldc": N,
-            "stride_a": sa, "stride_b": sb, "stride_c": m * N, "stride_out": m * N,
-            "trans_a": 0, "trans_b": 0, "has_c": 0, "alpha": 1.0, "beta": 0.0, "split_k": 0}
-    be.gemm(args, code, A, B, None, y)
+    be.gemm(structs.gemm_args(m, N, K, batch=count, stride_a=sa, stride_b=sb), code, A, B,
+            None, y)
     return _result(y, out)
 
 
@@ -62,9 +64,7 @@ def _plain(M, N, K, code, a, b, backend):
         _args.too_big("the result", (M, N), "matmul")
     be = _args.backend(backend)
     y = np.empty((M, N), a.dtype)
-    be.gemm({"batch": 1, "M": M, "N": N, "K": K, "lda": K, "ldb": N, "ldc": N, "stride_a": 0,
-             "stride_b": 0, "stride_c": M * N, "stride_out": M * N, "trans_a": 0, "trans_b": 0,
-             "has_c": 0, "alpha": 1.0, "beta": 0.0, "split_k": 0}, code, a, b, None, y)
+    be.gemm(structs.gemm_args(M, N, K), code, a, b, None, y)
     return y
 
 
@@ -144,9 +144,130 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, bac
     if K == 0:
         y[...] = beta * c.astype(np.float32) if has_c else 0
         return _args.finish(y, out)
-    args = {"batch": nb, "M": M, "N": N, "K": K, "lda": a.shape[-1], "ldb": b.shape[-1], "ldc": N,
-            "stride_a": 0 if na == 1 else M * K, "stride_b": 0 if nbb == 1 else K * N,
-            "stride_c": sc, "stride_out": M * N, "trans_a": int(ta), "trans_b": int(tb),
-            "has_c": int(has_c), "alpha": alpha, "beta": beta, "split_k": 0}
+    args = structs.gemm_args(M, N, K, batch=nb, trans_a=ta, trans_b=tb,
+                             stride_a=0 if na == 1 else M * K, stride_b=0 if nbb == 1 else K * N,
+                             stride_c=sc, has_c=has_c, alpha=alpha, beta=beta)
     be.gemm(args, code, a, b, c if has_c else None, y)
     return _args.finish(y, out)
+
+
+# -- the op table's entries -----------------------------------------------------------------
+_SQUARE = [(f"{n}^3", dict(M=n)) for n in (64, 128, 256, 512, 1024, 2048, 4096)]
+_TRANSFORMER = [  # BERT-base / GPT-2-small projections at 512 tokens
+    ("qkv 512x2304x768", dict(M=512, N=2304, K=768)),
+    ("attn-out 512x768x768", dict(M=512, N=768, K=768)),
+    ("mlp-up 512x3072x768", dict(M=512, N=3072, K=768)),
+    ("mlp-down 512x768x3072", dict(M=512, N=768, K=3072)),
+    ("scores 12x512x512x64", dict(M=512, N=512, K=64, batch=12)),
+]
+
+
+def _operands(sa, sb, sc=None, **p):
+    """A selftest case: a of shape sa, b of sb (c of sc), options p."""
+    def inputs(rng, dt):
+        return dict(a=normal(rng, sa, dt), b=normal(rng, sb, dt),
+                    c=None if sc is None else normal(rng, sc, dt), p=p)
+    return inputs
+
+
+class Matmul(Op):
+    name = "matmul"
+    kernel, cost, metric, work_done = "gemm", staticmethod(structs.gemm_cost), "gflops", True
+    fields = (Field("M", None, "rows of a"), Field("N", "M", "columns of b (default M)"),
+              Field("K", "M", "inner dimension (default M)"), Field("batch", 1))
+    example = "1024"
+    presets = {"small": _SQUARE[1:5], "square": _SQUARE, "transformer": _TRANSFORMER,
+               "tiny": [("32^3", dict(M=32)), ("64x48x80", dict(M=64, N=48, K=80))]}
+    tune = {"metal": dict(M=1024), "sim": dict(M=64)}
+    checks = (Check("(7,5) @ (5,3)", _operands((7, 5), (5, 3))),
+              Check("(2,1,9,17) @ (3,17,13) broadcast", _operands((2, 1, 9, 17), (3, 17, 13))),
+              Check("(17,) @ (17,6)", _operands((17,), (17, 6))),
+              Check("(0,5) @ (5,3) empty", _operands((0, 5), (5, 3))))
+
+    def label(self, s):
+        b = f"{s['batch']}x" if s["batch"] > 1 else ""
+        return f"{b}{s['M']}x{s['N']}x{s['K']}"
+
+    def inputs(self, s, dtype, rng):
+        lead = (s["batch"],) if s["batch"] > 1 else ()
+        return dict(a=normal(rng, lead + (s["M"], s["K"]), dtype, s["K"] ** -0.25),
+                    b=normal(rng, lead + (s["K"], s["N"]), dtype, s["K"] ** -0.25))
+
+    def call(self, i, backend, out=None):
+        return mpskern.matmul(i["a"], i["b"], backend=backend, out=out)
+
+    def torch_call(self, F, t):
+        import torch
+        return torch.matmul(t["a"], t["b"])
+
+    @staticmethod
+    def mlx_call(mx, t):
+        return mx.matmul(t["a"], t["b"])
+
+    def reference(self, i):
+        return ref.matmul(i["a"], i["b"])
+
+    def reduction(self, i):
+        return i["a"].shape[-1]
+
+    def struct(self, s, out_shape):
+        return structs.gemm_args(s["M"], s["N"], s["K"], batch=s["batch"])
+
+
+class Gemm(Op):
+    name = "gemm"
+    kernel, cost, metric, work_done = "gemm", staticmethod(structs.gemm_cost), "gflops", True
+    fields = (Field("M", None), Field("N", "M", "(default M)"), Field("K", "M", "(default M)"),
+              Field("ta", 0, "A transposed 0/1"), Field("tb", 0, "B transposed 0/1"),
+              Field("c", 1, "add beta*C 0/1"))
+    example = "512,256,1024,tb=1"
+    zero_ok = frozenset({"ta", "tb", "c"})
+    presets = {
+        "small": [(f"{n}^3 +C", dict(M=n)) for n in (128, 256, 512, 1024)],
+        "square": [(f"{n}^3 +C", dict(M=n)) for n in (64, 128, 256, 512, 1024, 2048, 4096)],
+        "transposed": [(f"1024^3 {a}{b}", dict(M=1024, ta=int(a == "T"), tb=int(b == "T")))
+                       for a in "NT" for b in "NT"],
+        "tiny": [("32^3 +C", dict(M=32)), ("48x40x72 TN", dict(M=48, N=40, K=72, ta=1, c=0))],
+    }
+    tune = {"metal": dict(M=1024, c=0), "sim": dict(M=64, c=0)}
+    checks = (Check("M33 N31 K65", _operands((33, 65), (65, 31), alpha=1.0, beta=0.0)),
+              Check("M6 N9 K11 A^T B^T alpha .5 beta 2 +C",
+                    _operands((11, 6), (9, 11), (6, 9), alpha=0.5, beta=2.0, trans_a=True,
+                              trans_b=True)))
+
+    def label(self, s):
+        t = "".join(("T" if s["ta"] else "N", "T" if s["tb"] else "N"))
+        return f"{s['M']}x{s['N']}x{s['K']} {t}{' +C' if s['c'] else ''}"
+
+    def inputs(self, s, dtype, rng):
+        M, N, K = s["M"], s["N"], s["K"]
+        sc = K ** -0.25
+        return dict(a=normal(rng, (K, M) if s["ta"] else (M, K), dtype, sc),
+                    b=normal(rng, (N, K) if s["tb"] else (K, N), dtype, sc),
+                    c=normal(rng, (M, N), dtype) if s["c"] else None,
+                    p=dict(alpha=1.0, beta=0.5 if s["c"] else 0.0, trans_a=bool(s["ta"]),
+                           trans_b=bool(s["tb"])))
+
+    def call(self, i, backend, out=None):
+        return mpskern.gemm(i["a"], i["b"], i["c"], backend=backend, out=out, **i["p"])
+
+    def torch_call(self, F, t):
+        import torch
+        p = t["p"]
+        a = t["a"].T if p.get("trans_a") else t["a"]
+        b = t["b"].T if p.get("trans_b") else t["b"]
+        if t["c"] is None:
+            return torch.mm(a, b) * p.get("alpha", 1.0)
+        return torch.addmm(t["c"], a, b, beta=p.get("beta", 0.0), alpha=p.get("alpha", 1.0))
+
+    def reference(self, i):
+        return ref.gemm(i["a"], i["b"], i["c"], **i["p"])
+
+    def reduction(self, i):
+        return i["a"].shape[-2 if i["p"].get("trans_a") else -1]
+
+    def struct(self, s, out_shape):
+        return structs.gemm_args(s["M"], s["N"], s["K"], has_c=s["c"])
+
+
+MATMUL, GEMM = Matmul(), Gemm()

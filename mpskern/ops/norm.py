@@ -1,14 +1,19 @@
 """layer_norm and rms_norm (backend rownorm, mk_rownorm_args), group_norm
 (mk_group_norm_args) and batch_norm (mk_batch_norm_args), with torch.nn.functional
-semantics. Weights, biases and running statistics go to the kernels as float32."""
+semantics. Weights, biases and running statistics go to the kernels as float32. Their
+entries in the op table: LAYER_NORM, RMS_NORM, GROUP_NORM, BATCH_NORM."""
 import operator
 from math import prod
 
 import numpy as np
 
+import mpskern
 from mpskern import _args
+from mpskern import reference as ref
+from mpskern import structs
+from mpskern.ops.op import Check, Field, Op, normal, vector
 
-LAYER, RMS = 0, 1  # metal/mk_args.h MK_NORM_LAYER / MK_NORM_RMS
+LAYER, RMS = structs.NORM_LAYER, structs.NORM_RMS
 
 
 def _normalized_shape(ns, x, op):
@@ -44,8 +49,8 @@ def _rownorm(op, kind, x, normalized_shape, weight, bias, eps, backend, out):
     y, out = _args.output(out, x.shape, x.dtype, op, (x, w, b))
     if y.size:
         n = prod(ns)
-        be.rownorm({"rows": x.size // n, "n": n, "kind": kind, "has_weight": int(w is not None),
-                    "has_bias": int(b is not None), "eps": eps}, code, x, w, b, y)
+        be.rownorm(structs.rownorm_args(x.size // n, n, kind=kind, has_weight=w is not None,
+                                        has_bias=b is not None, eps=eps), code, x, w, b, y)
     return _args.finish(y, out)
 
 
@@ -86,8 +91,8 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, backend="auto
     be = _args.backend(backend)
     y, out = _args.output(out, x.shape, x.dtype, op, (x, w, b))
     if y.size:
-        be.group_norm({"N": N, "C": C, "HW": HW, "groups": g, "has_weight": int(w is not None),
-                       "has_bias": int(b is not None), "eps": eps}, code, x, w, b, y)
+        be.group_norm(structs.group_norm_args(N, C, HW, g, has_weight=w is not None,
+                                              has_bias=b is not None, eps=eps), code, x, w, b, y)
     return _args.finish(y, out)
 
 
@@ -126,12 +131,219 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     if training and N * HW < 2:
         raise ValueError(f"{op}: training needs more than 1 value per channel to estimate the "
                          f"variance, got x.shape={x.shape}; use a larger batch or training=False")
-    be.batch_norm({"N": N, "C": C, "HW": HW, "training": int(training),
-                   "has_running": int(rm is not None), "has_weight": int(w is not None),
-                   "has_bias": int(b is not None), "eps": eps, "momentum": momentum},
+    be.batch_norm(structs.batch_norm_args(N, C, HW, training=training,
+                                          has_running=rm is not None, has_weight=w is not None,
+                                          has_bias=b is not None, eps=eps, momentum=momentum),
                   code, x, rm, rv, w, b, y)
     if training and rm is not None:  # the kernel updated float32 copies: write them back
         for user, mine in ((running_mean, rm), (running_var, rv)):
             if not np.may_share_memory(user, mine):
                 user[...] = mine
     return _args.finish(y, out)
+
+
+# -- the op table's entries -----------------------------------------------------------------
+EPS = 1e-5
+_TOKENS = [  # tokens x hidden size
+    ("bert-base 4096x768", dict(rows=4096, n=768)),
+    ("bert-large 4096x1024", dict(rows=4096, n=1024)),
+    ("gpt2-xl 2048x1600", dict(rows=2048, n=1600)),
+    ("llama-7b 2048x4096", dict(rows=2048, n=4096)),
+    ("llama-70b 512x8192", dict(rows=512, n=8192)),
+]
+_ROW_PRESETS = {"small": _TOKENS[:3], "transformer": _TOKENS,
+                "tiny": [("tiny 64x96", dict(rows=64, n=96))]}
+_STAGES = [  # ResNet-50 stage outputs, batch 8
+    ("res2 8x256x56x56", dict(N=8, C=256, H=56)),
+    ("res3 8x512x28x28", dict(N=8, C=512, H=28)),
+    ("res4 8x1024x14x14", dict(N=8, C=1024, H=14)),
+    ("res5 8x2048x7x7", dict(N=8, C=2048, H=7)),
+    ("stem 8x64x112x112", dict(N=8, C=64, H=112)),
+]
+_CHANNEL_PRESETS = {"small": [(lbl.replace("8x", "1x", 1), dict(s, N=1)) for lbl, s in _STAGES[:4]],
+                    "resnet50": _STAGES,
+                    "tiny": [("tiny 2x64x8x8", dict(N=2, C=64, H=8))]}
+_ROW_FIELDS = (Field("rows", None), Field("n", None, "length of the normalized (last) axis"))
+_CHANNEL_FIELDS = (Field("N", 1), Field("C", None), Field("H", None),
+                   Field("W", "H", "(default H)"))
+
+
+def _row_case(shape, nd, bias=True, **p):
+    """A selftest case of layer_norm / rms_norm over the last nd axes of `shape`."""
+    def inputs(rng, dt):
+        ns = shape[-nd:]
+        return dict(x=normal(rng, shape, dt, 2.0), w=normal(rng, ns, "float32"),
+                    b=normal(rng, ns, "float32") if bias else None, p=dict(p, normalized_shape=ns))
+    return inputs
+
+
+def _channel_case(shape, **p):
+    """A selftest case of group_norm / batch_norm: x (N, C, ...) and per-channel vectors."""
+    def inputs(rng, dt):
+        C = shape[1]
+        return dict(x=normal(rng, shape, dt, 2.0), m=normal(rng, C, "float32", 0.5),
+                    v=vector(rng, C, 0.5, 2.0), w=normal(rng, C, "float32"),
+                    b=normal(rng, C, "float32"), p=p)
+    return inputs
+
+
+class _Rows(Op):
+    kernel, cost = "rownorm", staticmethod(structs.rownorm_cost)
+    fields, example, presets = _ROW_FIELDS, "4096,1024", _ROW_PRESETS
+    tune = {"metal": dict(rows=4096, n=1024), "sim": dict(rows=16, n=128)}
+
+    def label(self, s):
+        return f"{s['rows']}x{s['n']}"
+
+    def reduction(self, i):
+        return prod(i["p"]["normalized_shape"])
+
+
+class LayerNorm(_Rows):
+    name = "layer_norm"
+    checks = (Check("(7,33) over (33,) +w +b", _row_case((7, 33), 1, eps=EPS)),
+              Check("(2,3,5,7) over (5,7) +w +b", _row_case((2, 3, 5, 7), 2, eps=EPS)))
+
+    def inputs(self, s, dtype, rng):
+        n = s["n"]
+        return dict(x=normal(rng, (s["rows"], n), dtype), w=vector(rng, n),
+                    b=vector(rng, n, -0.5, 0.5), p=dict(normalized_shape=(n,), eps=EPS))
+
+    def call(self, i, backend, out=None):
+        return mpskern.layer_norm(i["x"], weight=i["w"], bias=i["b"], backend=backend, out=out,
+                                  **i["p"])
+
+    def torch_call(self, F, t):
+        dt = t["x"].dtype
+        return F.layer_norm(t["x"], t["p"]["normalized_shape"], t["w"].to(dt), t["b"].to(dt),
+                            eps=t["p"]["eps"])
+
+    @staticmethod
+    def mlx_call(mx, t):
+        dt = t["x"].dtype
+        return mx.fast.layer_norm(t["x"], t["w"].astype(dt), t["b"].astype(dt), t["p"]["eps"])
+
+    def reference(self, i):
+        return ref.layer_norm(i["x"], weight=i["w"], bias=i["b"], **i["p"])
+
+    def struct(self, s, out_shape):
+        return structs.rownorm_args(s["rows"], s["n"], kind=LAYER, has_weight=1, has_bias=1)
+
+
+class RmsNorm(_Rows):
+    name = "rms_norm"
+    checks = (Check("(5,31) over (31,) +w eps 1e-6", _row_case((5, 31), 1, False, eps=1e-6)),
+              Check("(3,4,9) over (4,9) +w", _row_case((3, 4, 9), 2, False, eps=EPS)))
+
+    def inputs(self, s, dtype, rng):
+        n = s["n"]
+        return dict(x=normal(rng, (s["rows"], n), dtype), w=vector(rng, n), b=None,
+                    p=dict(normalized_shape=(n,), eps=EPS))
+
+    def call(self, i, backend, out=None):
+        return mpskern.rms_norm(i["x"], weight=i["w"], backend=backend, out=out, **i["p"])
+
+    def torch_call(self, F, t):
+        return F.rms_norm(t["x"], t["p"]["normalized_shape"], t["w"].to(t["x"].dtype),
+                          eps=t["p"]["eps"])
+
+    @staticmethod
+    def mlx_call(mx, t):
+        return mx.fast.rms_norm(t["x"], t["w"].astype(t["x"].dtype), t["p"]["eps"])
+
+    def reference(self, i):
+        return ref.rms_norm(i["x"], weight=i["w"], **i["p"])
+
+    def struct(self, s, out_shape):
+        return structs.rownorm_args(s["rows"], s["n"], kind=RMS, has_weight=1)
+
+
+class GroupNorm(Op):
+    name = "group_norm"
+    kernel, cost = "group_norm", staticmethod(structs.group_norm_cost)
+    fields = _CHANNEL_FIELDS + (Field("G", 32, "groups"),)
+    example, presets = "8,256,28,28,G=32", _CHANNEL_PRESETS
+    tune = {"metal": dict(N=8, C=64, H=56, G=2), "sim": dict(N=2, C=8, H=6, G=2)}
+    checks = (Check("x(2,6,5,7) 3 groups +w +b",
+                    _channel_case((2, 6, 5, 7), num_groups=3, eps=EPS)),
+              Check("x(3,4,9) 2 groups +w +b", _channel_case((3, 4, 9), num_groups=2, eps=EPS)))
+
+    def validate(self, s):
+        super().validate(s)
+        if s["C"] % s["G"]:
+            raise ValueError(f"group_norm: G={s['G']} must divide C={s['C']}")
+
+    def label(self, s):
+        return f"{s['N']}x{s['C']}x{s['H']}x{s['W']} G{s['G']}"
+
+    def inputs(self, s, dtype, rng):
+        C = s["C"]
+        return dict(x=normal(rng, (s["N"], C, s["H"], s["W"]), dtype), w=vector(rng, C),
+                    b=vector(rng, C, -0.5, 0.5), p=dict(num_groups=s["G"], eps=EPS))
+
+    def call(self, i, backend, out=None):
+        return mpskern.group_norm(i["x"], weight=i["w"], bias=i["b"], backend=backend, out=out,
+                                  **i["p"])
+
+    def torch_call(self, F, t):
+        dt = t["x"].dtype
+        return F.group_norm(t["x"], t["p"]["num_groups"], t["w"].to(dt), t["b"].to(dt),
+                            eps=t["p"]["eps"])
+
+    def reference(self, i):
+        return ref.group_norm(i["x"], weight=i["w"], bias=i["b"], **i["p"])
+
+    def reduction(self, i):
+        return i["x"].size // max(1, i["x"].shape[0]) // i["p"]["num_groups"]
+
+    def struct(self, s, out_shape):
+        return structs.group_norm_args(s["N"], s["C"], s["H"] * s["W"], s["G"], has_weight=1,
+                                       has_bias=1)
+
+
+class BatchNorm(Op):
+    """Inference in bench and tune; selftest also checks training, whose running statistics
+    (updated in place) are part of the result."""
+    name = "batch_norm"
+    kernel, cost = "batch_norm", staticmethod(structs.batch_norm_cost)
+    fields, example, presets = _CHANNEL_FIELDS, "8,256,14,14", _CHANNEL_PRESETS
+    tune = {"metal": dict(N=8, C=256, H=14), "sim": dict(N=2, C=8, H=6)}
+    checks = (Check("x(3,5,7,6) inference +w +b", _channel_case((3, 5, 7, 6), training=False,
+                                                            eps=EPS)),
+              Check("x(4,3,5,5) training (+ running stats)",
+                    _channel_case((4, 3, 5, 5), training=True, momentum=0.1, eps=EPS)))
+
+    def label(self, s):
+        return f"{s['N']}x{s['C']}x{s['H']}x{s['W']}"
+
+    def inputs(self, s, dtype, rng):
+        C = s["C"]
+        return dict(x=normal(rng, (s["N"], C, s["H"], s["W"]), dtype),
+                    m=vector(rng, C, -0.5, 0.5), v=vector(rng, C), w=vector(rng, C),
+                    b=vector(rng, C, -0.5, 0.5), p=dict(training=False, eps=EPS))
+
+    def call(self, i, backend, out=None):
+        if not i["p"].get("training"):
+            return mpskern.batch_norm(i["x"], i["m"], i["v"], i["w"], i["b"], backend=backend,
+                                      out=out, **i["p"])
+        m, v = i["m"].copy(), i["v"].copy()          # training updates them in place
+        y = mpskern.batch_norm(i["x"], m, v, i["w"], i["b"], backend=backend, **i["p"])
+        return np.concatenate([y.ravel(), m, v])
+
+    def torch_call(self, F, t):
+        return F.batch_norm(t["x"], t["m"], t["v"], t["w"], t["b"], **t["p"])
+
+    def reference(self, i):
+        y, m, v = ref.batch_norm(i["x"], i["m"], i["v"], i["w"], i["b"], **i["p"])
+        return np.concatenate([y.ravel(), m, v]) if i["p"].get("training") else y
+
+    def reduction(self, i):
+        x = i["x"]
+        return x.size // x.shape[1] if i["p"].get("training") else 1
+
+    def struct(self, s, out_shape):
+        return structs.batch_norm_args(s["N"], s["C"], s["H"] * s["W"], has_weight=1,
+                                       has_bias=1)
+
+
+LAYER_NORM, RMS_NORM, GROUP_NORM, BATCH_NORM = LayerNorm(), RmsNorm(), GroupNorm(), BatchNorm()

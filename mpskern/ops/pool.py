@@ -1,10 +1,13 @@
 """max_pool2d and avg_pool2d (torch.nn.functional semantics, NCHW) on the backend's pool2d
-(mk_pool2d_args)."""
-
+(mk_pool2d_args), and their entries in the op table (MAX_POOL2D, AVG_POOL2D)."""
+import mpskern
 from mpskern import _args
+from mpskern import reference as ref
+from mpskern import structs
+from mpskern.ops.op import Check, Field, Op, normal
 from mpskern.shapes import pool_shape
 
-MAX, AVG = 0, 1  # metal/mk_args.h MK_POOL_MAX / MK_POOL_AVG
+MAX, AVG = structs.POOL_MAX, structs.POOL_AVG
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, *,
@@ -43,9 +46,121 @@ def _pool(op, mode, x, kernel_size, stride, padding, dilation, ceil_mode, count_
     y, out = _args.output(out, shape, x.dtype, op, (x,))
     if y.size == 0:
         return _args.finish(y, out)
-    args = {"N": N, "C": C, "H": H, "W": W, "P": P, "Q": Q, "kh": kh, "kw": kw,
-            "stride_h": sh, "stride_w": sw, "pad_h": ph, "pad_w": pw, "dil_h": dh, "dil_w": dw,
-            "mode": mode, "count_include_pad": int(_args.flag(count_include_pad, "count_include_pad", op)), "divisor": div,
-            "pad_h_end": ph, "pad_w_end": pw}
+    cip = _args.flag(count_include_pad, "count_include_pad", op)
+    args = structs.pool2d_args(N, C, H, W, P, Q, kh, kw, stride_h=sh, stride_w=sw, pad_h=ph,
+                               pad_w=pw, dil_h=dh, dil_w=dw, mode=mode, count_include_pad=cip,
+                               divisor=div)
     be.pool2d(args, code, x, y)
     return _args.finish(y, out)
+
+
+# -- the op table's entries -----------------------------------------------------------------
+_RESNET = [
+    ("resnet stem 3x3/2 @112 c64", dict(C=64, H=112, k=3, stride=2, pad=1)),
+    ("2x2/2 @56 c256", dict(C=256, H=56, k=2)),
+    ("2x2/2 @28 c512", dict(C=512, H=28, k=2)),
+    ("resnet head 7x7 @7 c2048", dict(C=2048, H=7, k=7)),
+    ("3x3/1 @14 c1024", dict(C=1024, H=14, k=3, stride=1, pad=1)),
+]
+_PRESETS = {
+    "small": _RESNET[:4],
+    "resnet50": _RESNET,
+    "vgg": [(f"vgg 2x2/2 @{h} c{c}", dict(C=c, H=h, k=2))
+            for c, h in [(64, 224), (128, 112), (256, 56), (512, 28), (512, 14)]],
+    "options": [("stem 3x3/2 ceil_mode @112 c64", dict(C=64, H=112, k=3, stride=2, ceil=1)),
+                ("3x3/2 pad 1 ceil_mode @57 c128", dict(C=128, H=57, k=3, stride=2, pad=1,
+                                                       ceil=1))],
+    "tiny": [("tiny 3x3/2", dict(C=8, H=16, k=3, stride=2, pad=1))],
+}
+
+
+def _window(xs, k, **p):
+    """A selftest case: x of shape xs pooled over kernel_size k with options p."""
+    return lambda rng, dt: dict(x=normal(rng, xs, dt), p=dict(p, kernel_size=k))
+
+
+class _Pool2d(Op):
+    kernel, cost = "pool2d", staticmethod(structs.pool2d_cost)
+    fields = (Field("N", 1), Field("C", None), Field("H", None), Field("W", "H", "(default H)"),
+              Field("k", None, "square window"), Field("stride", "k", "(default k)"),
+              Field("pad", 0), Field("dil", 1, "dilation"), Field("ceil", 0, "ceil_mode 0/1"))
+    example = "1,64,112,112,3,2,1"
+    zero_ok = frozenset({"pad", "ceil"})
+    later = {"dil": 1, "ceil": 0}
+    presets = _PRESETS
+    tune = {"metal": dict(N=8, C=64, H=112, k=3, stride=2, pad=1),
+            "sim": dict(N=1, C=4, H=12, k=3, stride=2, pad=1)}
+
+    def validate(self, s):
+        super().validate(s)
+        if s["ceil"] not in (0, 1):
+            raise ValueError(f"{self.name}: ceil={s['ceil']} must be 0 or 1")
+        dil = s.get("dil", 1)
+        span = dil * (s["k"] - 1) + 1            # the window's extent on the input
+        if 2 * s["pad"] > span:
+            raise ValueError(f"{self.name}: pad={s['pad']} must be at most half the window "
+                             f"k={s['k']}" + (f" (dil={dil}: extent {span})" if dil > 1 else ""))
+        if min(s["H"], s["W"]) + 2 * s["pad"] < span:
+            raise ValueError(f"{self.name}: window k={s['k']} is larger than the padded input")
+
+    def label(self, s):
+        d = f" d{s['dil']}" if s.get("dil", 1) > 1 else ""
+        c = " ceil" if s["ceil"] else ""
+        return f"{s['N']}x{s['C']}x{s['H']}x{s['W']} k{s['k']}s{s['stride']}p{s['pad']}{d}{c}"
+
+    def inputs(self, s, dtype, rng):
+        p = dict(kernel_size=s["k"], stride=s["stride"], padding=s["pad"],
+                 ceil_mode=bool(s["ceil"]))
+        if "dil" in s:
+            p["dilation"] = s["dil"]
+        return dict(x=normal(rng, (s["N"], s["C"], s["H"], s["W"]), dtype), p=p)
+
+    def struct(self, s, out_shape):
+        return structs.pool2d_args(s["N"], s["C"], s["H"], s["W"], out_shape[2], out_shape[3],
+                                   s["k"], s["k"])
+
+
+class MaxPool2d(_Pool2d):
+    name = "max_pool2d"
+    checks = (Check("x(2,3,9,11) k3 s2 p1", _window((2, 3, 9, 11), 3, stride=2, padding=1)),
+              Check("x(1,2,10,7) k(2,3) s(2,1) dil 2 ceil",
+                    _window((1, 2, 10, 7), (2, 3), stride=(2, 1), dilation=2, ceil_mode=True)))
+
+    def call(self, i, backend, out=None):
+        return mpskern.max_pool2d(i["x"], backend=backend, out=out, **i["p"])
+
+    def torch_call(self, F, t):
+        return F.max_pool2d(t["x"], **t["p"])
+
+    def reference(self, i):
+        return ref.max_pool2d(i["x"], **i["p"])
+
+
+class AvgPool2d(_Pool2d):
+    name = "avg_pool2d"
+    fields = tuple(f for f in _Pool2d.fields if f.name != "dil")   # torch's has no dilation
+    checks = (Check("x(2,3,9,11) k3 s2 p1", _window((2, 3, 9, 11), 3, stride=2, padding=1)),
+              Check("x(2,3,9,11) k3 s2 p1 ceil count_include_pad",
+                    _window((2, 3, 9, 11), 3, stride=2, padding=1, ceil_mode=True,
+                            count_include_pad=True)),
+              Check("x(1,2,7,10) k2 s2 p1 ceil exclude pad",
+                    _window((1, 2, 7, 10), 2, stride=2, padding=1, ceil_mode=True,
+                            count_include_pad=False)),
+              Check("x(1,2,6,6) k3 s1 p1 divisor_override 5",
+                    _window((1, 2, 6, 6), 3, stride=1, padding=1, divisor_override=5)))
+
+    def call(self, i, backend, out=None):
+        return mpskern.avg_pool2d(i["x"], backend=backend, out=out, **i["p"])
+
+    def torch_call(self, F, t):
+        return F.avg_pool2d(t["x"], **t["p"])
+
+    def reference(self, i):
+        return ref.avg_pool2d(i["x"], **i["p"])
+
+    def reduction(self, i):
+        k = i["p"]["kernel_size"]
+        return k * k if isinstance(k, int) else k[0] * k[1]
+
+
+MAX_POOL2D, AVG_POOL2D = MaxPool2d(), AvgPool2d()

@@ -1,10 +1,16 @@
 """softmax and log_softmax along any axis on the backend's softmax (mk_softmax_args).
-Kept lean: this is the op whose per-call overhead we measure (a 4x4 float32 call)."""
+Kept lean: this is the op whose per-call overhead we measure (a 4x4 float32 call). Their
+entries in the op table: SOFTMAX, LOG_SOFTMAX."""
 from math import prod
 
 from numpy import empty
 
+import mpskern
 from mpskern import _args
+from mpskern import reference as ref
+from mpskern import structs
+from mpskern.ops.op import Check, Field, Op, normal
+from mpskern.structs import softmax_args
 
 
 def softmax(x, axis=-1, *, backend="auto", out=None):
@@ -33,6 +39,82 @@ def _softmax(x, axis, backend, out, log, op):
     else:
         y, out = _args.output(out, shape, x.dtype, op, (x,))
     if n and inner and x.size:
-        be.softmax({"outer": x.size // (n * inner), "n": n, "inner": inner, "log": log},
-                   code, x, y)
+        be.softmax(softmax_args(x.size // (n * inner), n, inner, log), code, x, y)
     return y if out is None else _args.finish(y, out)
+
+
+# -- the op table's entries -----------------------------------------------------------------
+_ROWS = [  # attention scores (batch 8 x 12 heads x seq rows of seq) and vocabularies
+    ("attn 8x12x128 rows x128", dict(rows=8 * 12 * 128, n=128)),
+    ("attn 2x12x512 rows x512", dict(rows=2 * 12 * 512, n=512)),
+    ("attn 1x12x1024 rows x1024", dict(rows=12 * 1024, n=1024)),
+    ("attn 1x16x2048 rows x2048", dict(rows=16 * 2048, n=2048)),
+    ("vocab 32 x 32000", dict(rows=32, n=32000)),
+    ("vocab 16 x 50257", dict(rows=16, n=50257)),
+]
+
+
+def _along(shape, axis):
+    return lambda rng, dt: dict(x=normal(rng, shape, dt, 2.0), p=dict(axis=axis))
+
+
+class Softmax(Op):
+    name, log = "softmax", False
+    kernel, cost = "softmax", staticmethod(structs.softmax_cost)
+    fields = (Field("rows", None), Field("n", None, "length of the reduced (last) axis"))
+    example = "4096,1024"
+    presets = {"small": _ROWS[:3] + _ROWS[4:5], "transformer": _ROWS,
+               "tiny": [("tiny 64x100", dict(rows=64, n=100))]}
+    tune = {"metal": dict(rows=4096, n=1024), "sim": dict(rows=16, n=128)}
+    checks = (Check("(5,37) axis -1", _along((5, 37), -1)),
+              Check("(3,17,6) axis 1", _along((3, 17, 6), 1)),
+              Check("(2,1500) long rows", _along((2, 1500), -1)),
+              Check("(0,7) empty", _along((0, 7), -1)))
+
+    def label(self, s):
+        return f"{s['rows']}x{s['n']}"
+
+    def inputs(self, s, dtype, rng):
+        return dict(x=normal(rng, (s["rows"], s["n"]), dtype, 3.0), p=dict(axis=-1))
+
+    def call(self, i, backend, out=None):
+        return mpskern.softmax(i["x"], backend=backend, out=out, **i["p"])
+
+    def torch_call(self, F, t):
+        return F.softmax(t["x"], dim=t["p"]["axis"])
+
+    @staticmethod
+    def mlx_call(mx, t):
+        return mx.softmax(t["x"], axis=t["p"]["axis"])
+
+    def reference(self, i):
+        return ref.softmax(i["x"], **i["p"])
+
+    def reduction(self, i):
+        return i["x"].shape[i["p"]["axis"]]
+
+    def struct(self, s, out_shape):
+        return softmax_args(s["rows"], s["n"], 1, int(self.log))
+
+
+class LogSoftmax(Softmax):
+    name, log = "log_softmax", True
+    checks = (Check("(5,37) axis -1", _along((5, 37), -1)),
+              Check("(3,17,6) axis 1", _along((3, 17, 6), 1)))
+
+    def call(self, i, backend, out=None):
+        return mpskern.log_softmax(i["x"], backend=backend, out=out, **i["p"])
+
+    def torch_call(self, F, t):
+        return F.log_softmax(t["x"], dim=t["p"]["axis"])
+
+    @staticmethod
+    def mlx_call(mx, t):
+        x = t["x"]
+        return x - mx.logsumexp(x, axis=t["p"]["axis"], keepdims=True)
+
+    def reference(self, i):
+        return ref.log_softmax(i["x"], **i["p"])
+
+
+SOFTMAX, LOG_SOFTMAX = Softmax(), LogSoftmax()

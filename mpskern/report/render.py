@@ -121,7 +121,7 @@ def build(df, out, cmp=None, title="mpskern benchmark report"):
                         "for a case too slow for 10 in 4x its budget; every case was checked "
                         "against a float64 reference before timing. 'unstable' marks a spread "
                         "(IQR) above 10 % of the median, over 10 % outliers (MAD z-score > 3.5) "
-                        "or fewer than 10 samples. Throughput uses mpskern.costs' FLOP and "
+                        "or fewer than 10 samples. Throughput uses mpskern.structs' FLOP and "
                         "compulsory byte counts."))
     ops = sorted(df.op.unique())
     blocks.append(("toc", (["Comparison with the old results"] if cmp is not None else [])

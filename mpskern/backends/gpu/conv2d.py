@@ -7,7 +7,7 @@ Three paths, by the problem (route() says which, and so which tuning space appli
   conv2d            everything else: implicit GEMM (conv2d_simd_* / conv2d_tiled_*) per
                     group with im2col gathered into threadgroup memory, never stored
 """
-from mpskern import _native
+from mpskern import _native, structs
 from mpskern._errors import Unsupported
 from mpskern.backends.gpu import gemm as _gemm
 from mpskern.backends.gpu.context import MAX_GRID_YZ, cdiv, configure, nothing, pipelines
@@ -29,12 +29,10 @@ def route(args):
 
 
 def gemm_args(args):
-    """The batched GEMM a 1x1 stride-1 convolution is."""
+    """The batched GEMM a 1x1 stride-1 convolution is: w (K x C) shared, x[n] (C x H*W)."""
     a = args
     hw = a["H"] * a["W"]
-    return dict(batch=a["N"], M=a["K"], N=hw, K=a["C"], lda=a["C"], ldb=hw, ldc=hw,
-                stride_a=0, stride_b=a["C"] * hw, stride_c=0, stride_out=a["K"] * hw,
-                trans_a=0, trans_b=0, has_c=0, alpha=1.0, beta=0.0, split_k=1)
+    return structs.gemm_args(a["K"], hw, a["C"], batch=a["N"], stride_b=a["C"] * hw)
 
 
 def key(args, op):

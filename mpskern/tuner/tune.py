@@ -1,5 +1,6 @@
 """Tune one op at one shape on a GPU backend and store the winner (what `mpskern tune`
-does; the CLI only formats).
+does; the CLI only formats). The op, its shape grammar, inputs, public call and float64
+reference come from the op table (mpskern/ops), as for `mpskern bench` and selftest.
 
 1. Run the op once through the public API, recording the lookups its encoder makes: that
    gives the database key (op key, dtype, shape key) the dispatch really uses, the space's
@@ -9,19 +10,64 @@ does; the CLI only formats).
    (Metal: GPU timestamps; sim: the simulator's CPU time), checked against float64.
 3. Store the fastest correct configuration in the user database for this device.
 """
+import random
 import time
 from dataclasses import dataclass
 
+import numpy as np
+
+from mpskern import ops
+from mpskern import reference as ref
+from mpskern.tuner import search as _search
 from mpskern.tuning import db as _db
-from mpskern.tuning import lookup, problems
-from mpskern.tuning import search as _search
+from mpskern.tuning import lookup, spaces
 
 TUNABLE_BACKENDS = ("metal", "sim")
+DTYPES = ("float32", "float16")
+
+
+@dataclass
+class Problem:
+    """One op at one shape and dtype, with seeded inputs: call(backend) runs the public op,
+    check(out) compares an output with the float64 reference (a fast wrong configuration
+    can never be stored)."""
+    op: str
+    shape: dict             # the op's shape fields (mpskern/ops/op.py's grammar)
+    dtype: str
+    call: object            # call(backend_name) -> numpy output, through the public API
+    reference: np.ndarray   # float64
+    reduction: int = 1      # terms summed per output (the tolerance grows with it)
+
+    def check(self, out):
+        """(ok, normalised error) of an output against the float64 reference."""
+        err = ref.max_error(out, self.reference)
+        return err <= ref.tolerance(self.dtype, self.reduction), err
+
+
+def make(op, shape=None, dtype="float32", seed=0, backend="metal"):
+    """The Problem of op `op` (a name of the op table) at `shape`: --shape text, a dict of
+    the op's shape fields or a tuple of them in order (None: the op's default for
+    `backend`)."""
+    if op not in ops.TABLE:
+        raise ValueError(f"{op!r} is not a tunable op; tunable: {', '.join(ops.TABLE)}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r}: tune float32 or float16")
+    o = ops.get(op)
+    if shape is None:
+        shape = o.tune_shape(backend)
+    elif isinstance(shape, str):
+        shape = o.parse(shape)
+    else:
+        shape = o.complete(shape if isinstance(shape, dict) else
+                           dict(zip([f.name for f in o.fields], shape)))
+    inp = o.inputs(shape, np.dtype(dtype), np.random.default_rng(seed))
+    return Problem(op, shape, dtype, lambda be: o.call(inp, be), o.reference(inp),
+                   o.reduction(inp))
 
 
 @dataclass
 class TuneResult:
-    problem: problems.Problem
+    problem: Problem
     key: lookup.Choice            # the untuned lookup: op key, dtype, shape key, default
     result: _search.SearchResult
     device: dict
@@ -61,19 +107,13 @@ def candidates_for(key, device, seed=0):
     configurations first (known-good starting points), then the rest shuffled (random
     order is a robust baseline when the budget cannot cover the space), leaving out tiles
     far larger than the problem when smaller ones exist."""
-    import random
-    try:
-        from mpskern.tuning import spaces
-    except ImportError as e:
-        raise ValueError(f"no configuration spaces in this build ({e})") from None
     cands = [dict(c) for c in spaces.candidates(key.op, device)]
     if key.valid is not None:
         cands = [c for c in cands if lookup.invalid_reason(key.valid, c) is None]
     cands = [c for c in cands if not _oversized(c, key.shape)] or cands
     known = [e.config for fam in (7, 8, 9, 10)
              for e in _db.family_defaults(fam).for_op(key.op, key.dtype)]
-    shipped = getattr(spaces, "shipped", None)
-    known += shipped(key.op) if shipped else []
+    known += spaces.shipped(key.op)
     seeded = []
     for c in known:
         if c in cands and c not in seeded:
@@ -122,14 +162,13 @@ def timed_run(problem, backend_obj, op_key):
 
 
 def tune(op, shape=None, dtype="float32", backend="metal", budget_s=30.0, *, reps=5,
-         save=True, db_path=None, candidates=None, progress=None, seed=0, **options):
-    """Tune `op` (a problems.OPS name) at `shape` (its shape form; default per backend).
+         save=True, db_path=None, candidates=None, progress=None, seed=0):
+    """Tune `op` (an op table name) at `shape` (a shape dict; default per backend).
     `candidates` replaces the space's list (tests keep it tiny)."""
     be = gpu_backend(backend)
     if save:
         db_path = _db.target(db_path)
-    shape = tuple(shape) if shape else problems.default_shape(op, backend)
-    prob = problems.make(op, shape, dtype, seed=seed, **options)
+    prob = make(op, shape, dtype, seed=seed, backend=backend)
     device = be.info
     key = key_of(prob, backend)
     default = untuned(key, device)
@@ -162,8 +201,7 @@ def entry_for(key, device, res, budget_s):
                     "samples": len(res.best.times_ms)})
 
 
-def show(op, shape=None, dtype="float32", backend="metal", seed=0, **options):
+def show(op, shape=None, dtype="float32", backend="metal", seed=0):
     """The Choice a call of `op` at `shape` makes on `backend` (runs it once)."""
     gpu_backend(backend)
-    shape = tuple(shape) if shape else problems.default_shape(op, backend)
-    return key_of(problems.make(op, shape, dtype, seed=seed, **options), backend)
+    return key_of(make(op, shape, dtype, seed=seed, backend=backend), backend)

@@ -1,0 +1,183 @@
+"""What the op table (mpskern/ops/__init__.py: TABLE) knows about each public op besides
+its function: one Op subclass per op, declared in the op's own module (mpskern/ops/<op>.py)
+and used by `mpskern bench`, `mpskern tune`, `mpskern selftest` and the tests:
+
+    fields, example     its shape: the --shape grammar below, and the defaults
+    kernel, cost        the backend method it runs and that struct's FLOP/byte count
+                        (mpskern/structs.py); metric: "gflops" or "gbps"; work_done: its
+                        FLOPs are what every implementation executes (may raise a peak)
+    inputs, call        seeded inputs for a shape, and the public call on them
+    reference,          the float64 reference (mpskern/reference.py) and the terms summed
+    reduction           per output (the tolerance grows with it)
+    torch_call,         the same op in PyTorch / MLX, for `mpskern bench`'s peers
+    mlx_call
+    presets             named shape sets of `mpskern bench --preset`
+    tune                default shapes of `mpskern tune` (metal, sim)
+    checks              the cases of `mpskern selftest`: odd sizes, options, empties
+
+THE SHAPE GRAMMAR (`mpskern bench --shape`, `mpskern tune --shape`): the op's shape fields
+as integers, positional in the op's field order or NAME=VALUE (any case), separated by
+commas, spaces or x: "1,64,56,56,64,3,pad=1", "8x64x56x56x64x3x3", "C=64 H=56 K=64 R=3".
+Fields left out take their defaults; a default naming another field copies its value (W=H:
+square). `mpskern bench --help` lists every op's fields; a malformed shape says the
+grammar and the op's fields.
+"""
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+GRAMMAR = ("positional in this order or NAME=VALUE, separated by commas, spaces or x; "
+           "fields left out take the default shown")
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    default: object = None          # None: required; a str: copy that field's value
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class Check:
+    """A `mpskern selftest` case: a label and inputs(rng, dtype) -> the op's inputs dict."""
+    label: str
+    inputs: object
+
+
+def normal(rng, shape, dtype, scale=1.0):
+    """The inputs' distribution: standard normal times `scale`, in `dtype`."""
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+def vector(rng, n, lo=0.5, hi=1.5):
+    """A per-channel float32 parameter (weights, biases, running statistics)."""
+    return rng.uniform(lo, hi, n).astype(np.float32)
+
+
+class Op:
+    name = "?"
+    kernel = "?"                    # the backend method (Backend.<kernel>) it runs
+    cost = None                     # mpskern.structs.<kernel>_cost
+    metric = "gbps"
+    work_done = False
+    fields = ()
+    example = ""
+    zero_ok = frozenset()           # fields that may be 0
+    later = {}                      # fields added after results were saved: name -> default,
+                                    # left out of the key at that default (old keys still match)
+    presets = {}                    # name -> [(label, fields)]
+    tune = {}                       # backend ("metal", "sim") -> fields of the default shape
+    checks = ()                     # selftest: [Check]
+
+    # -- the shape grammar ------------------------------------------------------------------
+    def parse(self, text):
+        """A shape dict from --shape text; ValueError naming the problem and the grammar."""
+        names = [f.name for f in self.fields]
+        lower = {n.lower(): n for n in names}
+        vals, pos = {}, 0
+        tokens = [t for t in re.split(r"[,\s]+", str(text).strip()) if t]
+        tokens = [p for t in tokens for p in ([t] if "=" in t else re.split(r"[xX*]", t))]
+        if not tokens or "" in tokens:
+            raise ValueError(f"{self.name}: --shape {text!r} is not a shape; {self.grammar()}")
+        for tok in tokens:
+            if "=" in tok:
+                k, v = tok.split("=", 1)
+                key = lower.get(k.strip().lower())
+                if key is None:
+                    raise ValueError(f"{self.name}: unknown shape field {k.strip()!r} in "
+                                     f"--shape {text!r}; {self.grammar()}")
+            else:
+                if pos >= len(names):
+                    raise ValueError(f"{self.name}: too many values in --shape {text!r}; "
+                                     f"{self.grammar()}")
+                key, v = names[pos], tok
+                pos += 1
+            if key in vals:
+                raise ValueError(f"{self.name}: field {key} given twice in --shape {text!r}; "
+                                 f"{self.grammar()}")
+            try:
+                vals[key] = int(v)
+            except ValueError:
+                raise ValueError(f"{self.name}: {key}={v!r} in --shape {text!r} is not an "
+                                 f"integer; {self.grammar()}") from None
+        return self.complete(vals, text)
+
+    def complete(self, vals, text=None):
+        """Fill defaults, check values; returns the shape dict in field order."""
+        out = {}
+        for f in self.fields:
+            if f.name in vals:
+                out[f.name] = int(vals[f.name])
+            elif f.default is None:
+                raise ValueError(f"{self.name}: --shape {text or vals!r} lacks {f.name}; "
+                                 f"{self.grammar()}")
+            elif isinstance(f.default, str):
+                out[f.name] = out[f.default]
+            else:
+                out[f.name] = f.default
+        bad = [k for k in vals if k not in out]
+        if bad:
+            raise ValueError(f"{self.name}: unknown shape field(s) {bad}; {self.grammar()}")
+        self.validate(out)
+        return out
+
+    def validate(self, s):
+        for k, v in s.items():
+            if v < 0 or (v == 0 and k not in self.zero_ok):
+                raise ValueError(f"{self.name}: shape field {k}={v} must be "
+                                 f"{'>= 0' if k in self.zero_ok else '> 0'}; {self.grammar()}")
+
+    def grammar(self):
+        parts = [f.name if f.default is None else f"{f.name}={f.default}" for f in self.fields]
+        return (f"{self.name} shape: {','.join(parts)} ({GRAMMAR}; e.g. --shape "
+                f"{self.example!r})")
+
+    def key(self, s):
+        """The canonical text of a shape (results files match rows on it)."""
+        return ",".join(f"{k}={v}" for k, v in s.items() if self.later.get(k, v + 1) != v)
+
+    def label(self, s):
+        return self.key(s)
+
+    def preset(self, name):
+        """[(label, shape)] of a named preset; ValueError listing the names."""
+        if name not in self.presets:
+            raise ValueError(f"{self.name} has no preset {name!r}; use one of "
+                             f"{', '.join(self.presets)}")
+        return [(label, self.complete(fields)) for label, fields in self.presets[name]]
+
+    def tune_shape(self, backend):
+        """The shape `mpskern tune` uses when none is given (small on the simulator)."""
+        return self.complete(self.tune["sim" if backend == "sim" else "metal"])
+
+    # -- instances --------------------------------------------------------------------------
+    def inputs(self, s, dtype, rng):
+        """Seeded inputs of shape `s`: a dict of arrays (and "p": keyword options)."""
+        raise NotImplementedError
+
+    def call(self, inp, backend, out=None):
+        """The public op (as users call it: mpskern.<op>) on the inputs, through backend=
+        and out=."""
+        raise NotImplementedError
+
+    def torch_call(self, F, t):
+        """torch.nn.functional's op on tensors `t` (the inputs' keys)."""
+        raise NotImplementedError
+
+    mlx_call = None                 # (mx, t) -> MLX's op, where the benchmark has one
+
+    def reference(self, inp):
+        raise NotImplementedError
+
+    def reduction(self, inp):
+        """Terms summed per output element (the check's tolerance grows with it)."""
+        return 1
+
+    def struct(self, s, out_shape):
+        """The kernel's struct fields for shape `s` (mpskern/structs.py), for its cost."""
+        raise NotImplementedError
+
+    def costs(self, s, out_shape, itemsize):
+        """FLOPs and compulsory bytes of one call at shape `s` (structs.Cost)."""
+        return self.cost(**self.struct(s, out_shape), itemsize=itemsize)

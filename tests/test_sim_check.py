@@ -190,3 +190,23 @@ def test_read_only_input_is_not_written_back():
     src = HEAD + f"kernel void cp({ARGS}) {{ y[g] = x[g] + 1.0f; }}\n"
     mpskern.metal_kernel(src, "cp")(x, y, grid=(64,), threadgroup=(64,), backend="sim", check=True)
     np.testing.assert_array_equal(y, np.arange(64) + 1)
+
+
+def test_threadgroup_memory_exactly_at_the_limit_is_no_finding():
+    """16 + 8 + 8 KiB in three variables is the device's 32 KiB: checking mode's red zones
+    between them put the last one past byte 32768, which it once reported as an
+    out-of-bounds write (attn's attention_simd at MK_BQ=32)."""
+    src = HEAD + """
+kernel void full(device float* y [[buffer(0)]], uint i [[thread_index_in_threadgroup]]) {
+    threadgroup float a[4096];
+    threadgroup float b[2048];
+    threadgroup float c[2048];
+    for (uint k = i; k < 4096; k += 64) a[k] = float(k);
+    for (uint k = i; k < 2048; k += 64) { b[k] = 1.0f; c[k] = 2.0f; }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    y[i] = a[4095 - i] + b[2047 - i] + c[2047 - i];
+}
+"""
+    y = np.zeros(64, np.float32)
+    mpskern.metal_kernel(src, "full")(y, grid=(64,), threadgroup=(64,), backend="sim", check=True)
+    np.testing.assert_array_equal(y, 4095 - np.arange(64) + 3.0)

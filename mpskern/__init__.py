@@ -19,7 +19,7 @@ if not _os.path.isdir(_os.path.join(_os.path.dirname(__file__), "cli")) and _os.
 
 from mpskern._version import __version__
 from mpskern._errors import (BackendUnavailable, KernelCheckError, KernelCompileError,
-                             MpskernError, Unsupported)
+                             KernelError, MpskernError, Unsupported)
 from mpskern import _blas_preload  # noqa: F401  (loads OpenBLAS before _native)
 from mpskern.ops import *  # noqa: E402,F401,F403  (the public ops: mpskern/ops/__init__.py's __all__)
 from mpskern.memory import empty  # noqa: E402  (page-aligned arrays: zero-copy on Metal)

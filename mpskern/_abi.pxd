@@ -36,7 +36,7 @@ cdef extern from "mpskern.h" nogil:
     int MK_ABI_VERSION
     ctypedef enum mk_status:
         MK_OK, MK_ERR_INVALID, MK_ERR_UNAVAILABLE, MK_ERR_COMPILE, MK_ERR_RUNTIME,
-        MK_ERR_NOMEM, MK_ERR_CHECK, MK_ERR_UNSUPPORTED
+        MK_ERR_NOMEM, MK_ERR_CHECK, MK_ERR_UNSUPPORTED, MK_ERR_INTERRUPTED
     const char *mk_last_error()
 
     void mk_cpu_set_num_threads(int n)
@@ -114,6 +114,11 @@ cdef extern from "mpskern.h" nogil:
     ctypedef struct mk_timing:
         double gpu_ms, wall_ms
     mk_status mk_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *timing)
+    ctypedef struct mk_run_control:
+        double time_limit_s
+        int interruptible
+    mk_status mk_run_ex(mk_device *d, const mk_dispatch *list, uint32_t n,
+                        const mk_run_control *c, mk_timing *timing)
 
     int MK_ORDER_FORWARD, MK_ORDER_REVERSE, MK_ORDER_RANDOM
     ctypedef struct mk_sim_options:
@@ -121,6 +126,7 @@ cdef extern from "mpskern.h" nogil:
         uint64_t seed
         int workers, family
         uint32_t max_threadgroup_memory, max_threads_per_threadgroup
+        double time_limit_s
     mk_status mk_sim_set_options(mk_device *d, const mk_sim_options *o)
 
     mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer *A,

@@ -23,3 +23,9 @@ class KernelCheckError(MpskernError):
     """The simulator's checking mode found a race, a barrier divergence, an out-of-bounds
     access or a read of uninitialised threadgroup memory. The message names the kernel,
     the .metal file and line, and the threads involved."""
+
+
+class KernelError(MpskernError):
+    """A kernel failed while it ran, as a GPU command buffer fails: an invalid memory
+    access (in the simulator: outside its buffers' guard pages too), a run stopped past
+    its time limit, an integer division by zero. The message names the kernel."""

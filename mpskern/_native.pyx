@@ -11,8 +11,9 @@ from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy, memset
 from mpskern._abi cimport *
 
+from cpython.exc cimport PyErr_CheckSignals
 from mpskern._errors import (BackendUnavailable, KernelCheckError, KernelCompileError,
-                             MpskernError, Unsupported)
+                             KernelError, MpskernError, Unsupported)
 
 ABI_VERSION = MK_ABI_VERSION
 F32 = MK_F32
@@ -36,6 +37,11 @@ cdef int check(mk_status st) except -1:
         raise MemoryError(msg)
     if st == MK_ERR_UNSUPPORTED:
         raise Unsupported(msg)
+    if st == MK_ERR_RUNTIME:
+        raise KernelError(msg)
+    if st == MK_ERR_INTERRUPTED:
+        PyErr_CheckSignals()              # Python's SIGINT handler: KeyboardInterrupt
+        raise KeyboardInterrupt(msg)
     raise MpskernError(msg)
 
 

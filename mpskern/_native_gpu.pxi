@@ -2,6 +2,9 @@
 # libraries, pipelines and dispatch through the device-generic part of the C ABI.
 cimport cython
 from libc.stdlib cimport malloc, free
+import math as _math
+import signal as _signal
+import threading as _threading
 
 _KINDS = {"metal": MK_DEVICE_METAL, "sim": MK_DEVICE_SIM}
 _ORDERS = {"forward": MK_ORDER_FORWARD, "reverse": MK_ORDER_REVERSE, "random": MK_ORDER_RANDOM}
@@ -73,10 +76,12 @@ cdef class Device:
 
     def set_sim_options(self, *, bint check_mode=False, str order="forward", uint64_t seed=0,
                         int workers=0, int family=0, uint32_t max_threadgroup_memory=0,
-                        uint32_t max_threads_per_threadgroup=0):
+                        uint32_t max_threads_per_threadgroup=0, time_limit=None):
+        """time_limit: seconds after which every run stops (KernelError), None for none."""
         cdef mk_sim_options o
         if order not in _ORDERS:
             raise ValueError(f"order must be one of {sorted(_ORDERS)}, got {order!r}")
+        o.time_limit_s = _seconds(time_limit)
         o.check = check_mode
         o.order = _ORDERS[order]
         o.seed = seed
@@ -102,15 +107,22 @@ cdef class Device:
         """Load a library the simulator's front-end built (a shared object)."""
         return Library._load(self, path)
 
-    def run(self, list dispatches):
+    def run(self, list dispatches, time_limit=None):
         """Encode the dispatches in one command buffer, run them in order and wait.
         Each is a dict: pipeline, grid, threadgroup, bindings (Buffer, (Buffer, offset) or
         bytes per [[buffer(i)]]), grid_units ("threadgroups" default, or "threads"),
-        threadgroup_memory (bytes per [[threadgroup(i)]]). Returns (gpu_ms, wall_ms)."""
+        threadgroup_memory (bytes per [[threadgroup(i)]]). Returns (gpu_ms, wall_ms).
+        Simulator: time_limit (seconds) stops the run (KernelError), and Ctrl-C stops it
+        (KeyboardInterrupt) when called from the main thread under Python's default
+        SIGINT handler."""
         cdef uint32_t n = len(dispatches)
         cdef mk_dispatch* list_ = <mk_dispatch*>malloc(max(n, 1) * sizeof(mk_dispatch))
         cdef mk_timing t
         cdef mk_status st
+        cdef mk_run_control ctl
+        ctl.time_limit_s = _seconds(time_limit)
+        ctl.interruptible = (_signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
+                             and _threading.current_thread() is _threading.main_thread())
         cdef Pipeline p
         cdef Buffer b
         keep = []
@@ -154,11 +166,24 @@ cdef class Device:
                         b = v
                         list_[k].bindings[j].buffer = b.ptr
             with nogil:
-                st = mk_run(self.ptr, list_, n, &t)
+                st = mk_run_ex(self.ptr, list_, n, &ctl, &t)
             check(st)
             return t.gpu_ms, t.wall_ms
         finally:
             free(list_)
+
+
+def _seconds(v):
+    """A time limit in seconds: None or 0 for none, else a finite positive number."""
+    if v is None:
+        return 0.0
+    if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__float__"):
+        raise TypeError(f"time_limit must be a number of seconds or None, got {v!r}")
+    s = float(v)
+    if not (0 <= s < 1e9) or _math.isnan(s):
+        raise ValueError(f"time_limit must be a finite number of seconds >= 0 (0 or None: "
+                         f"no limit), got {v!r}")
+    return s
 
 
 # no_gc_clear: the GC must not drop .device/.library before __dealloc__ frees the

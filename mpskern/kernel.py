@@ -11,6 +11,12 @@ partial), `threadgroup` is threads per threadgroup. backend="auto" runs on Metal
 available, else in the simulator ("sim"); the CPU backend cannot run MSL. On the simulator
 check=True turns on the checking mode (races, barrier divergence, out-of-bounds,
 uninitialised threadgroup reads), which raises mpskern.KernelCheckError on a finding.
+
+A kernel that runs away is stopped as a GPU stops a command buffer: in the simulator
+time_limit=SECONDS (or the device-wide set_sim_options(time_limit=...)) raises
+mpskern.KernelError once the run takes longer, and Ctrl-C raises KeyboardInterrupt within
+a fraction of a second (main thread, Python's default SIGINT handler); the process stays
+usable either way. On Metal the GPU's own watchdog does this (no time_limit there).
 """
 import numpy as np
 
@@ -77,10 +83,13 @@ class Kernel:
                              f"'metal' or 'sim'")
         return backends.get(backend)
 
-    def __call__(self, *args, grid, threadgroup, backend="auto", check=False):
+    def __call__(self, *args, grid, threadgroup, backend="auto", check=False, time_limit=None):
         be = self._backend(backend)
         if check and be.name != "sim":
             raise ValueError("check=True needs backend='sim' (the checking mode is the simulator's)")
+        if time_limit is not None and be.name != "sim":
+            raise ValueError("time_limit needs backend='sim'; on Metal the GPU's own watchdog "
+                             "ends a command buffer that runs too long")
         grid = _dims(grid, "grid")
         tg = _dims(threadgroup, "threadgroup")
         _check_launch(grid, tg, threadgroup, be.info["max_threads_per_threadgroup"],
@@ -122,7 +131,7 @@ class Kernel:
         pipe = be.pipeline(self.name, source=self.source, macros=self.macros, check=check)
         dispatch = dict(pipeline=pipe, grid=grid, threadgroup=tg, grid_units="threads",
                         bindings=bindings)
-        be.run([dispatch])     # a library built with check=True always runs checked
+        be.run([dispatch], time_limit=time_limit)   # check=True libraries always run checked
         for buf, arr, orig in writeback:
             buf.sync()
             if arr is not orig:

@@ -73,6 +73,11 @@ mk_status mk_pipeline_limits(mk_pipeline *p, uint32_t *max_threads, uint32_t *ex
 void mk_pipeline_free(mk_pipeline *p) { if (p) p->device->ops->pipeline_free(p); }
 
 mk_status mk_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *t) {
+    return mk_run_ex(d, list, n, NULL, t);
+}
+
+mk_status mk_run_ex(mk_device *d, const mk_dispatch *list, uint32_t n, const mk_run_control *c,
+                    mk_timing *t) {
     mk_timing dummy;
     if (!t) t = &dummy;
     t->gpu_ms = t->wall_ms = 0;
@@ -95,6 +100,11 @@ mk_status mk_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *t
                                     (unsigned long long)threads, "xyz"[k]);
         }
     }
+    if (d->ops->run_ex) return d->ops->run_ex(d, list, n, c, t);
+    if (c && c->time_limit_s > 0)
+        return mk_set_error(MK_ERR_UNSUPPORTED, "mk_run: a time limit is a simulator option; on "
+                            "%s the GPU's own watchdog ends runaway command buffers",
+                            kind_name(d->ops->kind));
     return d->ops->run(d, list, n, t);
 }
 

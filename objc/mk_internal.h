@@ -24,6 +24,9 @@ typedef struct mk_device_ops {
     void (*pipeline_free)(mk_pipeline *p);
     mk_status (*run)(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *t);
     mk_status (*sim_set_options)(mk_device *d, const mk_sim_options *o);
+    // a run under mk_run_control (NULL: the implementation runs `run` and ignores it)
+    mk_status (*run_ex)(mk_device *d, const mk_dispatch *list, uint32_t n,
+                        const mk_run_control *c, mk_timing *t);
 } mk_device_ops;
 
 // Handles: the generic part every implementation fills; `impl` is the implementation's

@@ -31,6 +31,7 @@ typedef enum mk_status {
     MK_ERR_NOMEM = 5,
     MK_ERR_CHECK = 6,         // simulator checking mode found a race / divergence / OOB
     MK_ERR_UNSUPPORTED = 7,   // valid request this implementation does not do (e.g. an MPS quirk)
+    MK_ERR_INTERRUPTED = 8,   // a run stopped by SIGINT (mk_run_control.interruptible)
 } mk_status;
 
 // Thread-local message of the last failing call on this thread ("" if none).
@@ -145,6 +146,17 @@ typedef struct mk_timing {
 
 mk_status mk_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *timing);
 
+/* a run that can be stopped (the simulator; Metal runs ignore `interruptible`, and refuse
+   a time limit: there the GPU's own watchdog ends a runaway command buffer) */
+typedef struct mk_run_control {
+    double time_limit_s;     // > 0: stop the run after this long (MK_ERR_RUNTIME, as Metal's
+                             // command-buffer watchdog); 0: the device's (mk_sim_options)
+    int interruptible;       // SIGINT stops the run (MK_ERR_INTERRUPTED); the process's own
+                             // SIGINT handler still runs (Python's raises KeyboardInterrupt)
+} mk_run_control;
+mk_status mk_run_ex(mk_device *d, const mk_dispatch *list, uint32_t n, const mk_run_control *c,
+                    mk_timing *timing);
+
 /* simulator options (ignored by Metal devices) */
 #define MK_ORDER_FORWARD 0
 #define MK_ORDER_REVERSE 1
@@ -157,6 +169,7 @@ typedef struct mk_sim_options {
     int family;         // 7..10: the family (and limits) the simulated device claims
     uint32_t max_threadgroup_memory;      // 0 = the family's (32 KiB)
     uint32_t max_threads_per_threadgroup; // 0 = the family's (1024)
+    double time_limit_s;  // > 0: every run stops after this long (mk_run_control overrides)
 } mk_sim_options;
 mk_status mk_sim_set_options(mk_device *d, const mk_sim_options *o);
 

@@ -211,7 +211,7 @@ static std::string who(const Access &a) {
 [[noreturn]] static void report(Worker *w, const std::string &msg) {
     Job *j = w->job;
     j->set_error(MK_ERR_CHECK, msg);
-    fiber_switch(&w->lanes[w->plain ? 0 : w->cur].fiber, &w->sched);
+    fiber_abandon(&w->lanes[w->plain ? 0 : w->cur].fiber, &w->sched);
     abort();
 }
 

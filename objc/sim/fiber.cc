@@ -1,11 +1,48 @@
 // fiber.cc: stacks and context switches for the simulator's fibers (see fiber.h).
 #include "fiber.h"
 
+#include <signal.h>
 #include <stdint.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define MK_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MK_ASAN 1
+#endif
+#endif
+#ifdef MK_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace mksim {
+
+// Frames left on a stack keep ASan's poisoned red zones; a later, different frame there
+// would be reported as a stack-use-after-scope.
+static void unpoison(void *p, size_t n) {
+#ifdef MK_ASAN
+    __asan_unpoison_memory_region(p, n);
+#else
+    (void)p; (void)n;
+#endif
+}
+
+#if defined(MK_ASAN) && !defined(MK_SIM_UCONTEXT)
+// ASan must know which stack runs (__sanitizer_*_switch_fiber), or it takes a fiber's frames
+// for a wild stack ("ignoring requested __asan_handle_no_return") and may report nonsense
+static thread_local Fiber *tl_from;   // the fiber being left by the switch in progress
+#endif
+
+MK_NO_ASAN void fiber_abandon(Fiber *from, Fiber *to, bool in_handler) {
+    from->abandoned = true;
+    if (in_handler) {
+        stack_t ss;
+        if (sigaltstack(nullptr, &ss) == 0 && (ss.ss_flags & SS_ONSTACK)) unpoison(ss.ss_sp, ss.ss_size);
+    }
+    fiber_switch(from, to);
+}
 
 bool fiber_alloc_stack(Fiber *f, size_t size) {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -33,6 +70,8 @@ void fiber_free_stack(Fiber *f) {
 #ifdef MK_SIM_UCONTEXT
 
 void fiber_init(Fiber *f, FiberFn fn, void *arg, Fiber *ret) {
+    if (f->abandoned) unpoison(f->stack, f->stack_size);
+    f->abandoned = false;
     getcontext(&f->ctx);
     f->ctx.uc_stack.ss_sp = f->stack;
     f->ctx.uc_stack.ss_size = f->stack_size;
@@ -52,6 +91,24 @@ void fiber_switch(Fiber *from, Fiber *to) { swapcontext(&from->ctx, &to->ctx); }
 extern "C" void mk_sim_switch(void **save_sp, void *load_sp);
 extern "C" void mk_sim_fiber_start();
 
+// a fresh fiber's first code: tell ASan the switch is complete, then run fn
+MK_NO_ASAN static void fiber_entry(void *p) {
+    Fiber *f = (Fiber *)p;
+#ifdef MK_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &tl_from->asan_bottom, &tl_from->asan_size);
+#endif
+    f->fn(f->arg);
+}
+
+static void fiber_prepare(Fiber *f, FiberFn fn, void *arg) {
+    if (f->abandoned) unpoison(f->stack, f->stack_size);
+    f->abandoned = false;
+    f->fn = fn;
+    f->arg = arg;
+    f->asan_bottom = f->stack;
+    f->asan_size = f->stack_size;
+}
+
 #if defined(__APPLE__)
 #define MK_SYM(x) "_" #x
 #else
@@ -60,7 +117,7 @@ extern "C" void mk_sim_fiber_start();
 
 #if defined(__x86_64__)
 // Callee-saved: rbx rbp r12-r15 (System V). The first switch into a fresh fiber "returns"
-// into mk_sim_fiber_start with fn in r12 and arg in r13.
+// into mk_sim_fiber_start with fiber_entry in r12 and the Fiber in r13.
 asm(".text\n"
     ".globl " MK_SYM(mk_sim_switch) "\n"
 #if !defined(__APPLE__)
@@ -83,13 +140,14 @@ asm(".text\n"
     "  ud2\n");
 
 void fiber_init(Fiber *f, FiberFn fn, void *arg, Fiber *) {
+    fiber_prepare(f, fn, arg);
     uintptr_t top = ((uintptr_t)(f->stack + f->stack_size)) & ~(uintptr_t)15;
     void **sp = (void **)top;
     *--sp = (void *)mk_sim_fiber_start;    // ret target: leaves rsp % 16 == 0 before the call
     *--sp = nullptr;                       // rbp
     *--sp = nullptr;                       // rbx
-    *--sp = (void *)fn;                    // r12
-    *--sp = arg;                           // r13
+    *--sp = (void *)fiber_entry;           // r12
+    *--sp = f;                             // r13
     *--sp = nullptr;                       // r14
     *--sp = nullptr;                       // r15
     f->sp = sp;
@@ -97,7 +155,7 @@ void fiber_init(Fiber *f, FiberFn fn, void *arg, Fiber *) {
 
 #elif defined(__aarch64__)
 // Callee-saved: x19-x28, fp (x29), lr (x30), d8-d15 (AAPCS64). A fresh fiber's lr points
-// at mk_sim_fiber_start with fn in x19 and arg in x20.
+// at mk_sim_fiber_start with fiber_entry in x19 and the Fiber in x20.
 asm(".text\n"
     ".globl " MK_SYM(mk_sim_switch) "\n"
 #if !defined(__APPLE__)
@@ -129,17 +187,29 @@ asm(".text\n"
     "  brk #0\n");
 
 void fiber_init(Fiber *f, FiberFn fn, void *arg, Fiber *) {
+    fiber_prepare(f, fn, arg);
     uintptr_t top = ((uintptr_t)(f->stack + f->stack_size)) & ~(uintptr_t)15;
     void **sp = (void **)(top - 176);
     for (int i = 0; i < 22; i++) sp[i] = nullptr;
-    sp[0] = (void *)fn;                    // x19
-    sp[1] = arg;                           // x20
+    sp[0] = (void *)fiber_entry;           // x19
+    sp[1] = f;                             // x20
     sp[11] = (void *)mk_sim_fiber_start;   // x30 (lr)
     f->sp = sp;
 }
 #endif
 
-void fiber_switch(Fiber *from, Fiber *to) { mk_sim_switch(&from->sp, to->sp); }
+MK_NO_ASAN void fiber_switch(Fiber *from, Fiber *to) {
+#ifdef MK_ASAN
+    void *fake = nullptr;
+    tl_from = from;
+    // an abandoned fiber's stack is dead to ASan (nullptr)
+    __sanitizer_start_switch_fiber(from->abandoned ? nullptr : &fake, to->asan_bottom, to->asan_size);
+    mk_sim_switch(&from->sp, to->sp);
+    __sanitizer_finish_switch_fiber(fake, &tl_from->asan_bottom, &tl_from->asan_size);
+#else
+    mk_sim_switch(&from->sp, to->sp);
+#endif
+}
 
 #endif
 

@@ -13,6 +13,14 @@
 #include <ucontext.h>
 #endif
 
+// Functions whose frames stay on a fiber's stack after it switches away for good (a
+// finished lane): without ASan's red zones they leave no poisoning for later frames there.
+#if defined(__GNUC__) || defined(__clang__)
+#define MK_NO_ASAN __attribute__((no_sanitize_address))
+#else
+#define MK_NO_ASAN
+#endif
+
 namespace mksim {
 
 typedef void (*FiberFn)(void *arg);
@@ -25,6 +33,11 @@ struct Fiber {
 #endif
     char *stack = nullptr;        // lowest usable address (a guard page lies below)
     size_t stack_size = 0;
+    bool abandoned = false;       // left mid-call (fiber_abandon); reset by fiber_init
+    FiberFn fn = nullptr;         // what a fresh fiber runs
+    void *arg = nullptr;
+    const void *asan_bottom = nullptr;   // the stack ASan is told about on a switch here:
+    size_t asan_size = 0;                // its own, or (a thread's) learned on the first switch
 };
 
 // A stack of `size` bytes (mmap'd, pages touched lazily, guard page below). false on failure.
@@ -35,6 +48,11 @@ void fiber_free_stack(Fiber *f);
 void fiber_init(Fiber *f, FiberFn fn, void *arg, Fiber *ret);
 // Save the current context in `from` and continue `to`.
 void fiber_switch(Fiber *from, Fiber *to);
+// Leave `from` for good, its frames never returned through (a lane stopped by an error).
+// Under AddressSanitizer the poisoning those frames leave on its stack is cleared by the
+// next fiber_init; from a signal handler (in_handler) that of the alternate signal stack
+// the handler runs on, right away. Elsewhere the same as fiber_switch.
+void fiber_abandon(Fiber *from, Fiber *to, bool in_handler = false);
 
 }  // namespace mksim
 #endif

@@ -231,9 +231,7 @@ static mk_status prepare(Device *dev, const mk_dispatch &ds, Job &j) {
     return MK_OK;
 }
 
-static mk_status sim_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *t) {
-    Device *dev = dev_of(d);
-    std::lock_guard<std::mutex> g(dev->run_mu);
+static mk_status run_list(Device *dev, const mk_dispatch *list, uint32_t n, mk_timing *t) {
     auto t0 = std::chrono::steady_clock::now();
     double compute_ms = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -258,6 +256,27 @@ static mk_status sim_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_t
     return MK_OK;
 }
 
+// The time limit covers the whole run (a command buffer); SIGINT stops it when asked to.
+static mk_status sim_run_ex(mk_device *d, const mk_dispatch *list, uint32_t n,
+                            const mk_run_control *c, mk_timing *t) {
+    Device *dev = dev_of(d);
+    std::lock_guard<std::mutex> g(dev->run_mu);
+    RunLimits lim;
+    lim.limit_s = c && c->time_limit_s > 0 ? c->time_limit_s : dev->opt.time_limit_s;
+    lim.interruptible = c && c->interruptible;
+    if (!(lim.limit_s >= 0) || lim.limit_s > 1e9)
+        return mk_set_error(MK_ERR_INVALID, "mk_run: time limit %g s: expected 0 (none) or a "
+                            "positive number of seconds", lim.limit_s);
+    run_begin(dev, lim);
+    mk_status st = run_list(dev, list, n, t);
+    run_end(dev, lim);
+    return st;
+}
+
+static mk_status sim_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *t) {
+    return sim_run_ex(d, list, n, nullptr, t);
+}
+
 static mk_status sim_set_options(mk_device *d, const mk_sim_options *o) {
     Device *dev = dev_of(d);
     if (o->order < MK_ORDER_FORWARD || o->order > MK_ORDER_RANDOM)
@@ -267,12 +286,16 @@ static mk_status sim_set_options(mk_device *d, const mk_sim_options *o) {
     if (o->workers < 0) return mk_set_error(MK_ERR_INVALID, "workers must be >= 0");
     if (o->max_threads_per_threadgroup > 1024 || (o->max_threads_per_threadgroup % 32))
         return mk_set_error(MK_ERR_INVALID, "max_threads_per_threadgroup must be a multiple of 32, at most 1024");
+    if (!(o->time_limit_s >= 0) || o->time_limit_s > 1e9)
+        return mk_set_error(MK_ERR_INVALID, "time_limit %g: expected 0 (none) or a positive number "
+                            "of seconds", o->time_limit_s);
     std::lock_guard<std::mutex> g(dev->run_mu);
     Options &p = dev->opt;
     p.check = o->check;
     p.order = o->order;
     p.seed = o->seed;
     p.workers = o->workers;
+    p.time_limit_s = o->time_limit_s;
     // Every call sets all options: 0 means the default (the environment's family, the
     // family's limits), so set_sim_options() with no arguments restores the defaults.
     int fam = o->family ? o->family : family_from_env();
@@ -286,7 +309,7 @@ static const mk_device_ops OPS = {
     MK_DEVICE_SIM,     sim_device_free,     sim_get_info,     sim_buffer_wrap,
     sim_buffer_alloc,  sim_buffer_sync,     sim_buffer_free,  sim_library_create,
     sim_library_load,  sim_library_free,    sim_pipeline_create, sim_pipeline_free,
-    sim_run,           sim_set_options,
+    sim_run,           sim_set_options,     sim_run_ex,
 };
 
 // The simulator compiles kernels with the host C++ compiler (mpskern/sim/compiler.py

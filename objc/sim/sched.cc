@@ -99,7 +99,7 @@ void Pool::run(int n, const std::function<void(int)> &fn) {
 /* ------------------------------------------------------------------ runtime table */
 [[noreturn]] static void abandon_lane(Worker *w) {
     // Back to the scheduler for good: the fiber's stack is simply reused later.
-    fiber_switch(&w->lanes[w->plain ? 0 : w->cur].fiber, &w->sched);
+    fiber_abandon(&w->lanes[w->plain ? 0 : w->cur].fiber, &w->sched);
     abort();
 }
 
@@ -120,6 +120,7 @@ static void plain_sync_misuse(Worker *w, const char *what, const char *file, int
 
 static void rt_barrier(unsigned, const char *file, int line) {
     Worker *w = tl_worker;
+    RtGuard guard(w);
     if (w->plain) plain_sync_misuse(w, "threadgroup_barrier", file, line);
     Lane &l = w->lanes[w->cur];
     l.bar_file = file;
@@ -129,6 +130,7 @@ static void rt_barrier(unsigned, const char *file, int line) {
 
 static void rt_simd_barrier(unsigned, const char *file, int line) {
     Worker *w = tl_worker;
+    RtGuard guard(w);
     if (w->plain) plain_sync_misuse(w, "simdgroup_barrier", file, line);
     Lane &l = w->lanes[w->cur];
     l.bar_file = file;
@@ -138,6 +140,7 @@ static void rt_simd_barrier(unsigned, const char *file, int line) {
 
 static const mk_sim_xchg *rt_simd_exchange(const void *value, unsigned size, const void *site) {
     Worker *w = tl_worker;
+    RtGuard guard(w);
     if (w->plain) plain_sync_misuse(w, "a SIMD collective", nullptr, 0);
     Lane &l = w->lanes[w->cur];
     if (size > MK_SIM_XCHG_BYTES) size = MK_SIM_XCHG_BYTES;
@@ -151,6 +154,7 @@ static const mk_sim_xchg *rt_simd_exchange(const void *value, unsigned size, con
 
 static void *rt_tg_alloc(size_t size, size_t align, const char *name, const char *file, int line) {
     Worker *w = tl_worker;
+    RtGuard guard(w);
     Job *j = w->job;
     Lane &l = w->lanes[w->cur];
     if (align < 16) align = 16;
@@ -184,11 +188,15 @@ static const mk_sim_lane *rt_lane() {
 
 static void rt_check_access(const void *addr, unsigned size, int is_write, const void *pc) {
     Worker *w = tl_worker;
-    if (w && w->job && w->job->checker) checker_access(w, addr, size, is_write, pc);
+    if (w && w->job && w->job->checker) {
+        RtGuard guard(w);
+        checker_access(w, addr, size, is_write, pc);
+    }
 }
 
 [[noreturn]] static void rt_fail(const char *msg) {
     Worker *w = tl_worker;
+    RtGuard guard(w);
     w->job->set_error(MK_ERR_RUNTIME, std::string("kernel '") + w->job->k->name + "': " + msg);
     abandon_lane(w);
 }
@@ -246,11 +254,45 @@ static void on_fault(int sig, siginfo_t *si, void *ctx) {
                      w->lanes[w->cur].b.threadgroup_position_in_grid[1],
                      w->lanes[w->cur].b.threadgroup_position_in_grid[2]);
         j->set_error(MK_ERR_RUNTIME, msg);
-        fiber_switch(&l.fiber, &w->sched);   // never resumed
+        w->in_kernel = 0;
+        fiber_abandon(&l.fiber, &w->sched, true);   // never resumed
     }
     // not ours: restore the previous handler; returning re-executes the faulting access
     sigaction(sig, sig == SIGBUS ? &old_bus : sig == SIGFPE ? &old_fpe : &old_segv, nullptr);
     (void)ctx;
+}
+
+// The watchdog's kick (watchdog.cc): a failed dispatch's lane that is executing kernel code
+// (a loop that never reaches a barrier, say) is abandoned here, as a fault would be. At any
+// other instant (the runtime, a fiber switch, a thread between jobs) nothing happens: the
+// lane stops at its next runtime call, or the watchdog kicks again.
+static struct sigaction old_kick;
+static std::once_flag kick_once;
+
+static void on_kick(int sig, siginfo_t *si, void *ctx) {
+    Worker *w = tl_worker;
+    if (w && w->in_kernel && w->job && w->job->failed.load(std::memory_order_relaxed)) {
+        w->in_kernel = 0;
+        fiber_abandon(&w->lanes[w->plain ? 0 : w->cur].fiber, &w->sched, true);   // never resumed
+    }
+    if (old_kick.sa_flags & SA_SIGINFO) {
+        if (old_kick.sa_sigaction) old_kick.sa_sigaction(sig, si, ctx);
+    } else if (old_kick.sa_handler != SIG_DFL && old_kick.sa_handler != SIG_IGN) {
+        old_kick.sa_handler(sig);
+    }
+}
+
+void install_kick_handler() {
+    std::call_once(kick_once, [] {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_kick;
+        // NODEFER: the handler never returns when it abandons a lane, so SIGURG must not
+        // stay blocked on this thread afterwards
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGURG, &sa, &old_kick);
+    });
 }
 
 static void install_fault_handlers() {
@@ -289,11 +331,12 @@ static uint64_t splitmix(uint64_t &s) {
 }
 
 
-static void lane_entry(void *arg) {
+MK_NO_ASAN static void lane_entry(void *arg) {
     Worker *w = (Worker *)arg;
     Job *j = w->job;
     void *tgp[4];
     for (int i = 0; i < 4; i++) tgp[i] = w->arena + j->tg_param_off[i];
+    w->in_kernel = 1;
     if (w->plain) {
         // Barrier-free: every lane in turn, on this one fiber (order: w->order).
         for (int k = 0; k < w->nlanes && !j->failed.load(std::memory_order_relaxed); k++) {
@@ -302,11 +345,13 @@ static void lane_entry(void *arg) {
             j->k->glue(j->buffers, tgp, &w->lanes[idx].b);
             w->lanes[idx].state = L_DONE;
         }
+        w->in_kernel = 0;
         fiber_switch(&w->lanes[0].fiber, &w->sched);
     } else {
         Lane &l = w->lanes[w->cur];
         j->k->glue(j->buffers, tgp, &l.b);
         l.state = L_DONE;
+        w->in_kernel = 0;
         fiber_switch(&l.fiber, &w->sched);
     }
     abort();   // a finished fiber is never resumed
@@ -533,6 +578,8 @@ mk_status run_dispatch(Device *dev, Job &j) {
         tl_worker = w;
         w->job = &j;
         w->plain = plain;
+        w->thread = pthread_self();
+        w->busy.store(true);              // the watchdog may kick this thread from now on
 
         for (;;) {
             if (j.failed.load(std::memory_order_relaxed)) break;
@@ -540,10 +587,12 @@ mk_status run_dispatch(Device *dev, Job &j) {
             if (g >= j.ngroups) break;
             run_group(w, g);
         }
+        w->busy.store(false);
         w->job = nullptr;
         tl_worker = nullptr;
     };
-    dev->pool.run(nw, fn);
+    if (watch(dev, &j)) dev->pool.run(nw, fn);
+    watch(dev, nullptr);
     if (j.failed.load()) return mk_set_error(j.err_status, "%s", j.err.c_str());
     return MK_OK;
 }

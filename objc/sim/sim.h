@@ -2,10 +2,12 @@
 //   mk_sim.cc     the device behind the C ABI (ops table, buffers, libraries, options)
 //   sched.cc      threadgroups on a pool of OS threads; lanes as fibers; the runtime table
 //   check.cc      checking mode: shadow memory, races, bounds, uninitialised reads
+//   watchdog.cc   stopping a run: time limits, Ctrl-C (SIGINT), lanes stuck in kernel code
 //   fiber.cc      stacks and context switches
 #ifndef MK_SIM_H
 #define MK_SIM_H
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -14,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "fiber.h"
@@ -28,6 +32,7 @@ struct Options {
     int workers = 0;
     int family = 8;
     uint32_t max_tg_memory = 32768, max_threads = 1024;
+    double time_limit_s = 0;   // > 0: runs stop after this long
 };
 
 struct Library {
@@ -100,7 +105,35 @@ struct Worker {
     bool plain = false;                       // barrier-free kernel: lanes in one fiber
     std::vector<int> order;                   // lane order of the current round
     bool in_lane = false;                     // a lane's fiber is running (fault handler)
+    // this thread is executing kernel code right now (not the runtime, not a fiber switch):
+    // only then may the watchdog's signal abandon the lane (watchdog.cc)
+    volatile sig_atomic_t in_kernel = 0;
+    std::atomic<bool> busy{false};            // working on a job, on thread `thread`
+    pthread_t thread{};
     ~Worker();
+};
+
+// Entered by every runtime function a kernel calls: kernel code is not running meanwhile.
+struct RtGuard {
+    Worker *w;
+    explicit RtGuard(Worker *w_) : w(w_) { w->in_kernel = 0; }
+    ~RtGuard() { w->in_kernel = 1; }
+};
+
+// The watchdog of a device (watchdog.cc): one thread, idle unless a run is going on, that
+// stops a run past its time limit or after a SIGINT and kicks lanes stuck in kernel code.
+struct Watchdog {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::thread thread;
+    int pid = 0;
+    bool stop = false, idle = false;          // idle: waiting for a dispatch, no timeout
+    struct Job *job = nullptr;                // the dispatch being run (nullptr: idle)
+    double limit_s = 0;                       // its run's time limit (0: none)
+    std::chrono::steady_clock::time_point deadline;
+    bool interruptible = false;
+    struct Device *dev = nullptr;
+    ~Watchdog();
 };
 
 class Pool {
@@ -129,7 +162,20 @@ struct Device {
     std::mutex run_mu;
     Pool pool;
     std::vector<std::unique_ptr<Worker>> workers;
+    Watchdog watchdog;   // destroyed before the pool and the workers it kicks
 };
+
+// watchdog.cc. A run: run_begin (SIGINT hooked when interruptible), per dispatch
+// watch(job) ... watch(nullptr), run_end.
+struct RunLimits {
+    double limit_s = 0;                       // 0: none
+    bool interruptible = false;
+};
+void run_begin(Device *dev, const RunLimits &lim);
+void run_end(Device *dev, const RunLimits &lim);
+// false (and the job's error set) when the run is to stop before this dispatch
+bool watch(Device *dev, Job *job);
+void install_kick_handler();
 
 // sched.cc
 const mk_sim_rt *runtime_table();

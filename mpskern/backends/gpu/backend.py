@@ -96,10 +96,11 @@ class GpuBackend(Backend):
     def wrap(self, array, writable=False):
         return self.device.wrap(array, writable)
 
-    def run(self, dispatches):
+    def run(self, dispatches, time_limit=None):
         """Run dispatch dicts (see _native.Device.run) in one command buffer (users' own
-        kernels: mpskern.kernel); records (gpu_ms, wall_ms) for last_timing."""
-        t = self.device.run(dispatches)
+        kernels: mpskern.kernel); records (gpu_ms, wall_ms) for last_timing. time_limit:
+        seconds (sim)."""
+        t = self.device.run(dispatches, time_limit)
         self._record(t, None)
         return t
 

@@ -87,20 +87,14 @@ def check(got, q, k, v, mask=None, causal=False, scale=None, what=""):
 
 
 def run_gpu(be, q, k, v, mask=None, causal=False, scale=None, variant="simd", BQ=16, BK=16, D=None):
-    """The metal/attention.metal kernel `variant` on GPU backend `be` (sim or metal)."""
-    from mpskern.backends.gpu.context import cdiv, suffix
+    """The metal/attention.metal kernel `variant` through the GPU backend `be`'s encoder
+    (mpskern/backends/gpu/attention.py), with that configuration pinned; D defaults to the
+    space's head capacity for E and Ev."""
+    from mpskern.tuning import spaces
     a, m = args(q, k, v, mask, causal, scale)
     if D is None:
-        D = max(8, cdiv(max(a["E"], a["Ev"]), 8) * 8)
+        D = spaces.head_capacity(a["E"], a["Ev"])
     out = np.full((a["B"], a["Hq"], a["L"], a["Ev"]), np.nan, q.dtype)
-    pipe = be.pipeline(f"attention_{variant}_{suffix(refs_dtype(q.dtype))}", file="attention.metal",
-                       macros={"MK_BQ": BQ, "MK_BK": BK, "MK_D": D})
-    bo = be.wrap(out, writable=True)
-    bq, bk, bv = be.wrap(q), be.wrap(k), be.wrap(v)
-    bm = be.wrap(m) if m is not None else bq
-    run = [dict(pipeline=pipe, grid=(cdiv(a["L"], BQ), a["Hq"], a["B"]), threadgroup=(4 * BQ, 1, 1),
-                bindings=[bq, bk, bv, bm if a["mask"] == 1 else bq, bm if a["mask"] == 2 else bq,
-                          bo, _native.pack_args("attention", a)])]
-    be.run(run)
-    bo.sync()
+    be.attention(a, refs_dtype(q.dtype), q, k, v, m, out,
+                 config=dict(variant=variant, BQ=BQ, BK=BK, D=D))
     return out

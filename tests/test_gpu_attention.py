@@ -10,7 +10,8 @@ import pytest
 import attn_tools as T
 import refs
 from simtools import sim, sim_mode, in_both_orders  # noqa: F401  (sim is a fixture)
-from mpskern import KernelCompileError
+from mpskern import KernelCompileError, Unsupported
+from mpskern.tuning import spaces
 
 # (variant, BQ, BK, D): the smallest tiles, a middle set, MLX-like 32-row blocks, and a
 # 128-wide head. (32, 16, 128) uses exactly 32 KiB: the simulator's checking mode reports
@@ -113,3 +114,29 @@ def test_tiled_kernel_is_not_built_where_it_does_not_fit(sim):
     with pytest.raises((KernelCompileError, ValueError, RuntimeError), match="attention_tiled_f32"):
         sim.pipeline("attention_tiled_f32", file="attention.metal",
                      macros={"MK_BQ": 32, "MK_BK": 16, "MK_D": 128})
+
+
+@pytest.mark.parametrize("cfg", spaces.shipped("attention"), ids=lambda c: "{BQ}x{BK}x{D}".format(**c))
+def test_every_shipped_configuration(sim, cfg):
+    """What generic() can choose, at the widest head it holds and a narrower one."""
+    rng = np.random.default_rng(5)
+    for E, Ev in ((cfg["D"], cfg["D"] - 5), (cfg["D"] // 2 + 1, 3)):
+        q, k, v, m = T.case(rng, np.float32, 1, 2, 1, 2, 21, 19, E, Ev, "bool", (1, 1, 21, 19))
+        T.check(T.run_gpu(sim, q, k, v, m, True, variant=cfg["variant"], BQ=cfg["BQ"],
+                          BK=cfg["BK"], D=cfg["D"]), q, k, v, m, True)
+
+
+def test_encoder_chooses_and_refuses(sim):
+    """Without a pinned configuration the encoder takes the space's choice for the head
+    size; heads wider than the kernels hold are mpskern.Unsupported, not a wrong answer."""
+    rng = np.random.default_rng(6)
+    q, k, v, _ = T.case(rng, np.float16, 2, 2, 2, 2, 9, 12, 40, 40)
+    a, _ = T.args(q, k, v)
+    out = np.zeros((2, 2, 9, 40), np.float16)
+    sim.attention(a, T.refs_dtype(np.float16), q, k, v, None, out)
+    T.check(out, q, k, v)
+    assert sim.last_config["D"] == 64 and sim.last_config["kernel"] == "attention_simd_f16"
+    q, k, v, _ = T.case(rng, np.float32, 1, 1, 1, 1, 3, 3, 300, 8)
+    a, _ = T.args(q, k, v)
+    with pytest.raises(Unsupported, match="E=300"):
+        sim.attention(a, T.refs_dtype(np.float32), q, k, v, None, np.zeros((1, 1, 3, 8), np.float32))

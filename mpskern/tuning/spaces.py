@@ -218,6 +218,8 @@ def generic(op, dtype, shape=None, device_info=None):
         choices = [{"variant": "depthwise", "threads": t} for t in (256, 128, 64, 32)]
     elif op in _ROW_OPS:
         return _row_generic(op, shape, device_info)
+    elif op == "attention":
+        return _att_generic(dtype, shape, device_info)
     elif op in ("softmax_cols", "pool2d"):
         choices = [{"variant": SPACES[op].variants[0], "threads": t} for t in (256, 128, 64, 32)]
     elif op == "batch_norm":
@@ -255,7 +257,8 @@ def select(op, dtype, shape, device_info):
     generic(); every level must pass problems() on this device. `shape` is the op's key:
     gemm (batch, M, N, K); conv2d its GEMM view (groups, Kg, N*P*Q, Cg*R*S);
     conv2d_depthwise (N, K, P, Q); softmax and softmax_cols (outer, n, inner); rownorm and
-    group_norm (rows, n); batch_norm (N, C, HW); pool2d (N, C, P, Q)."""
+    group_norm (rows, n); batch_norm (N, C, HW); pool2d (N, C, P, Q); attention
+    (B*Hq, L, S, E, Ev)."""
     return lookup.choose(op, dtype, shape, device_info,
                          generic=generic(op, dtype, shape, device_info),
                          valid=valid_for(op, device_info, shape))
@@ -400,4 +403,61 @@ def shipped(op):
         return firsts + [{"variant": "simd", **t} for t in _GEMM_FALLBACKS]
     if op == "conv2d_depthwise":
         return [{"variant": "depthwise", "threads": t} for t in (256, 128, 64, 32)]
+    if op == "attention":     # the generic choice at every head capacity
+        return [_att_generic("float32", (1, 1, 1, d, d), None) for d in _ATT_PARAMS["D"]]
     return [generic(op, "float32")]
+
+
+# -- attention (metal/attention.metal) --------------------------------------------------------
+# A threadgroup of BQ/8 SIMD-groups (4*BQ threads) owns BQ query rows and walks the keys in
+# blocks of BK; D (compiled as MK_D) is the head-dimension capacity, D >= max(E, Ev). Staged
+# in threadgroup memory as float: Q (BQ x D), K and V (BK x D each), and for the scalar
+# variant the weights (BQ x BK). The shape key is (B*Hq, L, S, E, Ev). docs/attention.md
+# says why the blocks are what they are.
+_ATT_PARAMS = dict(BQ=(8, 16, 32, 64), BK=(8, 16, 24, 32, 48, 64),
+                   D=(16, 32, 64, 96, 128, 160, 192, 256))
+# generic(): the head's capacity, then the first (BQ, BK) that fits 32 KiB. MLX's steel
+# attention (32-row query blocks; 32-key blocks for heads up to 64, 16 above) comes first,
+# then smaller blocks for wide heads (256 needs 8 x 8 with the scalar variant's weights).
+_ATT_LADDER = ((32, 32), (32, 16), (16, 16), (16, 8), (8, 8))
+
+SPACES["attention"] = Space("attention", "attention.metal", ("simd", "tiled"), _ATT_PARAMS,
+                            doc="BQ query rows per threadgroup (BQ/8 SIMD-groups), BK keys per "
+                                "block, D head-dimension capacity (>= E and Ev)")
+
+
+def _att_tg_memory(c):
+    f = c["BQ"] * c["D"] + 2 * c["BK"] * c["D"]
+    return FLOAT * (f + (c["BQ"] * c["BK"] if c["variant"] == "tiled" else 0))
+
+
+def _att_rules(c):
+    return [f"{k}={c[k]} is not a multiple of 8" for k in ("BQ", "BK", "D") if c[k] % 8]
+
+
+def _att_fits(c, shape):
+    need = max(shape[3], shape[4], 1)
+    if c["D"] < need:
+        return [f"head dimension capacity D={c['D']} < max(E, Ev) = {need}"]
+    return []
+
+
+def head_capacity(E, Ev):
+    """The smallest D of the attention space that holds both head dimensions (None: more
+    than the kernels hold)."""
+    need = max(E, Ev, 1)
+    return next((d for d in _ATT_PARAMS["D"] if d >= need), None)
+
+
+def _att_generic(dtype, shape, device_info):
+    d = head_capacity(shape[3], shape[4]) if shape is not None else 64
+    d = d or _ATT_PARAMS["D"][-1]
+    choices = [{"variant": "simd", "BQ": bq, "BK": bk, "D": d} for bq, bk in _ATT_LADDER]
+    for c in choices:
+        if not problems("attention", c, device_info or {}, shape=shape):
+            return c
+    return choices[-1]
+
+
+_SIZING["attention"] = (lambda c: 4 * c["BQ"], _att_tg_memory, _att_rules)
+_SHAPE_RULES["attention"] = _att_fits

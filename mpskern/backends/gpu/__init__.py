@@ -10,6 +10,7 @@
     pool.py      pool2d                            metal/pool.metal
     softmax.py   softmax                           metal/softmax.metal
     norm.py      rownorm, group_norm, batch_norm   metal/norm.metal
+    attention.py attention (scaled_dot_product_attention)  metal/attention.metal
     rows.py      dispatch geometry of the row and elementwise encoders
 
 Encoders take (ctx, args, dtype, *arrays, config=None) and return (timing, record); the

@@ -13,7 +13,7 @@ import threading
 
 from mpskern import _native
 from mpskern.backends.base import Backend, device_info
-from mpskern.backends.gpu import conv2d, gemm, norm, pool, softmax
+from mpskern.backends.gpu import attention, conv2d, gemm, norm, pool, softmax
 from mpskern.backends.gpu.context import Context
 from mpskern.paths import metal_source
 
@@ -133,3 +133,6 @@ class GpuBackend(Backend):
                    config=None):
         return self._encode(norm.batch_norm, args, dtype, x, running_mean, running_var,
                             weight, bias, y, config=config)
+
+    def attention(self, args, dtype, q, k, v, mask, out, config=None):
+        return self._encode(attention.attention, args, dtype, q, k, v, mask, out, config=config)

@@ -19,6 +19,14 @@ typedef float mk_f32;
 #define MK_F32 0
 #define MK_F16 1
 
+// Fused activations of gemm and conv2d, applied to the final value (after alpha/beta/C or
+// after the bias): relu, gelu with erf (torch's default), gelu's tanh approximation, silu.
+#define MK_ACT_NONE 0
+#define MK_ACT_RELU 1
+#define MK_ACT_GELU 2
+#define MK_ACT_GELU_TANH 3
+#define MK_ACT_SILU 4
+
 // C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b];  row-major, leading dims in elements.
 // Batch strides of 0 broadcast one operand over the batch.
 typedef struct mk_gemm_args {

@@ -52,6 +52,29 @@ def _two(v):
     return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
 
 
+# -- fused activations (gemm, conv2d) ----------------------------------------------------------
+ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def activation(y, name):
+    """torch's relu, gelu (erf), gelu(approximate="tanh") and silu of float64 `y` (NaN stays
+    NaN, relu included; -inf gives NaN for the three smooth ones, as torch)."""
+    y = np.asarray(y, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if name is None:
+            return y
+        if name == "relu":
+            return np.where(y < 0, 0.0, y)
+        if name == "gelu":
+            return 0.5 * y * (1.0 + _erf(y / math.sqrt(2.0)))
+        if name == "gelu_tanh":
+            return 0.5 * y * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * y ** 3)))
+        if name == "silu":
+            return y / (1.0 + np.exp(-y))
+    raise ValueError(f"activation must be one of {ACTIVATIONS}, got {name!r}")
+
+
 # -- matmul / gemm ------------------------------------------------------------------------------
 def matmul(a, b):
     a, b = f64(a, b)

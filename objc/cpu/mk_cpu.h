@@ -45,6 +45,10 @@ void mk_sgemm_par(int trans_a, int trans_b, int M, int N, int K, float alpha, co
                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
 void mk_blas_set_threads(int n);
 
+/* ---- fused activations (mk_cpu_activation.c): y[i] = act(y[i]) in place, act = MK_ACT_*
+   (MK_ACT_NONE: nothing); for the pass that writes a gemm / conv2d output. */
+void mk_activate(float *y, long n, int act);
+
 /* ---- conv2d by Winograd F(m x m, 3x3), m = 4 or 2 (mk_cpu_winograd.c): for
    mk_winograd_applies() convolutions (3x3, stride 1, dilation 1); mk_cpu_conv2d chooses. */
 int mk_winograd_applies(const mk_conv2d_args *a);

@@ -153,3 +153,52 @@ def batch_norm_cost(*, N, C, HW, training=0, has_weight=0, has_bias=0, itemsize,
     per = 2 + (4 if training else 0) + (1 if has_weight else 0) + (1 if has_bias else 0)
     vecs = (2 + int(bool(has_weight)) + int(bool(has_bias))) * C * F32
     return Cost(float(per * size), float(2 * size * itemsize + vecs))
+
+
+# -- mk_attention_args: out = softmax(scale * q k^T + mask) @ v per (batch, head) ------------
+ATTN_MASK_NONE, ATTN_MASK_BOOL, ATTN_MASK_ADD = 0, 1, 2    # MK_ATTN_MASK_*
+
+
+def attention_args(B, Hq, L, S, E, Ev, *, Hk=None, Hv=None, q_sb=None, q_sh=None, k_sb=None,
+                   k_sh=None, v_sb=None, v_sh=None, mask=ATTN_MASK_NONE, m_sb=0, m_sh=0,
+                   m_sl=0, m_ss=0, causal=0, scale=None):
+    """Key/value heads default to Hq; strides to the dense (B, H, rows, cols) layout (a
+    batch or head stride of 0 broadcasts); scale to 1/sqrt(E), and 1.0 when E = 0 (the
+    scores are then 0 whatever the scale)."""
+    Hk = Hq if Hk is None else Hk
+    Hv = Hq if Hv is None else Hv
+
+    def dense(stride, n):
+        return n if stride is None else stride
+    if scale is None or E == 0:
+        scale = 1.0 / E ** 0.5 if E else 1.0
+    return {"B": B, "Hq": Hq, "Hk": Hk, "Hv": Hv, "L": L, "S": S, "E": E, "Ev": Ev,
+            "q_sb": dense(q_sb, Hq * L * E), "q_sh": dense(q_sh, L * E),
+            "k_sb": dense(k_sb, Hk * S * E), "k_sh": dense(k_sh, S * E),
+            "v_sb": dense(v_sb, Hv * S * Ev), "v_sh": dense(v_sh, S * Ev),
+            "mask": mask, "m_sb": m_sb, "m_sh": m_sh, "m_sl": m_sl, "m_ss": m_ss,
+            "causal": causal, "scale": float(scale)}
+
+
+def attention_pairs(L, S, causal):
+    """(query, key) pairs that take part: L*S, or under causal sum_i min(i + 1, S)."""
+    if not causal:
+        return L * S
+    full = min(L, S)                 # rows 0..full-1 see i + 1 keys, the rest all S
+    return full * (full + 1) // 2 + (L - full) * S
+
+
+def attention_cost(*, B, Hq, Hk, Hv, L, S, E, Ev, k_sb=1, v_sb=1, mask=0, m_sb=0, m_sh=0,
+                   m_sl=0, m_ss=0, causal=0, itemsize, **_):
+    """Per visible (query, key) pair: 2E (q.k) + 2Ev (weight * v) + 5 (scale, mask, max,
+    exp, sum); causal counts only the pairs its triangle keeps. Bytes: q, k, v and the output
+    once each (a broadcast batch of k or v once), and the mask once at its own size."""
+    pairs = attention_pairs(L, S, causal)
+    flops = B * Hq * pairs * (2.0 * E + 2.0 * Ev + 5.0)
+    bk, bv = (B if k_sb else 1), (B if v_sb else 1)
+    elems = B * Hq * L * E + bk * Hk * S * E + bv * Hv * S * Ev + B * Hq * L * Ev
+    mbytes = 0
+    if mask:
+        n = (B if m_sb else 1) * (Hq if m_sh else 1) * (L if m_sl else 1) * (S if m_ss else 1)
+        mbytes = n * (1 if mask == ATTN_MASK_BOOL else itemsize)
+    return Cost(flops, float(elems * itemsize + mbytes))

@@ -14,6 +14,7 @@ rng = np.random.default_rng(0)
 X = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
 W = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
 ONES3, ZEROS3 = np.ones(3, np.float32), np.zeros(3, np.float32)
+MASK = rng.random((3, 9, 9)) > 0.3
 
 CASES = {
     "matmul": lambda x: mpskern.matmul(x.reshape(6, 99)[:, :37], x.reshape(99, 6)[:37], backend="sim"),
@@ -27,6 +28,10 @@ CASES = {
     "batch_norm_train": lambda x: mpskern.batch_norm(x, ZEROS3.copy(), ONES3.copy(), training=True,
                                                      backend="sim"),
     "max_pool": lambda x: mpskern.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True, backend="sim"),
+    "attention_causal": lambda x: mpskern.scaled_dot_product_attention(
+        x, x[:, :, 2:], x[:, :, 2:, :5], is_causal=True, backend="sim"),
+    "attention_gqa_mask": lambda x: mpskern.scaled_dot_product_attention(
+        x, x[:, :1], x[:, :1, :, :6], attn_mask=MASK, backend="sim"),
     "avg_pool": lambda x: mpskern.avg_pool2d(x, 2, stride=1, padding=1, count_include_pad=False,
                                              backend="sim"),
 }

@@ -68,6 +68,9 @@ class Backend:
     def batch_norm(self, args, dtype, x, running_mean, running_var, weight, bias, y):
         self._unsupported("batch_norm")
 
+    def attention(self, args, dtype, q, k, v, mask, out):
+        self._unsupported("attention")
+
 
 def device_info(device):
     """Backend.info of a Metal (or simulated) _native.Device: its info() plus "memory",

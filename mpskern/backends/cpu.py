@@ -23,6 +23,7 @@ class CpuBackend(Backend):
     rownorm = staticmethod(_native.cpu_rownorm)        # (args, dtype, x, weight, bias, y)
     group_norm = staticmethod(_native.cpu_group_norm)  # (args, dtype, x, weight, bias, y)
     batch_norm = staticmethod(_native.cpu_batch_norm)  # (args, dtype, x, rm, rv, w, b, y)
+    attention = staticmethod(_native.cpu_attention)    # (args, dtype, q, k, v, mask, out)
 
 
 def _ram():

@@ -145,3 +145,6 @@ cdef extern from "mpskern.h" nogil:
     mk_status mk_mps_batch_norm(mk_device *d, const mk_batch_norm_args *a, int dtype,
                                 mk_buffer *x, mk_buffer *running_mean, mk_buffer *running_var,
                                 mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t)
+    mk_status mk_mps_attention(mk_device *d, const mk_attention_args *a, int dtype, mk_buffer *q,
+                               mk_buffer *k, mk_buffer *v, mk_buffer *mask, mk_buffer *out,
+                               mk_timing *t)

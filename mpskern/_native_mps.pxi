@@ -93,3 +93,17 @@ def mps_batch_norm(Device d, mk_batch_norm_args args, int dtype, x, running_mean
         st = mk_mps_batch_norm(d.ptr, &args, dtype, px, rm, rv, pw, pb, py, &t)
     check(st)
     return t.gpu_ms, t.wall_ms
+
+
+def mps_attention(Device d, mk_attention_args args, int dtype, q, k, v, mask, out):
+    cdef mk_timing t
+    cdef mk_buffer* pq = _bp(q)
+    cdef mk_buffer* pk = _bp(k)
+    cdef mk_buffer* pv = _bp(v)
+    cdef mk_buffer* pm = _bp(mask)
+    cdef mk_buffer* po = _bp(out)
+    cdef mk_status st
+    with nogil:
+        st = mk_mps_attention(d.ptr, &args, dtype, pq, pk, pv, pm, po, &t)
+    check(st)
+    return t.gpu_ms, t.wall_ms

@@ -154,3 +154,43 @@ def test_fully_masked_rows_and_nan(backend):
     q[0, 0, 1, 0] = np.nan
     got = sdpa(q, k, v, m, backend=backend)
     assert np.isnan(got[0, 0, 1]).all() and not np.isnan(got[0, 1]).any()
+
+
+def test_public_op_reaches_the_mps_backend(monkeypatch):
+    """mpskern.scaled_dot_product_attention -> backend "mps" -> native mps_attention, with the
+    native layer faked (the shim itself runs only on a Mac): the args dict, the buffer order
+    (q, k, v, mask, out) and which buffer is written are the ABI's. The fake rebuilds each
+    operand from the struct's sizes and strides, as the MPS graph does."""
+    from test_mps_backend import FakeNative
+    from mpskern import backends
+
+    class Fake(FakeNative):
+        def mps_attention(self, d, a, dtype, q, k, v, mask, out):
+            def full(buf, b_stride, h, rows, cols):
+                x = buf.view().reshape(-1, h, rows, cols)
+                return np.broadcast_to(x, (a["B"],) + x.shape[1:]) if b_stride == 0 else x
+            qq = full(q, a["q_sb"], a["Hq"] if a["q_sh"] else 1, a["L"], a["E"])
+            kk = full(k, a["k_sb"], a["Hk"], a["S"], a["E"])
+            vv = full(v, a["v_sb"], a["Hv"], a["S"], a["Ev"])
+            m = None
+            if a["mask"]:
+                dims = [(a["B"], a["m_sb"]), (a["Hq"], a["m_sh"]), (a["L"], a["m_sl"]),
+                        (a["S"], a["m_ss"])]
+                m = mask.view().reshape([n if s else 1 for n, s in dims])
+                m = m.astype(bool) if a["mask"] == 1 else m
+            out.view()[...] = reference(qq, kk, vv, m, is_causal=bool(a["causal"]),
+                                        scale=a["scale"], enable_gqa=True).reshape(out.array.shape)
+            return self._t("attention", [q, k, v, mask, out])
+
+    be = backends._instance("mps")
+    fake = Fake()
+    monkeypatch.setattr(be, "native", fake)
+    monkeypatch.setattr(be, "_device", None)
+    rng = np.random.default_rng(6)
+    q = refs.rand((2, 4, 5, 8), np.float32, rng)
+    k, v = refs.rand((1, 2, 7, 8), np.float32, rng), refs.rand((1, 1, 7, 3), np.float32, rng)
+    m = rng.random((4, 5, 7)) > 0.3
+    got = sdpa(q, k, v, m, enable_gqa=True, backend="mps")
+    refs.assert_close(got, reference(q, k, v, m, enable_gqa=True), np.float32, 15)
+    assert fake.calls[-1] == ("attention", [False, False, False, False, True])
+    assert be.last_config["primitive"].startswith("MPSGraph attention")

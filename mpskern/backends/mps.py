@@ -25,6 +25,7 @@ PRIMITIVES = {
     "rownorm": "MPSGraph normalization",
     "group_norm": "MPSGraph normalization",
     "batch_norm": "MPSGraph normalization",
+    "attention": "MPSGraph attention (scaledDotProductAttention on macOS 15, else matmul/softmax)",
 }
 
 
@@ -110,3 +111,6 @@ class MpsBackend(Backend):
                   (x, False), (running_mean, True), (running_var, True), (weight, False),
                   (bias, False), (y, True))
 
+    def attention(self, args, dtype, q, k, v, mask, out):
+        self._run("attention", self.native.mps_attention, args, dtype,
+                  (q, False), (k, False), (v, False), (mask, False), (out, True))

@@ -176,7 +176,7 @@ def _case(q, k, v, mask=None, **p):
             kind, shape = mask
             m = rng.random(shape) > 0.3 if kind == "bool" else normal(rng, shape, dt)
         return dict(q=normal(rng, q, dt), k=normal(rng, k, dt), v=normal(rng, v, dt), mask=m,
-                    p=dict(is_causal=False, enable_gqa=False, **p))
+                    p={"is_causal": False, "enable_gqa": False, **p})
     return make
 
 
@@ -236,8 +236,9 @@ class Attention(Op):
     @staticmethod
     def mlx_call(mx, t):
         q, m = t["q"], t["mask"]
-        if t["p"]["is_causal"]:
-            m = "causal"      # MLX's causal mask is bottom-right aligned: same as torch at L == S
+        if t["p"]["is_causal"]:   # torch's triangle is top-left aligned; MLX's "causal" is not
+            L, S = q.shape[-2], t["k"].shape[-2]
+            m = "causal" if L == S else mx.array(np.tri(L, S, dtype=bool))
         return mx.fast.scaled_dot_product_attention(q, t["k"], t["v"], scale=q.shape[-1] ** -0.5,
                                                     mask=m)
 

@@ -26,6 +26,7 @@ typedef struct {
     const void *q, *k, *v, *mask;
     void *out;
     long nqb;          // query blocks per (batch, head)
+    int qb, kb;        // rows of a query block, keys of a key block (QB, KB or less)
     int failed;
 } at_ctx;
 
@@ -79,9 +80,10 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
     memset(O, 0, (size_t)nq * Ev * 4);
     for (int r = 0; r < nq; r++) { w->m[r] = -INFINITY; w->l[r] = 0.0f; }
 
+    const int ld = t->kb;                                 // of the score block
     int kend = a->causal && i0 + nq < a->S ? i0 + nq : a->S;
-    for (int j0 = 0; j0 < kend; j0 += KB) {
-        int nk = kend - j0 < KB ? kend - j0 : KB;
+    for (int j0 = 0; j0 < kend; j0 += ld) {
+        int nk = kend - j0 < ld ? kend - j0 : ld;
         const float *K = (const float *)(kb + (size_t)j0 * E * es);
         const float *V = (const float *)(vb + (size_t)j0 * Ev * es);
         if (f16) {
@@ -90,10 +92,10 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
             K = w->K;
             V = w->V;
         }
-        if (E > 0) mk_sgemm(0, 1, nq, nk, E, a->scale, Q, E, K, E, 0.0f, w->S, KB);
-        else for (int r = 0; r < nq; r++) memset(w->S + (long)r * KB, 0, (size_t)nk * 4);
+        if (E > 0) mk_sgemm(0, 1, nq, nk, E, a->scale, Q, E, K, E, 0.0f, w->S, ld);
+        else for (int r = 0; r < nq; r++) memset(w->S + (long)r * ld, 0, (size_t)nk * 4);
         for (int r = 0; r < nq; r++) {
-            float *row = w->S + (long)r * KB;
+            float *row = w->S + (long)r * ld;
             mask_row(t, row, nk, b, h, i0 + r, j0);
             float bm = rv->max(row, nk);
             float m = w->m[r];
@@ -107,7 +109,7 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
             w->m[r] = mn;
             if (f != 1.0f && Ev > 0) rv->scale(O + (long)r * Ev, Ev, f);
         }
-        if (Ev > 0) mk_sgemm(0, 0, nq, Ev, nk, 1.0f, w->S, KB, V, Ev, 1.0f, O, Ev);
+        if (Ev > 0) mk_sgemm(0, 0, nq, Ev, nk, 1.0f, w->S, ld, V, Ev, 1.0f, O, Ev);
     }
     for (int r = 0; r < nq; r++)
         if (w->l[r] > 0.0f && Ev > 0) rv->scale(O + (long)r * Ev, Ev, 1.0f / w->l[r]);
@@ -118,16 +120,17 @@ static void attend_range(void *vc, long begin, long end) {
     at_ctx *t = vc;
     const mk_attention_args *a = t->a;
     int f16 = t->dtype == MK_F16;
-    size_t floats = (size_t)QB * KB + 2 * QB;
-    if (f16) floats += (size_t)QB * a->Ev + (size_t)QB * a->E + (size_t)KB * a->E + (size_t)KB * a->Ev;
+    size_t qb = (size_t)t->qb, kb = (size_t)t->kb;       // sized for small problems too
+    size_t floats = qb * kb + 2 * qb;
+    if (f16) floats += qb * a->Ev + qb * a->E + kb * a->E + kb * a->Ev;
     float *buf = mk_alloc(floats * 4);
     if (!buf) { __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED); return; }
-    at_scratch w = {buf, buf + (size_t)QB * KB, buf + (size_t)QB * KB + QB, NULL, NULL, NULL, NULL};
+    at_scratch w = {buf, buf + qb * kb, buf + qb * kb + qb, NULL, NULL, NULL, NULL};
     if (f16) {
-        w.O = w.l + QB;
-        w.Q = w.O + (size_t)QB * a->Ev;
-        w.K = w.Q + (size_t)QB * a->E;
-        w.V = w.K + (size_t)KB * a->E;
+        w.O = w.l + qb;
+        w.Q = w.O + qb * a->Ev;
+        w.K = w.Q + qb * a->E;
+        w.V = w.K + kb * a->E;
     }
     for (long it = begin; it < end; it++) {
         long bh = it / t->nqb;
@@ -169,9 +172,11 @@ mk_status mk_cpu_attention(const mk_attention_args *a, int dtype, const void *q,
         if (a->E > 0) { MK_CHECK_PTR(q); MK_CHECK_PTR(k); }
         if (a->mask != MK_ATTN_MASK_NONE) MK_CHECK_PTR(mask);
     }
-    at_ctx t = {a, dtype, q, k, v, mask, out, (a->L + QB - 1) / QB, 0};
+    at_ctx t = {a, dtype, q, k, v, mask, out, (a->L + QB - 1) / QB,
+                a->L < QB ? a->L : QB, a->S < KB ? (a->S > 0 ? a->S : 1) : KB, 0};
     long items = (long)a->B * a->Hq * t.nqb;
-    mk_parallel_for(items, 1, attend_range, &t);
+    // a task's multiply-adds: small problems run inline (waking the pool costs more)
+    mk_parallel_for(items, mk_grain((long)t.qb * a->S * (a->E + a->Ev)), attend_range, &t);
     if (t.failed) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_attention: out of memory for block scratch");
     return MK_OK;
 }

@@ -134,8 +134,9 @@ def extensions():
 
 
 setup(
-    # cli/ is installed as mpskern.cli (a top-level "cli" package would collide in site-packages)
-    packages=find_packages(include=["mpskern", "mpskern.*"]) + ["mpskern.cli"],
+    # cli/ is installed as mpskern.cli (a top-level "cli" package would collide in
+    # site-packages); mpskern/cli is a link to it, so a checkout imports it the same way
+    packages=find_packages(include=["mpskern", "mpskern.*"]),
     package_dir={"mpskern": "mpskern", "mpskern.cli": "cli"},
     package_data={"mpskern": ["*.pyx", "*.pxd", "*.pxi", "**/*.json"]},
     ext_modules=extensions(),

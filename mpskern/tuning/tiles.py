@@ -1,0 +1,92 @@
+"""The tiled GEMM spaces (metal/gemm.metal, metal/conv2d.metal): gemm, conv2d's implicit
+GEMM and its depthwise kernel, with their rules and rule-based defaults."""
+from mpskern.tuning import lookup
+from mpskern.tuning.space import FLOAT, Space
+
+
+def _threads(c):
+    return 32 * c["WM"] * c["WN"]
+
+
+def _tg_memory(c):
+    """Bytes of threadgroup memory of the variant (mk_gemm_tile.h: MK_AB_FLOATS for tiled,
+    MK_SMEM_FLOATS for simd, which reuses the staging area for the output tile)."""
+    ab = c["BM"] * c["BK"] + c["BK"] * c["BN"]
+    if c["variant"] == "simd":
+        return FLOAT * max(ab, c["BM"] * c["BN"])
+    return FLOAT * ab
+
+
+def _rules(c):
+    out = []
+    if c["BM"] % (8 * c["WM"]):
+        out.append(f"BM={c['BM']} is not a multiple of 8*WM={8 * c['WM']}")
+    if c["BN"] % (8 * c["WN"]):
+        out.append(f"BN={c['BN']} is not a multiple of 8*WN={8 * c['WN']}")
+    if c["BK"] % 8:
+        out.append(f"BK={c['BK']} is not a multiple of 8")
+    return out
+
+
+# Candidate values: multiples of 8 (fragments), up to what 32 KiB of float staging allows.
+_TILES = dict(BM=(16, 32, 48, 64, 96, 128), BN=(16, 32, 48, 64, 96, 128),
+              BK=(8, 16, 24, 32), WM=(1, 2, 4), WN=(1, 2, 4))
+
+# Rule-based defaults, used when neither the user database nor the family's packaged
+# defaults have a valid entry (an unknown GPU family, or a device with smaller limits).
+# The first choice is a public heuristic, not measured by mpskern: MLX's steel GEMM uses
+# 64x64x16 tiles with 2x2 SIMD-groups for float32 and 1x2 for half
+# (mlx/backend/metal/matmul.cpp); the rest step down until one fits the device.
+_FALLBACKS = (dict(BM=32, BN=32, BK=16, WM=2, WN=2), dict(BM=32, BN=32, BK=8, WM=1, WN=1),
+              dict(BM=16, BN=16, BK=8, WM=1, WN=1))
+
+
+def _first(dtype):
+    return dict(BM=64, BN=64, BK=16, WM=2 if lookup.dtype_name(dtype) == "float32" else 1, WN=2)
+
+
+def _defaults(dtype, shape=None):
+    return [{"variant": "simd", **t} for t in (_first(dtype),) + _FALLBACKS]
+
+
+_SHIPPED = tuple([{"variant": "simd", **_first(dt)} for dt in ("float32", "float16")]
+                 + [{"variant": "simd", **t} for t in _FALLBACKS])
+# depthwise: 256 threads, a common choice for one-thread-per-output kernels
+_DEPTHWISE = tuple({"variant": "depthwise", "threads": t} for t in (256, 128, 64, 32))
+
+SPACES = {
+    "gemm": Space("gemm", "gemm.metal", ("simd", "tiled"), _TILES,
+                  runtime=dict(split_k=(1, 2, 4, 8, 16)),
+                  doc="BM x BN output tile per threadgroup, BK-deep K slices, WM x WN "
+                      "SIMD-groups; split_k > 1 sums K chunks in a second pass",
+                  threads=_threads, tg_memory=_tg_memory, rules=_rules, defaults=_defaults,
+                  shipped=_SHIPPED),
+    # conv2d adds a 12-byte column table per tile column (metal/conv2d.metal)
+    "conv2d": Space("conv2d", "conv2d.metal", ("simd", "tiled"), _TILES,
+                    doc="implicit GEMM: Kg x N*P*Q output per group, K = Cg*R*S; the "
+                        "GEMM's tile parameters",
+                    threads=_threads, tg_memory=lambda c: _tg_memory(c) + 12 * c["BN"],
+                    rules=_rules, defaults=_defaults, shipped=_SHIPPED),
+    "conv2d_depthwise": Space("conv2d", "conv2d.metal", ("depthwise",), {},
+                              runtime=dict(threads=(32, 64, 128, 256, 512, 1024)),
+                              doc="one thread per output element; threads per threadgroup",
+                              threads=lambda c: c.get("threads", 256), tg_memory=lambda c: 0,
+                              defaults=lambda dtype, shape=None: list(_DEPTHWISE),
+                              shipped=_DEPTHWISE),
+}
+
+
+def split_k(config, batch, M, N, K):
+    """How many K chunks a gemm of this shape sums in parallel: the configuration's
+    `split_k` when it has one, else a rule (mpskern's own, not measured): when the output
+    has fewer than 16 tiles but K is at least 16 times the larger of M and N, split K so
+    each chunk keeps at least 256 of it (at most 16 chunks)."""
+    if "split_k" in config:
+        return int(config["split_k"])
+    tiles = -(-M // config["BM"]) * -(-N // config["BN"]) * batch
+    if tiles >= 16 or K < 16 * max(M, N) or K < 512:
+        return 1
+    s = 1
+    while s < 16 and K // (2 * s) >= 256 and tiles * s < 16:
+        s *= 2
+    return s

@@ -32,13 +32,20 @@ def sim_mode(be, order="forward", check=False):
         be.set_sim_options()
 
 
-def in_both_orders(be, call):
+def checked(be, dtypes):
+    """Iterate over `dtypes` with `be` in the checking mode and random fiber order, as
+    sim_mode (restored when the loop ends)."""
+    with sim_mode(be, "random", check=True):
+        yield from dtypes
+
+
+def in_both_orders(be, call, seed=None):
     """Run call() (seeded inputs, checked outputs, returning a list of arrays) in forward
     and reverse fiber order: the outputs must also be bit-identical (the kernels use no
-    atomics)."""
+    atomics). With `seed`, call(rng) gets a generator seeded so, fresh for each order."""
     outs = []
     for order in ("forward", "reverse"):
         with sim_mode(be, order):
-            outs.append(call())
+            outs.append(call() if seed is None else call(np.random.default_rng(seed)))
     assert all(a.tobytes() == b.tobytes() for a, b in zip(*outs)), \
         "forward and reverse fiber orders give different bits"

@@ -1,6 +1,7 @@
 """Direct tests of the C CPU kernels (objc/cpu/) through mpskern._native.cpu_*, against
-float64 numpy references written here from torch's documented semantics (the public-API
-tests live in tests/test_ops_*.py). Arguments are the structs of metal/mk_args.h as dicts."""
+float64 numpy references (written here from torch's documented semantics, conv2d's is
+mpskern/reference.py's; the public-API tests live in tests/test_ops_*.py). Arguments are
+the structs of metal/mk_args.h as dicts."""
 import multiprocessing as mp
 import os
 import subprocess
@@ -10,7 +11,8 @@ import threading
 import numpy as np
 import pytest
 
-from mpskern import _native
+from mpskern import _native, structs
+from mpskern.reference import conv2d as conv_ref
 
 F32, F16 = _native.F32, _native.F16
 DT = {np.float32: F32, np.float16: F16}
@@ -85,33 +87,6 @@ def conv_out(H, R, stride, pad, dil):
     return (H + 2 * pad - dil * (R - 1) - 1) // stride + 1
 
 
-def conv_ref(x, w, bias, stride, pad, dil, groups, P, Q):
-    x = x.astype(np.float64)
-    w = w.astype(np.float64)
-    N, C, H, W = x.shape
-    K, Cg, R, S = w.shape
-    sh, sw = stride
-    ph, pw = pad
-    dh, dw = dil
-    need_h = (P - 1) * sh + (R - 1) * dh + 1
-    need_w = (Q - 1) * sw + (S - 1) * dw + 1
-    xp = np.zeros((N, C, max(need_h, H + ph), max(need_w, W + pw)))
-    xp[:, :, ph:ph + H, pw:pw + W] = x
-    Kg = K // groups
-    y = np.zeros((N, K, P, Q))
-    for g in range(groups):
-        xg = xp[:, g * Cg:(g + 1) * Cg]
-        wg = w[g * Kg:(g + 1) * Kg]
-        for r in range(R):
-            for s in range(S):
-                patch = xg[:, :, r * dh:r * dh + (P - 1) * sh + 1:sh,
-                           s * dw:s * dw + (Q - 1) * sw + 1:sw]
-                y[:, g * Kg:(g + 1) * Kg] += np.einsum("ncpq,kc->nkpq", patch, wg[:, :, r, s])
-    if bias is not None:
-        y += bias.astype(np.float64)[None, :, None, None]
-    return y
-
-
 CONV_CASES = [
     # N, C, H, W, K, R, S, stride, pad, dil, groups
     (2, 3, 9, 11, 5, 3, 3, (1, 1), (1, 1), (1, 1), 1),
@@ -145,7 +120,7 @@ def test_conv2d(dtype, case, with_bias, threads):
                 stride_w=stride[1], pad_h=pad[0], pad_w=pad[1], dil_h=dil[0], dil_w=dil[1],
                 groups=groups, has_bias=int(with_bias))
     _native.cpu_conv2d(args, DT[dtype], x, w, bias, y)
-    ref = conv_ref(x, w, bias, stride, pad, dil, groups, P, Q)
+    ref = conv_ref(x, w, bias, stride, pad, dil, groups)
     close(y, ref, dtype, scale=np.sqrt(C // groups * R * S))
 
 
@@ -153,20 +128,17 @@ def test_conv2d_same_even_kernel_pads_bottom_right():
     # "same" with a 2x2 kernel: top/left pad 0, bottom/right pad 1, implied by P = H
     x, w = rnd((1, 2, 6, 5), np.float32, 1), rnd((3, 2, 2, 2), np.float32, 2)
     y = np.empty((1, 3, 6, 5), np.float32)
-    args = dict(N=1, C=2, H=6, W=5, K=3, R=2, S=2, P=6, Q=5, stride_h=1, stride_w=1,
-                pad_h=0, pad_w=0, dil_h=1, dil_w=1, groups=1, has_bias=0)
-    _native.cpu_conv2d(args, F32, x, w, None, y)
-    close(y, conv_ref(x, w, None, (1, 1), (0, 0), (1, 1), 1, 6, 5), np.float32, 3)
+    _native.cpu_conv2d(structs.conv2d_args(1, 2, 6, 5, 3, 2, 2, 6, 5), F32, x, w, None, y)
+    close(y, conv_ref(x, w, None, 1, "same"), np.float32, 3)
 
 
 def test_conv2d_large_im2col_blocks():
     # big enough that the im2col is split into several blocks of output rows
     x, w = rnd((1, 64, 70, 70), np.float32, 1), rnd((16, 64, 3, 3), np.float32, 2, 0.1)
     y = np.empty((1, 16, 70, 70), np.float32)
-    args = dict(N=1, C=64, H=70, W=70, K=16, R=3, S=3, P=70, Q=70, stride_h=1, stride_w=1,
-                pad_h=1, pad_w=1, dil_h=1, dil_w=1, groups=1, has_bias=0)
+    args = structs.conv2d_args(1, 64, 70, 70, 16, 3, 3, 70, 70, pad_h=1, pad_w=1)
     _native.cpu_conv2d(args, F32, x, w, None, y)
-    close(y, conv_ref(x, w, None, (1, 1), (1, 1), (1, 1), 1, 70, 70), np.float32, 24)
+    close(y, conv_ref(x, w, None, 1, 1), np.float32, 24)
 
 
 def test_conv2d_bad_groups():
@@ -447,7 +419,7 @@ def test_concurrent_calls_from_python_threads():
     refs = [softmax_ref(x, 1, 0) for x in xs]
     conv_x = rnd((2, 8, 20, 20), np.float32, 40)
     conv_w = rnd((8, 8, 3, 3), np.float32, 41, 0.2)
-    conv_refv = conv_ref(conv_x, conv_w, None, (1, 1), (1, 1), (1, 1), 1, 20, 20)
+    conv_refv = conv_ref(conv_x, conv_w, None, 1, 1)
     errors = []
 
     def work(i):

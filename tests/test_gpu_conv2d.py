@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from mpskern import _native
-from simtools import sim  # noqa: F401  (fixture)
+from simtools import checked, sim  # noqa: F401  (sim: fixture)
 from mpskern.backends.gpu import conv2d as conv_op
 from mpskern.tuning import spaces
-from test_gpu_gemm import DTYPES, TILE_KEYS, UNIT, shipped_tiles, tiles_id
+from test_gpu_gemm import DTYPES, TILE_KEYS, UNIT, shipped_tiles, tiles_id, variants_of
 
 import refs
 
@@ -104,16 +104,11 @@ def test_implicit_gemm_shipped_config_two_orders(sim, variant, tiles, dtype):
 @pytest.mark.parametrize("tiles", shipped_tiles("conv2d"), ids=tiles_id)
 def test_shipped_configs_pass_the_checking_mode(sim, tiles):
     rng = np.random.default_rng(2)
-    try:
-        sim.set_sim_options(check_mode=True, order="random", seed=3)
-        for variant in ("simd", "tiled"):
-            for dtype in DTYPES:
-                cfg = dict(variant=variant, **dict(zip(TILE_KEYS, tiles)))
-                x, w = data(rng, (1, 3, 6, 5), dtype), data(rng, (5, 3, 3, 3), dtype)
-                got = run(sim, x, w, None, 1, 1, 1, 1, config=cfg)
-                check(got, *reference(x, w, None, 1, 1, 1, 1), what=f"{cfg} checked")
-    finally:
-        sim.set_sim_options()
+    for dtype in checked(sim, DTYPES):
+        for cfg in variants_of(tiles):
+            x, w = data(rng, (1, 3, 6, 5), dtype), data(rng, (5, 3, 3, 3), dtype)
+            got = run(sim, x, w, None, 1, 1, 1, 1, config=cfg)
+            check(got, *reference(x, w, None, 1, 1, 1, 1), what=f"{cfg} checked")
 
 
 def test_same_padding_with_an_even_kernel(sim):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mpskern import _native
-from simtools import sim  # noqa: F401  (fixture)
+from simtools import checked, sim  # noqa: F401  (sim: fixture)
 from mpskern.tuning import db, spaces
 
 FAMILIES = ("apple7", "apple8", "apple9", "apple10")
@@ -38,6 +38,11 @@ def shipped_tiles(op):
 
 def tiles_id(t):
     return "{}x{}x{}_{}x{}".format(*t)
+
+
+def variants_of(tiles):
+    """The configurations of both kernel variants with these tile parameters."""
+    return [dict(variant=v, **dict(zip(TILE_KEYS, tiles))) for v in ("simd", "tiled")]
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -134,22 +139,17 @@ def test_shipped_configs_pass_the_checking_mode(sim, tiles):
     """Races, barrier divergence, out-of-bounds and uninitialised threadgroup reads: none,
     for both kernels and dtypes, on a shape with edge tiles."""
     rng = np.random.default_rng(1)
-    try:
-        sim.set_sim_options(check_mode=True, order="random", seed=7)
-        for variant in ("simd", "tiled"):
-            for dtype in DTYPES:
-                cfg = dict(variant=variant, **dict(zip(TILE_KEYS, tiles)))
-                A, B = data(rng, (1, 19, 21), dtype), data(rng, (1, 21, 35), dtype)
-                ref, bound = reference(A, B, None, 1.0, 0.0, False, False)
-                check(run(sim, A, B, config=cfg), ref, bound, f"{cfg} {dtype} checked")
-                # split-K: partial sums in device scratch, then gemm_splitk_reduce_*
-                A, B = data(rng, (2, 9, 40), dtype), data(rng, (2, 40, 11), dtype)
-                C = data(rng, (2, 9, 11), dtype)
-                ref, bound = reference(A, B, C, 1.0, 1.0, False, False)
-                check(run(sim, A, B, C, beta=1.0, config=dict(cfg, split_k=2)), ref, bound,
-                      f"{cfg} split_k=2 {dtype} checked")
-    finally:
-        sim.set_sim_options()
+    for dtype in checked(sim, DTYPES):
+        for cfg in variants_of(tiles):
+            A, B = data(rng, (1, 19, 21), dtype), data(rng, (1, 21, 35), dtype)
+            ref, bound = reference(A, B, None, 1.0, 0.0, False, False)
+            check(run(sim, A, B, config=cfg), ref, bound, f"{cfg} {dtype} checked")
+            # split-K: partial sums in device scratch, then gemm_splitk_reduce_*
+            A, B = data(rng, (2, 9, 40), dtype), data(rng, (2, 40, 11), dtype)
+            C = data(rng, (2, 9, 11), dtype)
+            ref, bound = reference(A, B, C, 1.0, 1.0, False, False)
+            check(run(sim, A, B, C, beta=1.0, config=dict(cfg, split_k=2)), ref, bound,
+                  f"{cfg} split_k=2 {dtype} checked")
 
 
 # ------------------------------------------------------------------------------ semantics

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import refs
-from simtools import DT, sim, sim_mode, in_both_orders
+from simtools import DT, checked, in_both_orders, sim, sim_mode
 from mpskern import _native
 from mpskern.tuning import spaces
 
@@ -112,12 +112,11 @@ DT_IDS = ["f32", "f16"]
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
 def test_rownorm_configs(sim, cfg, dtype):
-    def call():
-        rng = np.random.default_rng(1)
+    def call(rng):
         return [_rownorm(sim, rows, n, dtype, cfg, kind, affine, rng)
                 for rows, n in ROW_CASES[_key(cfg)] for kind in (LAYER, RMS)
                 for affine in (False, True)]
-    in_both_orders(sim, call)
+    in_both_orders(sim, call, seed=1)
 
 
 @pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
@@ -134,32 +133,29 @@ def test_layer_norm_large_offset_float32(sim, cfg):
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
 def test_group_norm_configs(sim, cfg, dtype):
-    def call():
-        rng = np.random.default_rng(2)
+    def call(rng):
         return [_group_norm(sim, shape, dtype, cfg, affine, rng)
                 for shape in GROUP_CASES[_key(cfg)] for affine in (False, True)]
-    in_both_orders(sim, call)
+    in_both_orders(sim, call, seed=2)
 
 
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=DT_IDS)
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
 def test_batch_norm_configs(sim, cfg, dtype):
-    def call():
-        rng = np.random.default_rng(3)
+    def call(rng):
         return [a for shape in BATCH_CASES
                 for training, running in ((False, True), (True, True), (True, False))
                 for a in _batch_norm(sim, shape, dtype, cfg, training, running, training, rng)]
-    in_both_orders(sim, call)
+    in_both_orders(sim, call, seed=3)
 
 
 @pytest.mark.parametrize("cfg", ROW_CONFIGS, ids=ROW_IDS)
 def test_norm_checking_mode_is_clean(sim, cfg):
     rng = np.random.default_rng(4)
-    with sim_mode(sim, "random", check=True):
-        for dtype in refs.DTYPES:
-            rows, n = ROW_CASES[_key(cfg)][0]
-            _rownorm(sim, rows, n, dtype, cfg, LAYER, True, rng)
-            _group_norm(sim, GROUP_CASES[_key(cfg)][0], dtype, cfg, True, rng)
+    for dtype in checked(sim, refs.DTYPES):
+        rows, n = ROW_CASES[_key(cfg)][0]
+        _rownorm(sim, rows, n, dtype, cfg, LAYER, True, rng)
+        _group_norm(sim, GROUP_CASES[_key(cfg)][0], dtype, cfg, True, rng)
 
 
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)

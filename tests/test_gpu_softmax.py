@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import refs
-from simtools import DT, sim, sim_mode, in_both_orders
+from simtools import DT, checked, in_both_orders, sim
 from mpskern import _native
 from mpskern.tuning import spaces
 
@@ -47,19 +47,17 @@ def test_every_config_has_cases():
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=["f32", "f16"])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_softmax_configs(sim, cfg, dtype):
-    def call():
-        rng = np.random.default_rng(1)
+    def call(rng):
         return [_run(sim, shape, dtype, cfg, log, rng)
                 for shape in CASES[_key(cfg)] for log in (False, True)]
-    in_both_orders(sim, call)
+    in_both_orders(sim, call, seed=1)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
 def test_softmax_checking_mode_is_clean(sim, cfg):
     rng = np.random.default_rng(2)
-    with sim_mode(sim, "random", check=True):
-        for dtype in refs.DTYPES:
-            _run(sim, CASES[_key(cfg)][0], dtype, cfg, True, rng)
+    for dtype in checked(sim, refs.DTYPES):
+        _run(sim, CASES[_key(cfg)][0], dtype, cfg, True, rng)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)

@@ -17,6 +17,11 @@ from mpskern._errors import BackendUnavailable
 from mpskern.backends.base import Backend, device_info
 from mpskern.memory import is_page_aligned
 
+# which buffers each primitive writes, in objc/mpskern.h's argument order (outputs, and
+# batch_norm's running statistics, updated in place by training): the shim writes them back
+WRITES = {"gemm": (0, 0, 0, 1), "conv2d": (0, 0, 0, 1), "pool2d": (0, 1), "softmax": (0, 1),
+          "rownorm": (0, 0, 0, 1), "group_norm": (0, 0, 0, 1), "batch_norm": (0, 1, 1, 0, 0, 1),
+          "attention": (0, 0, 0, 0, 1)}
 PRIMITIVES = {
     "gemm": "MPSMatrixMultiplication",
     "conv2d": "MPSGraph convolution2D",
@@ -71,46 +76,40 @@ class MpsBackend(Backend):
         return self._device
 
     def _run(self, op, fn, args, dtype, *arrays):
-        """Call the native op with `arrays` ((array or None, written) pairs, in the ABI's
-        argument order) wrapped as device buffers; record timing and what ran."""
+        """Call the native op with `arrays` (in the ABI's argument order, None for an absent
+        one) wrapped as device buffers, the ones WRITES[op] marks writable; record timing
+        and what ran."""
         dev = self.device
-        bufs = [None if a is None else dev.wrap(a, written) for a, written in arrays]
+        bufs = [None if a is None else dev.wrap(a, w) for a, w in zip(arrays, WRITES[op])]
         timing = fn(dev, args, dtype, *bufs)
         # MPSMatrix takes a buffer offset; MPSGraph does not, so the shim stages arrays that
         # do not start on a page boundary (mpskern.empty avoids that).
         in_place = all(b.zero_copy and (op == "gemm" or is_page_aligned(a))
-                       for (a, _), b in zip(arrays, bufs) if b is not None)
+                       for a, b in zip(arrays, bufs) if b is not None)
         self._record(timing, {"primitive": PRIMITIVES[op], "zero_copy": in_place})
 
-    # -- ops (argument order as in objc/mpskern.h; True marks what the op writes) ---------
+    # -- ops (backends/base.py) ------------------------------------------------------------
     def gemm(self, args, dtype, A, B, C, out):
-        self._run("gemm", self.native.mps_gemm, args, dtype,
-                  (A, False), (B, False), (C, False), (out, True))
+        self._run("gemm", self.native.mps_gemm, args, dtype, A, B, C, out)
 
     def conv2d(self, args, dtype, x, w, bias, y):
-        self._run("conv2d", self.native.mps_conv2d, args, dtype,
-                  (x, False), (w, False), (bias, False), (y, True))
+        self._run("conv2d", self.native.mps_conv2d, args, dtype, x, w, bias, y)
 
     def pool2d(self, args, dtype, x, y):
-        self._run("pool2d", self.native.mps_pool2d, args, dtype, (x, False), (y, True))
+        self._run("pool2d", self.native.mps_pool2d, args, dtype, x, y)
 
     def softmax(self, args, dtype, x, y):
-        self._run("softmax", self.native.mps_softmax, args, dtype, (x, False), (y, True))
+        self._run("softmax", self.native.mps_softmax, args, dtype, x, y)
 
     def rownorm(self, args, dtype, x, weight, bias, y):
-        self._run("rownorm", self.native.mps_rownorm, args, dtype,
-                  (x, False), (weight, False), (bias, False), (y, True))
+        self._run("rownorm", self.native.mps_rownorm, args, dtype, x, weight, bias, y)
 
     def group_norm(self, args, dtype, x, weight, bias, y):
-        self._run("group_norm", self.native.mps_group_norm, args, dtype,
-                  (x, False), (weight, False), (bias, False), (y, True))
+        self._run("group_norm", self.native.mps_group_norm, args, dtype, x, weight, bias, y)
 
     def batch_norm(self, args, dtype, x, running_mean, running_var, weight, bias, y):
-        # training updates the running stats in place
-        self._run("batch_norm", self.native.mps_batch_norm, args, dtype,
-                  (x, False), (running_mean, True), (running_var, True), (weight, False),
-                  (bias, False), (y, True))
+        self._run("batch_norm", self.native.mps_batch_norm, args, dtype, x, running_mean,
+                  running_var, weight, bias, y)
 
     def attention(self, args, dtype, q, k, v, mask, out):
-        self._run("attention", self.native.mps_attention, args, dtype,
-                  (q, False), (k, False), (v, False), (mask, False), (out, True))
+        self._run("attention", self.native.mps_attention, args, dtype, q, k, v, mask, out)

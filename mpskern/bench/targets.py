@@ -21,32 +21,17 @@ class Target:
     def availability(self):
         return True, ""
 
-    def device(self):
-        return None
-
-    def gpu_family(self):
-        return None
-
-    def peak(self):
-        """peaks.Peak of the device this target runs on, or None."""
-        return None
-
     def bind(self, spec, inputs, out_shape, dtype):
         """A callable running the op once on `inputs`, returning the result (numpy)."""
         raise NotImplementedError
 
-    def device_ms(self):
-        """Device time (ms) of the last call, for targets with a device clock, else None."""
+    def _unknown(self):
         return None
 
-    def config(self):
-        return None
-
-    def zero_copy(self):
-        return None
-
-    def version(self):
-        return None
+    # what a target may not know, None by default: its device name, GPU family, peak
+    # (peaks.Peak), the device time (ms) of the last call (targets with a device clock),
+    # the kernel configuration and zero-copy state it used, its library's version
+    device = gpu_family = peak = device_ms = config = zero_copy = version = _unknown
 
 
 class MpskernTarget(Target):

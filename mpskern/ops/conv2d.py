@@ -1,9 +1,7 @@
 """conv2d (torch.nn.functional.conv2d semantics, NCHW) on the backend's conv2d
 (mk_conv2d_args), and its entry in the op table (CONV2D: shape fields, inputs, reference,
 cost, bench presets, tune shapes, selftest cases)."""
-import mpskern
 from mpskern import _args
-from mpskern import reference as ref
 from mpskern import structs
 from mpskern.ops.op import Check, Field, Op, normal
 from mpskern.shapes import conv_padding, positive_pair
@@ -145,14 +143,14 @@ class Conv2d(Op):
                     p=dict(stride=s["stride"], padding=s["pad"], dilation=s["dil"],
                            groups=s["groups"]))
 
-    def call(self, i, backend, out=None):
-        return mpskern.conv2d(i["x"], i["w"], i["b"], backend=backend, out=out, **i["p"])
+    arrays = ("x", "w", "b")
+
+    @staticmethod
+    def of(ns):
+        return ns.conv2d
 
     def torch_call(self, F, t):
         return F.conv2d(t["x"], t["w"], t["b"], **t["p"])
-
-    def reference(self, i):
-        return ref.conv2d(i["x"], i["w"], i["b"], **i["p"])
 
     def reduction(self, i):
         _, cg, r, s_ = i["w"].shape

@@ -4,9 +4,7 @@ from math import prod
 
 import numpy as np
 
-import mpskern
 from mpskern import _args
-from mpskern import reference as ref
 from mpskern import structs
 from mpskern.ops.op import Check, Field, Op, normal
 from mpskern.shapes import broadcast_batch
@@ -193,8 +191,11 @@ class Matmul(Op):
         return dict(a=normal(rng, lead + (s["M"], s["K"]), dtype, s["K"] ** -0.25),
                     b=normal(rng, lead + (s["K"], s["N"]), dtype, s["K"] ** -0.25))
 
-    def call(self, i, backend, out=None):
-        return mpskern.matmul(i["a"], i["b"], backend=backend, out=out)
+    arrays = ("a", "b")
+
+    @staticmethod
+    def of(ns):
+        return ns.matmul
 
     def torch_call(self, F, t):
         import torch
@@ -203,9 +204,6 @@ class Matmul(Op):
     @staticmethod
     def mlx_call(mx, t):
         return mx.matmul(t["a"], t["b"])
-
-    def reference(self, i):
-        return ref.matmul(i["a"], i["b"])
 
     def reduction(self, i):
         return i["a"].shape[-1]
@@ -248,8 +246,11 @@ class Gemm(Op):
                     p=dict(alpha=1.0, beta=0.5 if s["c"] else 0.0, trans_a=bool(s["ta"]),
                            trans_b=bool(s["tb"])))
 
-    def call(self, i, backend, out=None):
-        return mpskern.gemm(i["a"], i["b"], i["c"], backend=backend, out=out, **i["p"])
+    arrays = ("a", "b", "c")
+
+    @staticmethod
+    def of(ns):
+        return ns.gemm
 
     def torch_call(self, F, t):
         import torch
@@ -259,9 +260,6 @@ class Gemm(Op):
         if t["c"] is None:
             return torch.mm(a, b) * p.get("alpha", 1.0)
         return torch.addmm(t["c"], a, b, beta=p.get("beta", 0.0), alpha=p.get("alpha", 1.0))
-
-    def reference(self, i):
-        return ref.gemm(i["a"], i["b"], i["c"], **i["p"])
 
     def reduction(self, i):
         return i["a"].shape[-2 if i["p"].get("trans_a") else -1]

@@ -7,9 +7,7 @@ from math import prod
 
 import numpy as np
 
-import mpskern
 from mpskern import _args
-from mpskern import reference as ref
 from mpskern import structs
 from mpskern.ops.op import Check, Field, Op, normal, vector
 
@@ -191,6 +189,12 @@ class _Rows(Op):
     kernel, cost = "rownorm", staticmethod(structs.rownorm_cost)
     fields, example, presets = _ROW_FIELDS, "4096,1024", _ROW_PRESETS
     tune = {"metal": dict(rows=4096, n=1024), "sim": dict(rows=16, n=128)}
+    keywords = {"w": "weight", "b": "bias"}
+
+    def torch_call(self, F, t):
+        dt = t["x"].dtype               # torch's weights must have x's dtype
+        return self.of(F)(t["x"], **{p: t[k].to(dt) for k, p in self.keywords.items()},
+                          **t["p"])
 
     def label(self, s):
         return f"{s['rows']}x{s['n']}"
@@ -209,22 +213,14 @@ class LayerNorm(_Rows):
         return dict(x=normal(rng, (s["rows"], n), dtype), w=vector(rng, n),
                     b=vector(rng, n, -0.5, 0.5), p=dict(normalized_shape=(n,), eps=EPS))
 
-    def call(self, i, backend, out=None):
-        return mpskern.layer_norm(i["x"], weight=i["w"], bias=i["b"], backend=backend, out=out,
-                                  **i["p"])
-
-    def torch_call(self, F, t):
-        dt = t["x"].dtype
-        return F.layer_norm(t["x"], t["p"]["normalized_shape"], t["w"].to(dt), t["b"].to(dt),
-                            eps=t["p"]["eps"])
+    @staticmethod
+    def of(ns):
+        return ns.layer_norm
 
     @staticmethod
     def mlx_call(mx, t):
         dt = t["x"].dtype
         return mx.fast.layer_norm(t["x"], t["w"].astype(dt), t["b"].astype(dt), t["p"]["eps"])
-
-    def reference(self, i):
-        return ref.layer_norm(i["x"], weight=i["w"], bias=i["b"], **i["p"])
 
     def struct(self, s, out_shape):
         return structs.rownorm_args(s["rows"], s["n"], kind=LAYER, has_weight=1, has_bias=1)
@@ -240,19 +236,15 @@ class RmsNorm(_Rows):
         return dict(x=normal(rng, (s["rows"], n), dtype), w=vector(rng, n), b=None,
                     p=dict(normalized_shape=(n,), eps=EPS))
 
-    def call(self, i, backend, out=None):
-        return mpskern.rms_norm(i["x"], weight=i["w"], backend=backend, out=out, **i["p"])
+    keywords = {"w": "weight"}
 
-    def torch_call(self, F, t):
-        return F.rms_norm(t["x"], t["p"]["normalized_shape"], t["w"].to(t["x"].dtype),
-                          eps=t["p"]["eps"])
+    @staticmethod
+    def of(ns):
+        return ns.rms_norm
 
     @staticmethod
     def mlx_call(mx, t):
         return mx.fast.rms_norm(t["x"], t["w"].astype(t["x"].dtype), t["p"]["eps"])
-
-    def reference(self, i):
-        return ref.rms_norm(i["x"], weight=i["w"], **i["p"])
 
     def struct(self, s, out_shape):
         return structs.rownorm_args(s["rows"], s["n"], kind=RMS, has_weight=1)
@@ -281,17 +273,12 @@ class GroupNorm(Op):
         return dict(x=normal(rng, (s["N"], C, s["H"], s["W"]), dtype), w=vector(rng, C),
                     b=vector(rng, C, -0.5, 0.5), p=dict(num_groups=s["G"], eps=EPS))
 
-    def call(self, i, backend, out=None):
-        return mpskern.group_norm(i["x"], weight=i["w"], bias=i["b"], backend=backend, out=out,
-                                  **i["p"])
+    keywords = {"w": "weight", "b": "bias"}
+    torch_call = _Rows.torch_call
 
-    def torch_call(self, F, t):
-        dt = t["x"].dtype
-        return F.group_norm(t["x"], t["p"]["num_groups"], t["w"].to(dt), t["b"].to(dt),
-                            eps=t["p"]["eps"])
-
-    def reference(self, i):
-        return ref.group_norm(i["x"], weight=i["w"], bias=i["b"], **i["p"])
+    @staticmethod
+    def of(ns):
+        return ns.group_norm
 
     def reduction(self, i):
         return i["x"].size // max(1, i["x"].shape[0]) // i["p"]["num_groups"]
@@ -322,19 +309,23 @@ class BatchNorm(Op):
                     m=vector(rng, C, -0.5, 0.5), v=vector(rng, C), w=vector(rng, C),
                     b=vector(rng, C, -0.5, 0.5), p=dict(training=False, eps=EPS))
 
+    arrays = ("x", "m", "v", "w", "b")
+
+    @staticmethod
+    def of(ns):
+        return ns.batch_norm
+
     def call(self, i, backend, out=None):
         if not i["p"].get("training"):
-            return mpskern.batch_norm(i["x"], i["m"], i["v"], i["w"], i["b"], backend=backend,
-                                      out=out, **i["p"])
-        m, v = i["m"].copy(), i["v"].copy()          # training updates them in place
-        y = mpskern.batch_norm(i["x"], m, v, i["w"], i["b"], backend=backend, **i["p"])
-        return np.concatenate([y.ravel(), m, v])
+            return super().call(i, backend, out)
+        i = dict(i, m=i["m"].copy(), v=i["v"].copy())   # training updates them in place
+        return np.concatenate([super().call(i, backend).ravel(), i["m"], i["v"]])
 
     def torch_call(self, F, t):
         return F.batch_norm(t["x"], t["m"], t["v"], t["w"], t["b"], **t["p"])
 
     def reference(self, i):
-        y, m, v = ref.batch_norm(i["x"], i["m"], i["v"], i["w"], i["b"], **i["p"])
+        y, m, v = super().reference(i)
         return np.concatenate([y.ravel(), m, v]) if i["p"].get("training") else y
 
     def reduction(self, i):

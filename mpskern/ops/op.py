@@ -6,9 +6,11 @@ and used by `mpskern bench`, `mpskern tune`, `mpskern selftest` and the tests:
     kernel, cost        the backend method it runs and that struct's FLOP/byte count
                         (mpskern/structs.py); metric: "gflops" or "gbps"; work_done: its
                         FLOPs are what every implementation executes (may raise a peak)
-    inputs, call        seeded inputs for a shape, and the public call on them
-    reference,          the float64 reference (mpskern/reference.py) and the terms summed
-    reduction           per output (the tolerance grows with it)
+    inputs              seeded inputs for a shape: arrays and "p", the keyword options
+    of, arrays,         its function in mpskern and in mpskern.reference (the float64 twin
+    keywords            takes the same arguments), and how the inputs are passed to them:
+                        call() runs the public op, reference() the float64 one
+    reduction           the terms summed per output (the tolerance grows with it)
     torch_call,         the same op in PyTorch / MLX, for `mpskern bench`'s peers
     mlx_call
     presets             named shape sets of `mpskern bench --preset`
@@ -26,6 +28,9 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+
+import mpskern
+from mpskern import reference as ref
 
 GRAMMAR = ("positional in this order or NAME=VALUE, separated by commas, spaces or x; "
            "fields left out take the default shown")
@@ -152,23 +157,39 @@ class Op:
         return self.complete(self.tune["sim" if backend == "sim" else "metal"])
 
     # -- instances --------------------------------------------------------------------------
+    arrays = ("x",)                 # input keys passed positionally, in the function's order
+    keywords = {}                   # input key -> keyword parameter, for arrays after options
+
     def inputs(self, s, dtype, rng):
         """Seeded inputs of shape `s`: a dict of arrays (and "p": keyword options)."""
         raise NotImplementedError
 
+    @staticmethod
+    def of(ns):
+        """The op's function in `ns`: mpskern (the public op) or mpskern.reference."""
+        raise NotImplementedError
+
+    def _arguments(self, i):
+        kw = {param: i[k] for k, param in self.keywords.items()}
+        kw.update(i.get("p", ()))
+        return [i[k] for k in self.arrays], kw
+
     def call(self, inp, backend, out=None):
         """The public op (as users call it: mpskern.<op>) on the inputs, through backend=
         and out=."""
-        raise NotImplementedError
+        args, kw = self._arguments(inp)
+        return self.of(mpskern)(*args, backend=backend, out=out, **kw)
+
+    def reference(self, inp):
+        """The float64 result (mpskern/reference.py)."""
+        args, kw = self._arguments(inp)
+        return self.of(ref)(*args, **kw)
 
     def torch_call(self, F, t):
         """torch.nn.functional's op on tensors `t` (the inputs' keys)."""
         raise NotImplementedError
 
     mlx_call = None                 # (mx, t) -> MLX's op, where the benchmark has one
-
-    def reference(self, inp):
-        raise NotImplementedError
 
     def reduction(self, inp):
         """Terms summed per output element (the check's tolerance grows with it)."""

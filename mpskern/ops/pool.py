@@ -1,8 +1,6 @@
 """max_pool2d and avg_pool2d (torch.nn.functional semantics, NCHW) on the backend's pool2d
 (mk_pool2d_args), and their entries in the op table (MAX_POOL2D, AVG_POOL2D)."""
-import mpskern
 from mpskern import _args
-from mpskern import reference as ref
 from mpskern import structs
 from mpskern.ops.op import Check, Field, Op, normal
 from mpskern.shapes import pool_shape
@@ -115,6 +113,9 @@ class _Pool2d(Op):
             p["dilation"] = s["dil"]
         return dict(x=normal(rng, (s["N"], s["C"], s["H"], s["W"]), dtype), p=p)
 
+    def torch_call(self, F, t):
+        return self.of(F)(t["x"], **t["p"])         # torch.nn.functional names it alike
+
     def struct(self, s, out_shape):
         return structs.pool2d_args(s["N"], s["C"], s["H"], s["W"], out_shape[2], out_shape[3],
                                    s["k"], s["k"])
@@ -126,14 +127,9 @@ class MaxPool2d(_Pool2d):
               Check("x(1,2,10,7) k(2,3) s(2,1) dil 2 ceil",
                     _window((1, 2, 10, 7), (2, 3), stride=(2, 1), dilation=2, ceil_mode=True)))
 
-    def call(self, i, backend, out=None):
-        return mpskern.max_pool2d(i["x"], backend=backend, out=out, **i["p"])
-
-    def torch_call(self, F, t):
-        return F.max_pool2d(t["x"], **t["p"])
-
-    def reference(self, i):
-        return ref.max_pool2d(i["x"], **i["p"])
+    @staticmethod
+    def of(ns):
+        return ns.max_pool2d
 
 
 class AvgPool2d(_Pool2d):
@@ -149,14 +145,9 @@ class AvgPool2d(_Pool2d):
               Check("x(1,2,6,6) k3 s1 p1 divisor_override 5",
                     _window((1, 2, 6, 6), 3, stride=1, padding=1, divisor_override=5)))
 
-    def call(self, i, backend, out=None):
-        return mpskern.avg_pool2d(i["x"], backend=backend, out=out, **i["p"])
-
-    def torch_call(self, F, t):
-        return F.avg_pool2d(t["x"], **t["p"])
-
-    def reference(self, i):
-        return ref.avg_pool2d(i["x"], **i["p"])
+    @staticmethod
+    def of(ns):
+        return ns.avg_pool2d
 
     def reduction(self, i):
         k = i["p"]["kernel_size"]

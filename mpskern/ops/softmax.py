@@ -5,9 +5,7 @@ from math import prod
 
 from numpy import empty
 
-import mpskern
 from mpskern import _args
-from mpskern import reference as ref
 from mpskern import structs
 from mpskern.ops.op import Check, Field, Op, normal
 from mpskern.structs import softmax_args
@@ -77,18 +75,16 @@ class Softmax(Op):
     def inputs(self, s, dtype, rng):
         return dict(x=normal(rng, (s["rows"], s["n"]), dtype, 3.0), p=dict(axis=-1))
 
-    def call(self, i, backend, out=None):
-        return mpskern.softmax(i["x"], backend=backend, out=out, **i["p"])
+    @staticmethod
+    def of(ns):
+        return ns.softmax
 
     def torch_call(self, F, t):
-        return F.softmax(t["x"], dim=t["p"]["axis"])
+        return self.of(F)(t["x"], dim=t["p"]["axis"])   # torch.nn.functional names it alike
 
     @staticmethod
     def mlx_call(mx, t):
         return mx.softmax(t["x"], axis=t["p"]["axis"])
-
-    def reference(self, i):
-        return ref.softmax(i["x"], **i["p"])
 
     def reduction(self, i):
         return i["x"].shape[i["p"]["axis"]]
@@ -102,19 +98,14 @@ class LogSoftmax(Softmax):
     checks = (Check("(5,37) axis -1", _along((5, 37), -1)),
               Check("(3,17,6) axis 1", _along((3, 17, 6), 1)))
 
-    def call(self, i, backend, out=None):
-        return mpskern.log_softmax(i["x"], backend=backend, out=out, **i["p"])
-
-    def torch_call(self, F, t):
-        return F.log_softmax(t["x"], dim=t["p"]["axis"])
+    @staticmethod
+    def of(ns):
+        return ns.log_softmax
 
     @staticmethod
     def mlx_call(mx, t):
         x = t["x"]
         return x - mx.logsumexp(x, axis=t["p"]["axis"], keepdims=True)
-
-    def reference(self, i):
-        return ref.log_softmax(i["x"], **i["p"])
 
 
 SOFTMAX, LOG_SOFTMAX = Softmax(), LogSoftmax()

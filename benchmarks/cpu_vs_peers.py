@@ -1,6 +1,11 @@
 """mpskern's cpu backend side by side with PyTorch's CPU kernels and numpy's BLAS (issue 7).
 
-    python benchmarks/cpu_vs_peers.py [--rounds 7] [--only conv,pool,...] [--quick] [--gap 0.25]
+    python benchmarks/cpu_vs_peers.py [--threads N] [--rounds 7] [--only conv,pool,...] [--quick]
+
+--threads N runs every library on N threads: mpskern (set_num_threads), torch
+(set_num_threads) and numpy's BLAS (OPENBLAS_NUM_THREADS, set before numpy is loaded;
+the header prints the count numpy's OpenBLAS reports). Without it each library keeps its
+default (one thread per core for all three).
 
 Prints one row per case: peer time, mpskern time and ratio = peer / mpskern (>= 1 means
 mpskern is at least as fast), medians over interleaved rounds (each round times every
@@ -18,6 +23,7 @@ machine, read the ratios, not the absolute times. To compare BLAS fairly, run wi
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset for this command alone.
 """
 import argparse
+import ctypes
 import os
 import platform
 import statistics
@@ -26,7 +32,23 @@ import time
 
 from pathlib import Path
 
-import numpy as np
+
+def threads_arg(argv):
+    """--threads N / --threads=N from the command line (0 when absent or malformed)."""
+    for i, a in enumerate(argv):
+        v = a.split("=", 1)[1] if a.startswith("--threads=") else (
+            argv[i + 1] if a == "--threads" and i + 1 < len(argv) else None)
+        if v is not None:
+            return int(v) if v.isdigit() else 0
+    return 0
+
+
+# numpy's OpenBLAS reads its thread count once, when numpy is loaded: set it first
+if __name__ == "__main__" and threads_arg(sys.argv[1:]):
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads_arg(sys.argv[1:]))
+
+import numpy as np  # noqa: E402
 
 # run from a checkout (in-place build) without installing mpskern
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -111,6 +133,27 @@ def mk_matmul(a, b):
                           stride_c=0, stride_out=0, trans_a=0, trans_b=0, has_c=0, alpha=1.0,
                           beta=0.0, split_k=1), DT[a.dtype], a, b, None, out)
     return out
+
+
+def numpy_blas_threads(want=0):
+    """Threads numpy's OpenBLAS uses (set to `want` first when > 0), or None when its
+    library does not say (not OpenBLAS, e.g. Accelerate on macOS)."""
+    try:   # the loaded OpenBLAS libraries, less mpskern's own (scipy_openblas32)
+        libs = {ln.split()[-1] for ln in open("/proc/self/maps")
+                if "openblas" in ln.rsplit("/", 1)[-1] and "openblas32" not in ln}
+    except OSError:
+        return None
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for suffix in ("64_", ""):
+            for prefix in ("scipy_openblas", "openblas"):
+                get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                if get is None:
+                    continue
+                if want > 0 and get() != want:
+                    getattr(lib, f"{prefix}_set_num_threads{suffix}")(want)
+                return get()
+    return None
 
 
 # ---------------------------------------------------------------------------- timing
@@ -285,6 +328,22 @@ GROUPS = {"conv": run_conv, "pool": run_pool, "rows": run_rows, "matmul": run_ma
           "tiny": run_tiny, "f16": run_f16, "fairness": run_fairness}
 
 
+def cpu_name():
+    """The CPU's model name (Linux /proc/cpuinfo, macOS sysctl), else platform's guess."""
+    try:
+        for ln in open("/proc/cpuinfo"):
+            if ln.startswith("model name"):
+                return ln.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    try:
+        import subprocess
+        return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
+                              text=True, timeout=5).stdout.strip() or platform.processor()
+    except (OSError, subprocess.SubprocessError):
+        return platform.processor()
+
+
 def fmt_t(s):
     return f"{s * 1e6:9.1f} us" if s < 1e-3 else f"{s * 1e3:9.2f} ms"
 
@@ -306,12 +365,14 @@ def main(argv=None):
     GAP = args.gap
     if args.threads:
         torch.set_num_threads(args.threads)
-        _native.cpu_set_num_threads(args.threads)
-    threads = _native.cpu_get_num_threads()
-    print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores; "
-          f"python {platform.python_version()}, numpy {np.__version__}, torch {torch.__version__}"
+        mpskern.set_num_threads(args.threads)
+    np_threads = numpy_blas_threads(args.threads)   # sets it when numpy was loaded earlier
+    print(f"machine: {platform.machine()} {cpu_name()}, {os.cpu_count()} cores; "
+          f"python {platform.python_version()}, numpy {np.__version__} "
+          f"({np_threads or '?'} BLAS threads), torch {torch.__version__}"
           f" ({torch.get_num_threads()} threads), mpskern {mpskern.__version__} "
-          f"({threads} threads); OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}")
+          f"({mpskern.get_num_threads()} threads); "
+          f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}")
     print(f"medians of {args.rounds} interleaved rounds, {GAP:g} s idle before each sample; ratio = peer time / mpskern time "
           f"(float16 rows: float32 time / float16 time)\n")
     rows = []

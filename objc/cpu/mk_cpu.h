@@ -36,14 +36,13 @@ void mk_f2h_par(const float *src, mk_half *dst, long n);
 void *mk_alloc(size_t bytes);
 void mk_free(void *p);
 
-/* ---- BLAS (mk_cpu_blas.c): row-major single-precision GEMM,
+/* ---- BLAS (mk_cpu_blas.c): row-major single-precision GEMM, single-threaded,
    out = alpha * op(A) @ op(B) + beta * out; K >= 1 and valid leading dims. */
 void mk_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
               int lda, const float *B, int ldb, float beta, float *C, int ldc);
-// The same, cut into panels over our thread pool (BLAS itself runs single-threaded).
+/* ---- the same, cut into tiles over our thread pool (mk_cpu_gemm_par.c) */
 void mk_sgemm_par(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
-void mk_blas_set_threads(int n);
 
 /* ---- fused activations (mk_cpu_activation.c): y[i] = act(y[i]) in place, act = MK_ACT_*
    (MK_ACT_NONE: nothing); for the pass that writes a gemm / conv2d output. */

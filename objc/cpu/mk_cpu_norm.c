@@ -53,6 +53,88 @@ static void rownorm_range(void *vc, long b, long e) {
     mk_free(buf);
 }
 
+/* Rows cut into segments (mk_row_segments: fewer rows than threads). Per segment its mean
+   and the sum of squared deviations from that mean (two passes over the segment, from
+   cache), combined per row in double (Chan et al.'s pairwise update), then the output
+   per segment. */
+typedef struct {
+    row_ctx *t;
+    long segs;
+    float *smean, *sm2;       // per segment
+    float *mean, *rstd;       // per row
+} seg_ctx;
+
+static const float *seg_input(const row_ctx *t, long r, long lo, long len, float *buf) {
+    long n = t->a->n;
+    if (t->dtype == MK_F32) return (const float *)t->x + r * n + lo;
+    mk_h2f((const mk_half *)t->x + r * n + lo, buf, len);
+    return buf;
+}
+
+static void seg_stats(void *vc, long b, long e) {
+    seg_ctx *s = vc;
+    row_ctx *t = s->t;
+    long n = t->a->n;
+    const mk_rowvec_t *rv = mk_rowvec();
+    float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)(n / s->segs + 32) * 4) : NULL;
+    if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
+    for (long p = b; p < e; p++) {
+        long r = p / s->segs, i = p % s->segs;
+        long lo = mk_segment_start(i, s->segs, n), len = mk_segment_start(i + 1, s->segs, n) - lo;
+        const float *x = seg_input(t, r, lo, len, buf);
+        float mu = t->a->kind == MK_NORM_LAYER ? rv->sum(x, len) / (float)len : 0.0f;
+        s->smean[p] = mu;
+        s->sm2[p] = rv->sumsq_dev(x, len, mu);
+    }
+    mk_free(buf);
+}
+
+static void seg_out(void *vc, long b, long e) {
+    seg_ctx *s = vc;
+    row_ctx *t = s->t;
+    long n = t->a->n;
+    const mk_rowvec_t *rv = mk_rowvec();
+    float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)(n / s->segs + 32) * 4) : NULL;
+    if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
+    for (long p = b; p < e; p++) {
+        long r = p / s->segs, i = p % s->segs;
+        long lo = mk_segment_start(i, s->segs, n), len = mk_segment_start(i + 1, s->segs, n) - lo;
+        const float *x = seg_input(t, r, lo, len, buf);
+        const float *w = t->w ? t->w + lo : NULL, *bb = t->b ? t->b + lo : NULL;
+        if (t->dtype == MK_F32) {
+            rv->norm_out(x, (float *)t->y + r * n + lo, len, s->mean[r], s->rstd[r], w, bb);
+        } else {
+            rv->norm_out(buf, buf, len, s->mean[r], s->rstd[r], w, bb);
+            mk_f2h(buf, (mk_half *)t->y + r * n + lo, len);
+        }
+    }
+    mk_free(buf);
+}
+
+static void rownorm_segments(row_ctx *t, long segs) {
+    const mk_rownorm_args *a = t->a;
+    long rows = a->rows, n = a->n, tasks = rows * segs;
+    float *mem = mk_alloc((size_t)(2 * tasks + 2 * rows) * 4);
+    if (!mem) { t->failed = 1; return; }
+    seg_ctx s = {t, segs, mem, mem + tasks, mem + 2 * tasks, mem + 2 * tasks + rows};
+    mk_parallel_for(tasks, 1, seg_stats, &s);
+    for (long r = 0; r < rows && !t->failed; r++) {
+        const float *mu = s.smean + r * segs, *m2 = s.sm2 + r * segs;
+        double mean = 0.0, q = 0.0;
+        for (long i = 0; i < segs; i++)
+            mean += (double)mu[i] * (mk_segment_start(i + 1, segs, n) - mk_segment_start(i, segs, n));
+        mean /= (double)n;
+        for (long i = 0; i < segs; i++) {
+            double d = (double)mu[i] - mean;
+            q += m2[i] + d * d * (double)(mk_segment_start(i + 1, segs, n) - mk_segment_start(i, segs, n));
+        }
+        s.mean[r] = a->kind == MK_NORM_LAYER ? (float)mean : 0.0f;
+        s.rstd[r] = 1.0f / sqrtf((float)(q / (double)n) + a->eps);
+    }
+    if (!t->failed) mk_parallel_for(tasks, 1, seg_out, &s);
+    mk_free(mem);
+}
+
 mk_status mk_cpu_rownorm(const mk_rownorm_args *a, int dtype, const void *x,
                          const float *weight, const float *bias, void *y) {
     MK_CHECK_PTR(a);
@@ -66,8 +148,13 @@ mk_status mk_cpu_rownorm(const mk_rownorm_args *a, int dtype, const void *x,
     if (a->has_weight) MK_CHECK_PTR(weight); else weight = NULL;
     if (a->has_bias && a->kind == MK_NORM_LAYER) MK_CHECK_PTR(bias); else bias = NULL;
     row_ctx t = {a, dtype, x, weight, bias, y, 0};
-    long grain = 32768 / a->n;
-    mk_parallel_for(a->rows, grain < 1 ? 1 : grain, rownorm_range, &t);
+    long segs = mk_row_segments(a->rows, a->n, mk_cpu_threads());
+    if (segs > 1) {
+        rownorm_segments(&t, segs);
+    } else {
+        long grain = 32768 / a->n;
+        mk_parallel_for(a->rows, grain < 1 ? 1 : grain, rownorm_range, &t);
+    }
     return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_rownorm: out of memory") : MK_OK;
 }
 

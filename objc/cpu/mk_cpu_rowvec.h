@@ -26,4 +26,24 @@ typedef struct {
 
 const mk_rowvec_t *mk_rowvec(void);
 
+/* Rows over threads: whole rows per task, unless that leaves threads idle (fewer rows than
+   threads, or a last round mostly empty: under 90% busy). Then each row is cut into
+   segments, as many as make rows x segments a multiple of the threads, each at least
+   MK_MIN_SEGMENT floats; the ops reduce per segment and combine per row. */
+#define MK_MIN_SEGMENT 4096L
+static inline long mk_row_segments(long rows, long n, long threads) {
+    if (threads <= 1 || rows <= 0) return 1;
+    long rounds = (rows + threads - 1) / threads;
+    if (rows * 10 >= rounds * threads * 9) return 1;
+    long a = rows, b = threads;                  // gcd
+    while (b) { long r = a % b; a = b; b = r; }
+    long segs = threads / a, cap = n / MK_MIN_SEGMENT;
+    if (segs > cap) segs = cap;
+    return segs < 2 ? 1 : segs;
+}
+// start of segment i of `segs` in a row of n floats (on a 16-float boundary; i = segs: n)
+static inline long mk_segment_start(long i, long segs, long n) {
+    return i >= segs ? n : (n * i / segs) & ~15L;
+}
+
 #endif

@@ -122,6 +122,86 @@ static void rows_range(void *vc, long b, long e) {
     mk_free(buf);
 }
 
+/* Contiguous rows cut into segments (mk_row_segments: fewer rows than threads). First per
+   segment its max m_i and s_i = sum exp(x - m_i); per row m = max m_i (NaN if any is) and
+   s = sum s_i exp(m_i - m); then per segment the output from x again: exp(x - m) / s (or
+   (x - m) - log s). Recomputing the exps costs less than a third pass over memory would. */
+typedef struct {
+    sm_ctx *t;
+    long segs;
+    float *sm, *ss;           // per segment: max, sum of exp(x - max)
+    float *m, *ls;            // per row: max, and 1/s (softmax) or log s (log_softmax)
+} smseg_ctx;
+
+static const float *smseg_input(const sm_ctx *t, long r, long lo, long len, float *buf) {
+    long n = t->a->n;
+    if (t->dtype == MK_F32) return (const float *)t->x + r * n + lo;
+    mk_h2f((const mk_half *)t->x + r * n + lo, buf, len);
+    return buf;
+}
+
+static void smseg_stats(void *vc, long b, long e) {
+    smseg_ctx *s = vc;
+    sm_ctx *t = s->t;
+    long n = t->a->n;
+    const mk_rowvec_t *rv = mk_rowvec();
+    float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)(n / s->segs + 32) * 4) : NULL;
+    if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
+    for (long p = b; p < e; p++) {
+        long r = p / s->segs, i = p % s->segs;
+        long lo = mk_segment_start(i, s->segs, n), len = mk_segment_start(i + 1, s->segs, n) - lo;
+        const float *x = smseg_input(t, r, lo, len, buf);
+        float m = rv->max(x, len);
+        s->sm[p] = m;
+        s->ss[p] = m == -INFINITY ? 0.0f : rv->exp_sum(x, NULL, len, m);   // exp(-inf) = 0
+    }
+    mk_free(buf);
+}
+
+static void smseg_out(void *vc, long b, long e) {
+    smseg_ctx *s = vc;
+    sm_ctx *t = s->t;
+    long n = t->a->n;
+    const mk_rowvec_t *rv = mk_rowvec();
+    float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)(n / s->segs + 32) * 4) : NULL;
+    if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
+    for (long p = b; p < e; p++) {
+        long r = p / s->segs, i = p % s->segs;
+        long lo = mk_segment_start(i, s->segs, n), len = mk_segment_start(i + 1, s->segs, n) - lo;
+        const float *x = smseg_input(t, r, lo, len, buf);
+        float *y = t->dtype == MK_F32 ? (float *)t->y + r * n + lo : buf;
+        // m = -inf (an all -inf row) or NaN makes x - m NaN: the row comes out NaN, as torch
+        if (t->a->log) rv->sub2(x, y, len, s->m[r], s->ls[r]);
+        else { rv->exp_sum(x, y, len, s->m[r]); rv->scale(y, len, s->ls[r]); }
+        if (t->dtype == MK_F16) mk_f2h(buf, (mk_half *)t->y + r * n + lo, len);
+    }
+    mk_free(buf);
+}
+
+static void softmax_segments(sm_ctx *t, long segs) {
+    long rows = t->a->outer, tasks = rows * segs;
+    float *mem = mk_alloc((size_t)(2 * tasks + 2 * rows) * 4);
+    if (!mem) { t->failed = 1; return; }
+    smseg_ctx s = {t, segs, mem, mem + tasks, mem + 2 * tasks, mem + 2 * tasks + rows};
+    mk_parallel_for(tasks, 1, smseg_stats, &s);
+    for (long r = 0; r < rows && !t->failed; r++) {
+        const float *sm = s.sm + r * segs, *ss = s.ss + r * segs;
+        float m = -INFINITY, sum = 0.0f;
+        int nan = 0;
+        for (long i = 0; i < segs; i++) {
+            nan |= sm[i] != sm[i];
+            m = sm[i] > m ? sm[i] : m;
+        }
+        if (nan) m = __builtin_nanf("");
+        for (long i = 0; i < segs; i++)
+            if (sm[i] != -INFINITY) sum += ss[i] * mk_expf(sm[i] - m);
+        s.m[r] = m;
+        s.ls[r] = t->a->log ? logf(sum) : 1.0f / sum;
+    }
+    if (!t->failed) mk_parallel_for(tasks, 1, smseg_out, &s);
+    mk_free(mem);
+}
+
 #define SMALL_INNER 16
 #define SMALL_INNER_MAX_FLOATS (1L << 18)   // scratch per task (1 MiB)
 
@@ -191,7 +271,10 @@ mk_status mk_cpu_softmax(const mk_softmax_args *a, int dtype, const void *x, voi
     if (total == 0) return MK_OK;
     MK_CHECK_PTR(x); MK_CHECK_PTR(y);
     sm_ctx t = {a, dtype, x, y, 0, 0, 0};
-    if (a->inner == 1) {
+    long segs = a->inner == 1 ? mk_row_segments(a->outer, a->n, mk_cpu_threads()) : 1;
+    if (segs > 1) {
+        softmax_segments(&t, segs);
+    } else if (a->inner == 1) {
         mk_parallel_for(a->outer, mk_grain(a->n), rows_range, &t);
     } else if (a->inner < SMALL_INNER && (long)a->n * a->inner <= SMALL_INNER_MAX_FLOATS) {
         mk_parallel_for(a->outer, mk_grain((long)a->n * a->inner), small_inner_range, &t);

@@ -63,10 +63,7 @@ int mk_cpu_threads(void) {
         const char *e = getenv("MPSKERN_NUM_THREADS");
         t = clamp_threads(e ? atoi(e) : 0);
         int expected = 0;
-        if (atomic_compare_exchange_strong(&g_threads, &expected, t))
-            mk_blas_set_threads(t);
-        else
-            t = expected;
+        if (!atomic_compare_exchange_strong(&g_threads, &expected, t)) t = expected;
     }
     return t;
 }
@@ -74,7 +71,6 @@ int mk_cpu_threads(void) {
 void mk_cpu_set_num_threads(int n) {
     int t = clamp_threads(n);
     atomic_store(&g_threads, t);
-    mk_blas_set_threads(t);
 }
 
 int mk_cpu_get_num_threads(void) { return mk_cpu_threads(); }

@@ -2,10 +2,26 @@
 // C), each tile a single-threaded BLAS call (mk_cpu_blas.c) on a thread of our pool.
 // Every tile packs its own copy of the operands it reads (the BLAS is a black box), so
 // the grid trades packing (A is packed once per tile column, B once per tile row) against
-// balance and tile size; gemm_grid() chooses it.
+// balance and tile size; gemm_grid() chooses it by a cost model. Row panels alone (the
+// previous rule) left 16 threads starved on 512^2: 8 panels of 64 rows (0.66x numpy), where
+// a 4 x 4 grid ran 0.91x.
 #include "mk_cpu.h"
 
+#include <math.h>
+
 #define MIN_PAR_FLOPS 4e6   // below this one call beats waking the pool
+#define ALIGN_M 8           // tile rows: whole register blocks of the BLAS kernels
+#define ALIGN_N 16          // tile columns: whole 16-float vectors
+#define MAX_PARTS 64        // per dimension (the search below is over pm x pn <= 2 threads)
+
+/* Cost model of a pm x pn grid, in seconds. Constants fitted (least squares on log time)
+   to 24 shapes x 6-16 grids measured at 8 and 16 threads on a 16-core Xeon (Sapphire
+   Rapids) VM, square 128-4096 and transformer/conv shapes; the chosen grid was within 3%
+   of the best measured one on average (docs/cpu-kernels.md). */
+#define TILE_FLOPS 9.6e10   // one thread's sgemm rate on a tile (FLOP/s)
+#define TILE_PACK 3.9e-10   // per float a tile packs: its rows of A and its columns of B, x K
+#define PER_THREAD 1.2e-6   // per thread taking part
+#define SKEW 1.6e-5         // per doubling of the threads: the latest thread's late start
 
 typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc, pm, pn;
@@ -14,19 +30,20 @@ typedef struct {
     float *C;
 } tile_ctx;
 
-// start of part i of `len` cut into `parts`, on a multiple of `align` (the last ends at len)
+// start of part i when `len` is cut into `parts` of whole `align` units, as even as they
+// can be (the last may be shorter); i = parts gives len
 static int cut(int i, int parts, int len, int align) {
-    if (i >= parts) return len;
-    long lo = (long)len * i / parts;
-    return (int)(lo - lo % align);
+    long units = (len + align - 1) / align;
+    long lo = units * i / parts * align;
+    return lo < len ? (int)lo : len;
 }
 
 static void tile_range(void *vc, long b, long e) {
     const tile_ctx *t = vc;
     for (long p = b; p < e; p++) {
         int i = (int)(p / t->pn), j = (int)(p % t->pn);
-        int m0 = cut(i, t->pm, t->M, 8), m1 = cut(i + 1, t->pm, t->M, 8);
-        int n0 = cut(j, t->pn, t->N, 16), n1 = cut(j + 1, t->pn, t->N, 16);
+        int m0 = cut(i, t->pm, t->M, ALIGN_M), m1 = cut(i + 1, t->pm, t->M, ALIGN_M);
+        int n0 = cut(j, t->pn, t->N, ALIGN_N), n1 = cut(j + 1, t->pn, t->N, ALIGN_N);
         if (m1 <= m0 || n1 <= n0) continue;
         const float *a = t->ta ? t->A + m0 : t->A + (long)m0 * t->lda;
         const float *bb = t->tb ? t->B + (long)n0 * t->ldb : t->B + n0;
@@ -35,15 +52,30 @@ static void tile_range(void *vc, long b, long e) {
     }
 }
 
-// The grid for this GEMM on `threads` threads: *pm row parts by *pn column parts.
+static double grid_cost(int M, int N, int K, int threads, int pm, int pn) {
+    long um = (M + ALIGN_M - 1) / ALIGN_M, un = (N + ALIGN_N - 1) / ALIGN_N;
+    double m = (double)((um + pm - 1) / pm * ALIGN_M), n = (double)((un + pn - 1) / pn * ALIGN_N);
+    int tiles = pm * pn, used = tiles < threads ? tiles : threads;
+    int rounds = (tiles + threads - 1) / threads;
+    double tile = 2.0 * m * n * K / TILE_FLOPS + TILE_PACK * (m + n) * K;
+    double skew = SKEW * log2((double)used);
+    return rounds * tile + PER_THREAD * used + (skew < tile ? skew : tile);
+}
+
+// The grid for this GEMM on `threads` threads: *pm row parts by *pn column parts, at most
+// 2 x threads tiles (more tiles than threads let early threads take the late ones' share).
+// Ties go to more row parts: on 2 threads row panels ran 0-3% faster than column panels.
 static void gemm_grid(int M, int N, int K, int threads, int *pm, int *pn) {
-    (void)K;
-    int by_cols = M / threads < 64 && N > M;
-    int side = by_cols ? N : M;
-    int parts = threads;                            // panels >= 64 wide
-    if (side / parts < 64) parts = side / 64 > 0 ? side / 64 : 1;
-    *pm = by_cols ? 1 : parts;
-    *pn = by_cols ? parts : 1;
+    long um = (M + ALIGN_M - 1) / ALIGN_M, un = (N + ALIGN_N - 1) / ALIGN_N;
+    int max_tiles = 2 * threads;
+    double best = -1.0;
+    for (int i = MAX_PARTS; i >= 1; i--) {
+        if (i > um || i > max_tiles) continue;
+        for (int j = 1; j <= MAX_PARTS && j <= un && i * j <= max_tiles; j++) {
+            double c = grid_cost(M, N, K, threads, i, j);
+            if (best < 0.0 || c < best) { best = c; *pm = i; *pn = j; }
+        }
+    }
 }
 
 void mk_sgemm_par(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,

@@ -53,14 +53,16 @@ static void rownorm_range(void *vc, long b, long e) {
     mk_free(buf);
 }
 
-/* Rows cut into segments (mk_row_segments: fewer rows than threads). Per segment its mean
-   and the sum of squared deviations from that mean (two passes over the segment, from
-   cache), combined per row in double (Chan et al.'s pairwise update), then the output
-   per segment. */
+/* Rows cut into segments (mk_row_segments: fewer rows than threads). Per segment a center
+   c_i (its float32 mean) and, about it, the sums of x - c_i and of (x - c_i)^2 (values
+   near 0: accurate in float32 where a plain sum of large values is not); per row, in
+   double, mean = sum (len_i c_i + d_i) / n and
+   sum (x - mean)^2 = sum q_i + 2 (c_i - mean) d_i + len_i (c_i - mean)^2, exact for any c_i.
+   Then the output per segment. */
 typedef struct {
     row_ctx *t;
     long segs;
-    float *smean, *sm2;       // per segment
+    float *c, *d, *q;         // per segment
     float *mean, *rstd;       // per row
 } seg_ctx;
 
@@ -79,12 +81,11 @@ static void seg_stats(void *vc, long b, long e) {
     float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)(n / s->segs + 32) * 4) : NULL;
     if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
     for (long p = b; p < e; p++) {
-        long r = p / s->segs, i = p % s->segs;
-        long lo = mk_segment_start(i, s->segs, n), len = mk_segment_start(i + 1, s->segs, n) - lo;
-        const float *x = seg_input(t, r, lo, len, buf);
-        float mu = t->a->kind == MK_NORM_LAYER ? rv->sum(x, len) / (float)len : 0.0f;
-        s->smean[p] = mu;
-        s->sm2[p] = rv->sumsq_dev(x, len, mu);
+        long i = p % s->segs, lo = mk_segment_start(i, s->segs, n);
+        long len = mk_segment_start(i + 1, s->segs, n) - lo;
+        const float *x = seg_input(t, p / s->segs, lo, len, buf);
+        s->c[p] = t->a->kind == MK_NORM_LAYER ? rv->sum(x, len) / (float)len : 0.0f;
+        s->q[p] = rv->dev_moments(x, len, s->c[p], &s->d[p]);
     }
     mk_free(buf);
 }
@@ -97,8 +98,8 @@ static void seg_out(void *vc, long b, long e) {
     float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)(n / s->segs + 32) * 4) : NULL;
     if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
     for (long p = b; p < e; p++) {
-        long r = p / s->segs, i = p % s->segs;
-        long lo = mk_segment_start(i, s->segs, n), len = mk_segment_start(i + 1, s->segs, n) - lo;
+        long r = p / s->segs, i = p % s->segs, lo = mk_segment_start(i, s->segs, n);
+        long len = mk_segment_start(i + 1, s->segs, n) - lo;
         const float *x = seg_input(t, r, lo, len, buf);
         const float *w = t->w ? t->w + lo : NULL, *bb = t->b ? t->b + lo : NULL;
         if (t->dtype == MK_F32) {
@@ -114,22 +115,26 @@ static void seg_out(void *vc, long b, long e) {
 static void rownorm_segments(row_ctx *t, long segs) {
     const mk_rownorm_args *a = t->a;
     long rows = a->rows, n = a->n, tasks = rows * segs;
-    float *mem = mk_alloc((size_t)(2 * tasks + 2 * rows) * 4);
+    float *mem = mk_alloc((size_t)(3 * tasks + 2 * rows) * 4);
     if (!mem) { t->failed = 1; return; }
-    seg_ctx s = {t, segs, mem, mem + tasks, mem + 2 * tasks, mem + 2 * tasks + rows};
+    seg_ctx s = {t, segs, mem, mem + tasks, mem + 2 * tasks, mem + 3 * tasks,
+                 mem + 3 * tasks + rows};
     mk_parallel_for(tasks, 1, seg_stats, &s);
     for (long r = 0; r < rows && !t->failed; r++) {
-        const float *mu = s.smean + r * segs, *m2 = s.sm2 + r * segs;
-        double mean = 0.0, q = 0.0;
+        const float *c = s.c + r * segs, *d = s.d + r * segs, *q = s.q + r * segs;
+        double mean = 0.0, m2 = 0.0;
         for (long i = 0; i < segs; i++)
-            mean += (double)mu[i] * (mk_segment_start(i + 1, segs, n) - mk_segment_start(i, segs, n));
+            mean += (double)c[i] * (mk_segment_start(i + 1, segs, n) - mk_segment_start(i, segs, n))
+                    + d[i];
         mean /= (double)n;
+        if (a->kind != MK_NORM_LAYER) mean = 0.0;     // rms: c_i = 0, no centring
         for (long i = 0; i < segs; i++) {
-            double d = (double)mu[i] - mean;
-            q += m2[i] + d * d * (double)(mk_segment_start(i + 1, segs, n) - mk_segment_start(i, segs, n));
+            double len = (double)(mk_segment_start(i + 1, segs, n) - mk_segment_start(i, segs, n));
+            double dc = c[i] - mean;
+            m2 += q[i] + 2.0 * dc * d[i] + len * dc * dc;
         }
-        s.mean[r] = a->kind == MK_NORM_LAYER ? (float)mean : 0.0f;
-        s.rstd[r] = 1.0f / sqrtf((float)(q / (double)n) + a->eps);
+        s.mean[r] = (float)mean;
+        s.rstd[r] = 1.0f / sqrtf((float)(m2 / (double)n) + a->eps);
     }
     if (!t->failed) mk_parallel_for(tasks, 1, seg_out, &s);
     mk_free(mem);

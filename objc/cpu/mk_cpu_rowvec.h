@@ -18,6 +18,8 @@ typedef struct {
     // sum of x, and sum of (x - c)^2
     float (*sum)(const float *x, long n);
     float (*sumsq_dev)(const float *x, long n, float c);
+    // sum of (x - c)^2, and the sum of (x - c) into *dev_sum (one pass)
+    float (*dev_moments)(const float *x, long n, float c, float *dev_sum);
     // y[i] = (x[i] - mean) * rstd [* w[i]] [+ b[i]] (w, b may be NULL; y may alias x)
     void (*norm_out)(const float *x, float *y, long n, float mean, float rstd,
                      const float *w, const float *b);

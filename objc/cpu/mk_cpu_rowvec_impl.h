@@ -176,6 +176,23 @@ RV_ATTR static float RV_NAME(rv_sumsq_dev)(const float *x, long n, float c) {
     return s;
 }
 
+RV_ATTR static float RV_NAME(rv_dev_moments)(const float *x, long n, float c, float *dev_sum) {
+    VF a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, cc = SPLAT(c);
+    long i = 0;
+    for (; i + 2 * RV_W <= n; i += 2 * RV_W) {
+        VF d0 = LD(x + i) - cc, d1 = LD(x + i + RV_W) - cc;
+        b0 += d0;
+        b1 += d1;
+        a0 += d0 * d0;
+        a1 += d1 * d1;
+    }
+    for (; i + RV_W <= n; i += RV_W) { VF d = LD(x + i) - cc; b0 += d; a0 += d * d; }
+    float s = HSUM(a0 + a1), t = HSUM(b0 + b1);
+    for (; i < n; i++) { float d = x[i] - c; t += d; s += d * d; }
+    *dev_sum = t;
+    return s;
+}
+
 RV_ATTR static void RV_NAME(rv_norm_out)(const float *x, float *y, long n, float mean,
                                          float rstd, const float *w, const float *b) {
     long i = 0;
@@ -199,7 +216,7 @@ RV_ATTR static void RV_NAME(rv_norm_out)(const float *x, float *y, long n, float
 
 static const mk_rowvec_t RV_NAME(rowvec) = {
     RV_NAME(rv_max), RV_NAME(rv_exp_sum), RV_NAME(rv_scale), RV_NAME(rv_sub2),
-    RV_NAME(rv_sum), RV_NAME(rv_sumsq_dev), RV_NAME(rv_norm_out), RV_W,
+    RV_NAME(rv_sum), RV_NAME(rv_sumsq_dev), RV_NAME(rv_dev_moments), RV_NAME(rv_norm_out), RV_W,
 };
 
 #undef VF

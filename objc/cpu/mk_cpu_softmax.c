@@ -193,8 +193,7 @@ static void softmax_segments(sm_ctx *t, long segs) {
             m = sm[i] > m ? sm[i] : m;
         }
         if (nan) m = __builtin_nanf("");
-        for (long i = 0; i < segs; i++)
-            if (sm[i] != -INFINITY) sum += ss[i] * mk_expf(sm[i] - m);
+        for (long i = 0; i < segs; i++) sum += ss[i] * mk_expf(sm[i] - m);
         s.m[r] = m;
         s.ls[r] = t->a->log ? logf(sum) : 1.0f / sum;
     }

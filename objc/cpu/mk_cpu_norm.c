@@ -173,6 +173,8 @@ typedef struct {
     int failed;
 } gn_ctx;
 
+#define GN_PIECE 4096L
+
 static void group_range(void *vc, long b, long e) {
     gn_ctx *t = vc;
     const mk_group_norm_args *a = t->a;
@@ -186,12 +188,15 @@ static void group_range(void *vc, long b, long e) {
         const float *x;
         if (t->dtype == MK_F32) x = (const float *)t->x + off;
         else { mk_h2f((const mk_half *)t->x + off, buf, blk); x = buf; }
-        // per-channel partial sums in float32, combined in double
+        // partial sums in float32 over pieces of the (contiguous) group, combined in
+        // double; pieces of GN_PIECE floats, not channels: one call per 49-float plane
+        // (late layers) cost more than the sums themselves
         double s = 0.0;
-        for (int c = 0; c < Cg; c++) s += rv->sum(x + c * HW, HW);
+        for (long o = 0; o < blk; o += GN_PIECE) s += rv->sum(x + o, blk - o < GN_PIECE ? blk - o : GN_PIECE);
         float mean = (float)(s / (double)blk);
         double q = 0.0;
-        for (int c = 0; c < Cg; c++) q += rv->sumsq_dev(x + c * HW, HW, mean);
+        for (long o = 0; o < blk; o += GN_PIECE)
+            q += rv->sumsq_dev(x + o, blk - o < GN_PIECE ? blk - o : GN_PIECE, mean);
         float rstd = (float)(1.0 / sqrt(q / (double)blk + a->eps));
         int c0 = (int)(i % a->groups) * Cg;
         for (int c = 0; c < Cg; c++) {

@@ -127,3 +127,16 @@ def test_softmax_segments_non_finite(log, threads):
     refs.assert_close(y[[0, 4]], want[[0, 4]], np.float32, n)
     assert np.isnan(y[1]).all() and np.isnan(y[2]).all()
     assert np.array_equal(np.isnan(y[3]), np.isnan(want[3]))
+
+
+# ------------------------------------------------------------------------------ conv2d blocks
+@pytest.mark.parametrize("C,K,k,s,p,H", [(32, 48, 1, 2, 0, 57), (16, 24, 3, 1, 1, 23),
+                                         (8, 64, 1, 1, 0, 40)])
+def test_conv2d_row_blocks(C, K, k, s, p, H, threads):
+    # fewer images than threads: each image cut into blocks of output rows (at least 256
+    # columns each where the image has them); every output row exactly once
+    rng = np.random.default_rng(C + H)
+    x, w = refs.rand((2, C, H, H), np.float32, rng), refs.rand((K, C, k, k), np.float32, rng)
+    b = refs.rand((K,), np.float32, rng)
+    refs.assert_close(mpskern.conv2d(x, w, b, s, p, backend="cpu"),
+                      refs.conv2d(x, w, b, s, p), np.float32, C * k * k)

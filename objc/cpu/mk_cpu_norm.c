@@ -153,7 +153,7 @@ mk_status mk_cpu_rownorm(const mk_rownorm_args *a, int dtype, const void *x,
     if (a->has_weight) MK_CHECK_PTR(weight); else weight = NULL;
     if (a->has_bias && a->kind == MK_NORM_LAYER) MK_CHECK_PTR(bias); else bias = NULL;
     row_ctx t = {a, dtype, x, weight, bias, y, 0};
-    long segs = mk_row_segments(a->rows, a->n, mk_cpu_threads());
+    long segs = mk_row_segments(a->rows, a->n, mk_cpu_threads(), 89);
     if (segs > 1) {
         rownorm_segments(&t, segs);
     } else {

@@ -270,7 +270,7 @@ mk_status mk_cpu_softmax(const mk_softmax_args *a, int dtype, const void *x, voi
     if (total == 0) return MK_OK;
     MK_CHECK_PTR(x); MK_CHECK_PTR(y);
     sm_ctx t = {a, dtype, x, y, 0, 0, 0};
-    long segs = a->inner == 1 ? mk_row_segments(a->outer, a->n, mk_cpu_threads()) : 1;
+    long segs = a->inner == 1 ? mk_row_segments(a->outer, a->n, mk_cpu_threads(), 25) : 1;
     if (segs > 1) {
         softmax_segments(&t, segs);
     } else if (a->inner == 1) {

@@ -72,6 +72,27 @@ mk_status mk_pipeline_limits(mk_pipeline *p, uint32_t *max_threads, uint32_t *ex
 }
 void mk_pipeline_free(mk_pipeline *p) { if (p) p->device->ops->pipeline_free(p); }
 
+// A binding shorter than its parameter needs (a `constant T&` bound with fewer than
+// sizeof(T) bytes) would be read out of bounds by the kernel: refused on every device.
+mk_status mk_check_binding_sizes(const mk_dispatch *ds) {
+    const mk_pipeline *p = ds->pipeline;
+    for (uint32_t i = 0; i < ds->nbindings; i++) {
+        const mk_binding *b = &ds->bindings[i];
+        uint64_t have;
+        if (b->buffer)
+            have = b->offset <= b->buffer->nbytes ? b->buffer->nbytes - b->offset : 0;
+        else if (b->bytes)
+            have = b->nbytes;
+        else
+            continue;
+        if (p->min_bytes[i] && have < p->min_bytes[i])
+            return mk_set_error(MK_ERR_INVALID, "kernel '%s': [[buffer(%u)]] is a constant reference "
+                                "to %u bytes; %llu bytes are bound", p->name ? p->name : "?", i,
+                                p->min_bytes[i], (unsigned long long)have);
+    }
+    return MK_OK;
+}
+
 mk_status mk_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *t) {
     return mk_run_ex(d, list, n, NULL, t);
 }
@@ -99,6 +120,8 @@ mk_status mk_run_ex(mk_device *d, const mk_dispatch *list, uint32_t n, const mk_
                                     (unsigned long long)g, (unsigned long long)tg,
                                     (unsigned long long)threads, "xyz"[k]);
         }
+        mk_status st = mk_check_binding_sizes(&list[i]);
+        if (st != MK_OK) return st;
     }
     if (d->ops->run_ex) return d->ops->run_ex(d, list, n, c, t);
     if (c && c->time_limit_s > 0)

@@ -37,6 +37,10 @@ struct mk_library { mk_device *device; void *impl; };
 struct mk_pipeline {
     mk_device *device; void *impl;
     uint32_t max_threads, exec_width;
+    const char *name;                        // the kernel's (for messages; owned by impl)
+    // bytes [[buffer(i)]] needs at least (a `constant T&`: sizeof(T)); 0 = not known.
+    // mk_run refuses a shorter binding on every device, before it reaches the kernel.
+    uint32_t min_bytes[MK_MAX_BINDINGS];
 };
 
 // Each implementation registers itself from a constructor function (Metal: objc/mk_metal*.m,
@@ -47,6 +51,9 @@ typedef struct mk_device_provider {
     mk_status (*create)(int index, mk_device **out);
 } mk_device_provider;
 void mk_register_provider(mk_device_kind kind, const mk_device_provider *p);
+
+// mk_run's binding-size check (mk_device.c), for implementations and tests
+mk_status mk_check_binding_sizes(const mk_dispatch *ds);
 
 #ifdef __cplusplus
 }

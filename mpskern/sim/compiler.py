@@ -22,11 +22,16 @@ from mpskern.sim import frontend, msl_clang, msl_rules, parse, strict
 
 # MSL the simulator claims to be (kernels may test __METAL_VERSION__), and a marker.
 PRE_DEFINES = ["-D__METAL_VERSION__=310", "-D__MPSKERN_SIM__=1", "-D__HAVE_SIMDGROUP_MATRIX__=1"]
-CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-fno-math-errno", "-fvisibility=hidden", "-w"]
+# -ffp-contract=off: no compiler fuses a*b+c where another would not (results must not
+# depend on the host compiler; g++ in ISO mode does not fuse, clang does by default).
+CXX_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-fno-math-errno", "-fvisibility=hidden", "-w",
+             "-ffp-contract=off"]
 # Used when the compiler takes them. -fstack-clash-protection: a frame larger than a page
 # probes every page, so overflowing a GPU thread's fiber stack hits its guard page
-# (reported) instead of a neighbour's stack.
-OPTIONAL_FLAGS = ["-fstack-clash-protection"]
+# (reported) instead of a neighbour's stack. -ffloat16-excess-precision=none (clang's
+# cc1): half arithmetic rounds to half after every operation, as the GPU's half ALUs and
+# g++ do; clang otherwise keeps float precision between operations (tests/test_sim_half.py).
+OPTIONAL_FLAGS = [("-fstack-clash-protection",), ("-Xclang", "-ffloat16-excess-precision=none")]
 CHECK_FLAGS = ["-g", "-fsanitize=thread"]
 _built = {}
 
@@ -72,10 +77,10 @@ def cxx_flags():
     cxx, _ = compiler()
     flags = list(CXX_FLAGS)
     for f in OPTIONAL_FLAGS:
-        r = subprocess.run([cxx, "-Werror", f, "-x", "c++", "-fsyntax-only", "-"], input="int x;\n",
+        r = subprocess.run([cxx, "-Werror", *f, "-x", "c++", "-fsyntax-only", "-"], input="int x;\n",
                            capture_output=True, text=True)
         if r.returncode == 0:
-            flags.append(f)
+            flags.extend(f)
     return flags
 
 

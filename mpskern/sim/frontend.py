@@ -20,7 +20,7 @@ file:line.
 import re
 from dataclasses import dataclass, field
 
-FRONTEND_VERSION = 2
+FRONTEND_VERSION = 3
 MAX_BUFFER_INDEX = 30     # Metal: [[buffer(0)]] .. [[buffer(30)]]
 
 
@@ -293,13 +293,17 @@ def glue(kernels, needs_fibers, checked):
     out.append('# 1 "<mpskern glue>"')
     rows = []
     for i, k in enumerate(kernels):
+        refs = [p for p in k.params if p.attr == "buffer" and p.type.rstrip().endswith("&")]
         bufs = sum(1 << p.index for p in k.params if p.attr == "buffer")
-        byts = sum(1 << p.index for p in k.params if p.attr == "buffer" and p.type.rstrip().endswith("&"))
+        byts = sum(1 << p.index for p in refs)
         tgs = sum(1 << p.index for p in k.params if p.attr == "threadgroup")
+        sizes = ", ".join(f"{{{p.index}u, (uint32_t)sizeof(std::remove_reference<{p.type}>::type)}}"
+                          for p in refs)
+        out.append(f"static const mk_sim_bytes_param __mk_bytes_{i}[] = {{{sizes or '{0u, 0u}'}}};")
         rows.append(f"  {{{_c_string(k.host_name)}, __mk_glue_{i}, {_c_string(k.file)}, {k.line}, "
-                    f"{bufs}u, {byts}u, {tgs}u, (uint32_t)({k.max_threads})}},")
+                    f"{bufs}u, {byts}u, {tgs}u, (uint32_t)({k.max_threads}), {len(refs)}u, __mk_bytes_{i}}},")
     if not rows:
-        rows.append('  {"", 0, "", 0, 0u, 0u, 0u, 0u},')
+        rows.append('  {"", 0, "", 0, 0u, 0u, 0u, 0u, 0u, 0},')
     out.append("static const mk_sim_kernel __mk_kernels[] = {\n" + "\n".join(rows) + "\n};")
     out.append(f"static const mk_sim_module __mk_module = {{MK_SIM_ABI_VERSION, {len(kernels)}, "
                f"__mk_kernels, {int(needs_fibers)}, {int(checked)}}};")

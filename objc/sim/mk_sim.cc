@@ -130,6 +130,11 @@ static mk_status sim_pipeline_create(mk_device *d, mk_library *l, const char *na
         if (m->kernels[i].max_threads && m->kernels[i].max_threads < p->max_threads)
             p->max_threads = m->kernels[i].max_threads;
         p->exec_width = MK_SIM_SIMD_WIDTH;
+        p->name = m->kernels[i].name;
+        for (uint32_t j = 0; j < m->kernels[i].nbytes_params; j++) {
+            const mk_sim_bytes_param &bp = m->kernels[i].bytes_params[j];
+            if (bp.index < MK_MAX_BINDINGS) p->min_bytes[bp.index] = bp.size;
+        }
         retain(d);
         *out = p;
         return MK_OK;

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MK_SIM_ABI_VERSION 3
+#define MK_SIM_ABI_VERSION 4
 #define MK_SIM_SIMD_WIDTH 32
 #define MK_SIM_XCHG_BYTES 64      // largest value a SIMD collective exchanges per lane
 
@@ -79,6 +79,12 @@ typedef struct mk_sim_rt {
 // One [[kernel]] entry point: the generated launch glue binds buffers and built-ins.
 typedef void (*mk_sim_glue)(void *const *buffers, void *const *tg_params,
                             const mk_sim_lane *lane);
+// A `constant T& x [[buffer(i)]]` parameter: a binding shorter than sizeof(T) is refused.
+typedef struct mk_sim_bytes_param {
+    uint32_t index;               // i of [[buffer(i)]]
+    uint32_t size;                // sizeof(T)
+} mk_sim_bytes_param;
+
 typedef struct mk_sim_kernel {
     const char *name;             // host name
     mk_sim_glue glue;
@@ -88,6 +94,8 @@ typedef struct mk_sim_kernel {
     uint32_t bytes_mask;          // of those, `constant T&` (bound by value / setBytes)
     uint32_t tg_param_mask;       // [[threadgroup(i)]] parameters
     uint32_t max_threads;         // [[max_total_threads_per_threadgroup(N)]], 0 if none
+    uint32_t nbytes_params;
+    const mk_sim_bytes_param *bytes_params;
 } mk_sim_kernel;
 
 typedef struct mk_sim_module {

@@ -338,16 +338,14 @@ said = [x for x in w if issubclass(x.category, strict.StrictCheckWarning)]
 print(len(a), len(b), len(c), len(said), str(said[0].message) if said else "")
 ''' % (ADDRESS_SPACES["threadgroup pointer from device memory"][0], RULES["double"][0])
     env = dict(os.environ, MPSKERN_CLANG="none")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     n_as, n_rule, n_rule2, n_said, msg = r.stdout.split(" ", 4)
     assert (n_as, n_rule, n_rule2, n_said) == ("0", "1", "1", "1"), r.stdout
     assert "without its address-space stage" in msg and "install clang" in msg
     # the CLI says so too
     r = subprocess.run([sys.executable, "-m", "mpskern.cli.main", "check-msl",
-                        os.path.join(METAL_DIR, "pool.metal")], capture_output=True, text=True, env=env,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                        os.path.join(METAL_DIR, "pool.metal")], capture_output=True, text=True, env=env)
     assert r.returncode == 0 and "address spaces are not type-checked" in r.stderr, r.stderr
     assert "(front-end rules only)" in r.stderr
 

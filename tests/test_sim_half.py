@@ -93,10 +93,12 @@ COMPILERS = _compilers()
 def test_half_rounds_after_every_operation_with_each_host_compiler(cxx, tmp_path):
     if cxx is None:
         pytest.skip("no host compiler")
-    code = ("import json, sys; sys.path.insert(0, %r); import tests.test_sim_half as t; "
-            "from mpskern.sim import compiler; print(json.dumps([compiler.compiler()[1], t._run_ops()]))" % ROOT)
+    # this file's helpers, the mpskern under test (conftest's PYTHONPATH), another compiler
+    code = ("import json, sys; sys.path.insert(0, %r); import test_sim_half as t; "
+            "from mpskern.sim import compiler; print(json.dumps([compiler.compiler()[1], t._run_ops()]))"
+            % os.path.join(ROOT, "tests"))
     env = dict(os.environ, CXX=cxx, MPSKERN_CACHE_DIR=os.environ.get("MPSKERN_CACHE_DIR") or str(tmp_path))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     version, same = json.loads(r.stdout.strip().splitlines()[-1])
     assert same == [1.0] * NOPS, (version, same)

@@ -10,6 +10,7 @@
 #import <Foundation/Foundation.h>
 #import <Metal/Metal.h>
 #include "mk_internal.h"
+#include "mk_shim_host.h"
 
 @interface MKMetalDevice : NSObject
 @property (nonatomic, strong) id<MTLDevice> device;
@@ -28,28 +29,20 @@
 static inline MKMetalDevice *mk_metal_device(mk_device *d) { return (__bridge MKMetalDevice *)d->impl; }
 static inline MKMetalBuffer *mk_metal_buffer(mk_buffer *b) { return (__bridge MKMetalBuffer *)b->impl; }
 
-// MK_OK if `d` is a Metal device; else an error naming `op`.
-mk_status mk_metal_check_device(mk_device *d, const char *op);
-// MK_OK if `b` belongs to `d` and holds at least `need` bytes; else an error naming `what`.
-mk_status mk_metal_check_buffer(mk_device *d, mk_buffer *b, size_t need, const char *op,
-                                const char *what);
+// Every exported shim function catches Objective-C exceptions (none may cross the C ABI):
+// MK_ERR_RUNTIME naming `op` and the exception's name and reason.
+mk_status mk_objc_exception(const char *op, NSException *e);
 
 // 1 if the two buffers' memory overlaps (same MTLBuffer, or intersecting host ranges).
 int mk_metal_overlap(mk_buffer *a, mk_buffer *b);
 
-// Copy-mode buffers (zero_copy == 0) mirror their host memory: before a run the host
-// contents go to the device, after it the device's writes come back (MK_BUFFER_WRITE),
-// so a copied buffer behaves exactly like a zero-copy one, only slower.
+// Copy-mode buffers (zero_copy == 0) mirror their host memory around each run
+// (mk_shim_upload/download), so a copied buffer behaves like a zero-copy one, only slower.
 void mk_metal_upload(mk_buffer *b);
 void mk_metal_download(mk_buffer *b);
 
-// Monotonic host clock in milliseconds.
-double mk_metal_now_ms(void);
-// After waitUntilCompleted: MK_ERR_RUNTIME with Metal's message if a command buffer failed,
-// else MK_OK with t->gpu_ms spanning first..last (GPUStartTime/GPUEndTime) and
-// t->wall_ms since `t0_ms` (taken just before commit).
-mk_status mk_metal_finish(id<MTLCommandBuffer> first, id<MTLCommandBuffer> last, double t0_ms,
-                          mk_timing *t, const char *op);
+// After waitUntilCompleted: the command buffer's status, error and GPU timestamps.
+void mk_metal_add_command_buffer(mk_cb_errors *e, id<MTLCommandBuffer> cb);
 
 // The device-ops table's entries, by file: mk_metal_buffer.m, mk_metal_run.m.
 mk_status mk_metal_buffer_wrap(mk_device *d, void *host, size_t nbytes, int flags, mk_buffer **out);

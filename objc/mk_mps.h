@@ -7,6 +7,7 @@
 #import <MetalPerformanceShaders/MetalPerformanceShaders.h>
 #import <MetalPerformanceShadersGraph/MetalPerformanceShadersGraph.h>
 #import "mk_metal.h"
+#include "mk_mps_host.h"
 
 // A built graph: placeholders fed from input buffers and tensors written to output
 // buffers, both in the order the op passes its buffers to mk_mps_graph_run.
@@ -19,19 +20,18 @@
 static inline MPSDataType mk_mps_dtype(int dtype) {
     return dtype == MK_F16 ? MPSDataTypeFloat16 : MPSDataTypeFloat32;
 }
-static inline size_t mk_mps_esize(int dtype) { return dtype == MK_F16 ? 2 : 4; }
 
-// MK_OK for a Metal device and dtype MK_F32 / MK_F16; else the error, naming `op`.
-mk_status mk_mps_check(mk_device *d, int dtype, const char *op);
+// The graph cached on this device for (op, dtype, every byte of the argument struct
+// `args`), built by `build` on first use (nil from `build` means it failed and left an
+// error; so does nil from here).
+MKGraph *mk_mps_graph_get(mk_device *d, const char *op, int dtype, const void *args, size_t nbytes,
+                          MKGraph * (^build)(void));
 
-// The graph cached under `key` on this device, built by `build` on first use (nil from
-// `build` means it failed and left an error).
-MKGraph *mk_mps_graph_get(mk_device *d, NSString *key, MKGraph * (^build)(void));
-
-// Runs `g` once: in[i] feeds g.inputs[i], g.outputs[j] lands in out[j]. Checks every buffer
-// against its tensor's size, handles buffers whose data does not start at offset 0 of their
-// MTLBuffer and outputs that alias inputs (through scratch buffers and blits), mirrors
-// copy-mode buffers, and fills *t. Graphs are not re-entrant: one run at a time per graph.
+// Runs `g` once: in[i] feeds g.inputs[i], g.outputs[j] lands in out[j] (at most 8 each).
+// Checks every buffer against its tensor's size, stages buffers whose data does not start
+// at offset 0 of their MTLBuffer and outputs that alias inputs through scratch buffers
+// (mk_shim_graph_staging), mirrors copy-mode buffers, collects the errors of every command
+// buffer and fills *t. Graphs are not re-entrant: one run at a time per graph.
 mk_status mk_mps_graph_run(mk_device *d, MKGraph *g, mk_buffer *const *in, mk_buffer *const *out,
                            mk_timing *t, const char *op);
 
@@ -55,12 +55,6 @@ static inline MPSGraphTensor *mk_mps_to32(MPSGraph *G, MPSGraphTensor *v) {
 }
 static inline MPSGraphTensor *mk_mps_from32(MPSGraph *G, MPSGraphTensor *v, MPSDataType dt) {
     return dt == MPSDataTypeFloat32 ? v : [G castTensor:v toType:dt name:@"out"];
-}
-
-// A zero-size result: nothing to run, timing zero.
-static inline mk_status mk_mps_nothing(mk_timing *t) {
-    if (t) t->gpu_ms = t->wall_ms = 0;
-    return MK_OK;
 }
 
 #endif

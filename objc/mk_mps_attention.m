@@ -19,48 +19,8 @@
 // None of this can run off macOS; `check-objc` compiles and links it against the SDK.
 #import "mk_mps.h"
 #import <objc/message.h>
-#include <string.h>
 
 #define OP "mk_mps_attention"
-
-// A dimension of an operand: full where its stride is nonzero, else 1 (broadcast).
-static int64_t dim_of(int stride, int full) { return stride ? full : 1; }
-
-// The C-contiguous strides of `shape` with 0 for its dimensions of 1, as the Python layer
-// passes them; 1 when `given` matches.
-static int strides_match(const int64_t *shape, const int *given, int n) {
-    int64_t acc = 1;
-    for (int i = n - 1; i >= 0; i--) {
-        int64_t want = shape[i] == 1 ? 0 : acc;
-        if (shape[i] != 1 && given[i] != want) return 0;
-        acc *= shape[i];
-    }
-    return 1;
-}
-
-static mk_status check_layout(const mk_attention_args *a) {
-    if (a->B < 0 || a->L < 0 || a->S < 0 || a->E < 0 || a->Ev < 0 || a->Hq < 1 || a->Hk < 1 || a->Hv < 1 ||
-        a->Hq % a->Hk || a->Hq % a->Hv)
-        return mk_set_error(MK_ERR_INVALID, OP ": invalid sizes (B %d, heads %d/%d/%d, L %d, S %d, E %d, Ev %d)",
-                            a->B, a->Hq, a->Hk, a->Hv, a->L, a->S, a->E, a->Ev);
-    if (a->mask < MK_ATTN_MASK_NONE || a->mask > MK_ATTN_MASK_ADD)
-        return mk_set_error(MK_ERR_INVALID, OP ": mask kind %d is not MK_ATTN_MASK_*", a->mask);
-    int64_t qs[4] = {dim_of(a->q_sb, a->B), a->Hq, a->L, a->E};
-    int64_t ks[4] = {dim_of(a->k_sb, a->B), a->Hk, a->S, a->E};
-    int64_t vs[4] = {dim_of(a->v_sb, a->B), a->Hv, a->S, a->Ev};
-    int qg[4] = {a->q_sb, a->q_sh, a->E, 1}, kg[4] = {a->k_sb, a->k_sh, a->E, 1}, vg[4] = {a->v_sb, a->v_sh, a->Ev, 1};
-    int ok = strides_match(qs, qg, 4) && strides_match(ks, kg, 4) && strides_match(vs, vg, 4);
-    if (a->mask != MK_ATTN_MASK_NONE) {
-        int64_t ms[4] = {dim_of(a->m_sb, a->B), dim_of(a->m_sh, a->Hq), dim_of(a->m_sl, a->L), dim_of(a->m_ss, a->S)};
-        int mg[4] = {a->m_sb, a->m_sh, a->m_sl, a->m_ss};
-        ok = ok && strides_match(ms, mg, 4);
-    }
-    if (!ok)
-        return mk_set_error(MK_ERR_UNSUPPORTED, OP ": operands must be C-contiguous with broadcast dimensions of "
-                            "size 1 (stride 0); got strides q %d,%d k %d,%d v %d,%d mask %d,%d,%d,%d",
-                            a->q_sb, a->q_sh, a->k_sb, a->k_sh, a->v_sb, a->v_sh, a->m_sb, a->m_sh, a->m_sl, a->m_ss);
-    return MK_OK;
-}
 
 // The macOS 15 fused op, or nil where the OS lacks it.
 typedef MPSGraphTensor *(*mk_sdpa_fn)(id, SEL, MPSGraphTensor *, MPSGraphTensor *, MPSGraphTensor *,
@@ -69,9 +29,8 @@ static SEL sdpa_selector(void) {
     return NSSelectorFromString(@"scaledDotProductAttentionWithQueryTensor:keyTensor:valueTensor:maskTensor:scale:name:");
 }
 
-static int fused_applies(MPSGraph *G, const mk_attention_args *a) {
-    return a->mask == MK_ATTN_MASK_NONE && a->Hk == a->Hq && a->Hv == a->Hq && a->E == a->Ev && a->E > 0 &&
-           (a->B == 1 || (a->q_sb && a->k_sb && a->v_sb)) && [G respondsToSelector:sdpa_selector()];
+static BOOL fused_applies(MPSGraph *G, const mk_attention_args *a) {
+    return mk_mps_attention_fusable(a) && [G respondsToSelector:sdpa_selector()];
 }
 
 // (L, S) float32: 0 where key j is visible to query i (j <= i), -inf elsewhere; built on the GPU
@@ -79,8 +38,8 @@ static int fused_applies(MPSGraph *G, const mk_attention_args *a) {
 static MPSGraphTensor *causal_bias(MPSGraph *G, int L, int S) {
     NSMutableData *ri = [NSMutableData dataWithLength:(NSUInteger)L * 4];
     NSMutableData *cj = [NSMutableData dataWithLength:(NSUInteger)S * 4];
-    for (int i = 0; i < L; i++) ((int32_t *)ri.mutableBytes)[i] = i;
-    for (int j = 0; j < S; j++) ((int32_t *)cj.mutableBytes)[j] = j;
+    mk_shim_iota(ri.mutableBytes, L);
+    mk_shim_iota(cj.mutableBytes, S);
     MPSGraphTensor *rows = [G constantWithData:ri shape:MK_SHAPE(L, 1) dataType:MPSDataTypeInt32];
     MPSGraphTensor *cols = [G constantWithData:cj shape:MK_SHAPE(1, S) dataType:MPSDataTypeInt32];
     MPSGraphTensor *seen = [G lessThanOrEqualToWithPrimaryTensor:cols secondaryTensor:rows name:@"causal"];
@@ -93,15 +52,15 @@ static MPSGraphTensor *causal_bias(MPSGraph *G, int L, int S) {
 static MKGraph *build(const mk_attention_args *a, int dtype) {
     MPSGraph *G = [MPSGraph new];
     MPSDataType dt = mk_mps_dtype(dtype);
-    int64_t bq = dim_of(a->q_sb, a->B), bk = dim_of(a->k_sb, a->B), bv = dim_of(a->v_sb, a->B);
-    int64_t gk = a->Hq / a->Hk, gv = a->Hq / a->Hv;
+    mk_mps_attention_shapes sh;
+    mk_mps_attention_shapes_of(a, &sh);
+    const int64_t bq = sh.bq, bk = sh.bk, bv = sh.bv, gk = sh.gk, gv = sh.gv;
     MPSGraphTensor *tq = [G placeholderWithShape:MK_SHAPE(bq, a->Hq, a->L, a->E) dataType:dt name:@"q"];
     MPSGraphTensor *tk = [G placeholderWithShape:MK_SHAPE(bk, a->Hk, a->S, a->E) dataType:dt name:@"k"];
     MPSGraphTensor *tv = [G placeholderWithShape:MK_SHAPE(bv, a->Hv, a->S, a->Ev) dataType:dt name:@"v"];
     NSMutableArray *ins = [NSMutableArray arrayWithObjects:tq, tk, tv, nil];
     MPSGraphTensor *tm = nil;
-    int64_t mb = dim_of(a->m_sb, a->B), mh = dim_of(a->m_sh, a->Hq), ml = dim_of(a->m_sl, a->L),
-            ms = dim_of(a->m_ss, a->S);
+    const int64_t mb = sh.mb, mh = sh.mh, ml = sh.ml, ms = sh.ms;
     if (a->mask != MK_ATTN_MASK_NONE) {
         tm = [G placeholderWithShape:MK_SHAPE(mb, mh, ml, ms)
                             dataType:a->mask == MK_ATTN_MASK_BOOL ? MPSDataTypeUInt8 : dt name:@"mask"];
@@ -113,7 +72,7 @@ static MKGraph *build(const mk_attention_args *a, int dtype) {
         MPSGraphTensor *bias = a->causal ? causal_bias(G, a->L, a->S) : nil;
         o = ((mk_sdpa_fn)objc_msgSend)(G, sdpa_selector(), q, k, v, bias, a->scale, @"sdpa");
     } else {
-        int64_t B = bq > bk ? bq : bk;
+        const int64_t B = sh.batch;
         MPSGraphTensor *s;   // scores, (B, Hk, gk, L, S)
         if (a->E > 0) {
             MPSGraphTensor *q5 = [G reshapeTensor:q withShape:MK_SHAPE(bq, a->Hk, gk, a->L, a->E) name:nil];
@@ -155,11 +114,11 @@ static MKGraph *build(const mk_attention_args *a, int dtype) {
                                          secondaryTensor:[G reductionSumWithTensor:e axis:4 name:@"row_sum"]
                                                     name:nil];
         w = [G selectWithPredicateTensor:empty truePredicateTensor:zero falsePredicateTensor:w name:@"weights"];
-        int64_t Bw = tm && mb > B ? mb : B;   // a mask may carry the batch alone
+        const int64_t Bw = sh.bw;   // a mask may carry the batch alone
         MPSGraphTensor *w5 = [G reshapeTensor:w withShape:MK_SHAPE(Bw, a->Hv, gv, a->L, a->S) name:nil];
         MPSGraphTensor *v5 = [G reshapeTensor:v withShape:MK_SHAPE(bv, a->Hv, 1, a->S, a->Ev) name:nil];
         o = [G matrixMultiplicationWithPrimaryTensor:w5 secondaryTensor:v5 name:@"wv"];
-        int64_t Bo = Bw > bv ? Bw : bv;
+        const int64_t Bo = sh.bo;
         o = [G reshapeTensor:o withShape:MK_SHAPE(Bo, a->Hq, a->L, a->Ev) name:nil];
     }
     if (o.shape.count && o.shape[0].longLongValue != a->B)
@@ -171,25 +130,18 @@ mk_status mk_mps_attention(mk_device *d, const mk_attention_args *a, int dtype, 
                            mk_buffer *k, mk_buffer *v, mk_buffer *mask, mk_buffer *out,
                            mk_timing *t) {
     @autoreleasepool {
-        mk_status st = mk_mps_check(d, dtype, OP);
-        if (st != MK_OK) return st;
-        if (!a) return mk_set_error(MK_ERR_INVALID, OP ": args is NULL");
-        if ((st = check_layout(a)) != MK_OK) return st;
-        if ((int64_t)a->B * a->L * a->Ev == 0) return mk_mps_nothing(t);
-        if (a->S == 0) {   // no keys: zeros (torch); MPSGraph has no empty reductions
-            size_t n = (size_t)a->B * a->Hq * a->L * a->Ev;
-            if ((st = mk_metal_check_buffer(d, out, n * mk_mps_esize(dtype), OP, "out")) != MK_OK) return st;
-            memset(out->host, 0, n * mk_mps_esize(dtype));
-            return mk_mps_nothing(t);
+        @try {
+            int empty;
+            mk_status st = mk_mps_check(d, dtype, OP);
+            if (st != MK_OK || (st = mk_mps_attention_check(a, mask, &empty)) != MK_OK) return st;
+            if (empty) return mk_mps_done(MK_OK, t);
+            if (mk_mps_attention_host(d, a, dtype, out, &st)) return mk_mps_done(st, t);   // no keys: zeros
+            MKGraph *g = mk_mps_graph_get(d, OP, dtype, a, sizeof *a, ^MKGraph *{ return build(a, dtype); });
+            if (!g) return MK_ERR_UNSUPPORTED;
+            mk_buffer *in[4] = {q, k, v, mask}, *res[1] = {out};
+            return mk_mps_graph_run(d, g, in, res, t, OP);
+        } @catch (NSException *e) {
+            return mk_objc_exception(OP, e);
         }
-        if (a->mask != MK_ATTN_MASK_NONE && !mask) return mk_set_error(MK_ERR_INVALID, OP ": mask buffer is NULL");
-        NSString *key = [NSString stringWithFormat:@"attention:%d:%d,%d,%d,%d,%d,%d,%d,%d:%d,%d,%d,%d,%d,%d:%d:%d,%d,%d,%d:%d:%a",
-                         dtype, a->B, a->Hq, a->Hk, a->Hv, a->L, a->S, a->E, a->Ev, a->q_sb, a->q_sh, a->k_sb,
-                         a->k_sh, a->v_sb, a->v_sh, a->mask, a->m_sb, a->m_sh, a->m_sl, a->m_ss, a->causal,
-                         (double)a->scale];
-        MKGraph *g = mk_mps_graph_get(d, key, ^MKGraph *{ return build(a, dtype); });
-        if (!g) return MK_ERR_UNSUPPORTED;
-        mk_buffer *in[4] = {q, k, v, mask}, *res[1] = {out};
-        return mk_mps_graph_run(d, g, in, res, t, OP);
     }
 }

@@ -4,8 +4,9 @@
 // MPSGraphTensorData wraps a whole MTLBuffer from offset 0 (no offset argument before
 // macOS 15). A zero-copy wrap of memory that is not page-aligned sits at an offset inside
 // its page-rounded MTLBuffer, so such buffers are copied (by the CPU: unified memory, and
-// blits would need 4-byte multiples) into and out of scratch buffers around the run.
-// Page-aligned arrays (mpskern.empty) take the direct path.
+// blits would need 4-byte multiples) into and out of scratch buffers around the run, as
+// are outputs that overlap an input (mk_shim_graph_staging). Page-aligned arrays
+// (mpskern.empty) take the direct path.
 #import "mk_mps.h"
 
 #include <string.h>
@@ -16,22 +17,17 @@
 // Bounded: a long-running process feeding ever-new shapes must not grow without limit.
 #define MK_GRAPH_CACHE_MAX 256
 
-mk_status mk_mps_check(mk_device *d, int dtype, const char *op) {
-    mk_status st = mk_metal_check_device(d, op);
-    if (st != MK_OK) return st;
-    if (dtype != MK_F32 && dtype != MK_F16)
-        return mk_set_error(MK_ERR_INVALID, "%s: dtype %d is neither float32 (%d) nor float16 (%d)",
-                            op, dtype, MK_F32, MK_F16);
-    return MK_OK;
-}
-
 MPSShape *mk_mps_shape(int n, const int64_t *dims) {
     NSMutableArray<NSNumber *> *s = [NSMutableArray arrayWithCapacity:(NSUInteger)n];
     for (int i = 0; i < n; i++) [s addObject:@(dims[i])];
     return s;
 }
 
-MKGraph *mk_mps_graph_get(mk_device *d, NSString *key, MKGraph * (^build)(void)) {
+MKGraph *mk_mps_graph_get(mk_device *d, const char *op, int dtype, const void *args, size_t nbytes,
+                          MKGraph * (^build)(void)) {
+    char ckey[MK_GRAPH_KEY_MAX];
+    if (mk_shim_graph_key(ckey, sizeof ckey, op, dtype, args, nbytes) != MK_OK) return nil;
+    NSString *key = [NSString stringWithUTF8String:ckey];
     MKMetalDevice *md = mk_metal_device(d);
     @synchronized(md.graphs) {
         MKGraph *g = md.graphs[key];
@@ -45,87 +41,114 @@ MKGraph *mk_mps_graph_get(mk_device *d, NSString *key, MKGraph * (^build)(void))
 }
 
 static size_t tensor_bytes(MPSGraphTensor *x) {
-    size_t n = ((size_t)x.dataType & 0xFFFF) / 8;   // MPSDataType's low bits: bits per element
-    for (NSNumber *v in x.shape) n *= (size_t)v.longLongValue;
-    return n;
+    int64_t dims[16];
+    NSUInteger n = 0;
+    for (NSNumber *v in [x.shape subarrayWithRange:NSMakeRange(0, MIN(x.shape.count, 16u))])
+        dims[n++] = v.longLongValue;
+    return x.shape.count > 16 ? SIZE_MAX : mk_shim_tensor_bytes((int)n, dims, ((size_t)x.dataType & 0xFFFF) / 8);   // MPSDataType's low bits: bits per element
 }
 
-static BOOL overlaps_any(mk_buffer *a, mk_buffer *const *list, NSUInteger n) {
-    for (NSUInteger i = 0; i < n; i++)
-        if (mk_metal_overlap(a, list[i])) return YES;
-    return NO;
+static mk_graph_io io_of(mk_buffer *b) {
+    MKMetalBuffer *mb = mk_metal_buffer(b);
+    mk_graph_io io = {b, mb.offset, (__bridge const void *)mb.buffer};
+    return io;
+}
+
+static void *view(mk_buffer *b) {
+    MKMetalBuffer *mb = mk_metal_buffer(b);
+    return (char *)mb.buffer.contents + mb.offset;
+}
+
+// The data of `b` as MPSGraphTensorData of tensor `x`: its own MTLBuffer, or a scratch copy.
+static MPSGraphTensorData *feed(MKMetalDevice *md, mk_buffer *b, MPSGraphTensor *x, int scratch) {
+    MKMetalBuffer *mb = mk_metal_buffer(b);
+    id<MTLBuffer> src = mb.buffer;
+    if (scratch) {
+        src = [md.device newBufferWithBytes:(const char *)mb.buffer.contents + mb.offset
+                                     length:mk_shim_alloc_length(tensor_bytes(x)) options:MTLResourceStorageModeShared];
+        if (!src) return nil;
+    }
+    return [[MPSGraphTensorData alloc] initWithMTLBuffer:src shape:x.shape dataType:x.dataType];
 }
 
 mk_status mk_mps_graph_run(mk_device *d, MKGraph *g, mk_buffer *const *in, mk_buffer *const *out,
                            mk_timing *t, const char *op) {
     MKMetalDevice *md = mk_metal_device(d);
-    NSUInteger nin = g.inputs.count, nout = g.outputs.count;
-    for (NSUInteger i = 0; i < nin; i++) {
-        mk_status st = mk_metal_check_buffer(d, in[i], tensor_bytes(g.inputs[i]), op,
-                                             [NSString stringWithFormat:@"input %lu", (unsigned long)i].UTF8String);
-        if (st != MK_OK) return st;
+    mk_graph_io ins[MK_GRAPH_IO_MAX], outs[MK_GRAPH_IO_MAX];
+    size_t in_bytes[MK_GRAPH_IO_MAX], out_bytes[MK_GRAPH_IO_MAX];
+    int in_scratch[MK_GRAPH_IO_MAX], out_scratch[MK_GRAPH_IO_MAX];
+    NSArray<MPSGraphTensor *> *inputs = [g.inputs subarrayWithRange:NSMakeRange(0, MIN(g.inputs.count, MK_GRAPH_IO_MAX))];
+    NSArray<MPSGraphTensor *> *outputs = [g.outputs subarrayWithRange:NSMakeRange(0, MIN(g.outputs.count, MK_GRAPH_IO_MAX))];
+    NSUInteger nin = inputs.count, nout = outputs.count;
+    for (MPSGraphTensor *x in inputs) {
+        NSUInteger i = [inputs indexOfObject:x];
+        ins[i] = io_of(in[i]);
+        in_bytes[i] = tensor_bytes(x);
     }
-    for (NSUInteger j = 0; j < nout; j++) {
-        mk_status st = mk_metal_check_buffer(d, out[j], tensor_bytes(g.outputs[j]), op,
-                                             [NSString stringWithFormat:@"output %lu", (unsigned long)j].UTF8String);
-        if (st != MK_OK) return st;
+    for (MPSGraphTensor *y in outputs) {
+        NSUInteger j = [outputs indexOfObject:y];
+        outs[j] = io_of(out[j]);
+        out_bytes[j] = tensor_bytes(y);
     }
+    mk_status st = mk_shim_graph_prepare(d, ins, in_bytes, (int)g.inputs.count, outs, out_bytes, (int)g.outputs.count,
+                                         in_scratch, out_scratch, op);
+    if (st != MK_OK) return st;
     @synchronized(g) {
-        for (NSUInteger i = 0; i < nin; i++) mk_metal_upload(in[i]);
-        for (NSUInteger j = 0; j < nout; j++) mk_metal_upload(out[j]);
+        mk_shim_each(in, (int)nin, mk_metal_upload);
+        mk_shim_each(out, (int)nout, mk_metal_upload);
 
         // Wall time covers the scratch copies too; GPU time spans the first underlying command
         // buffer to the last (MPSGraph may commit parts while encoding: commitAndContinue).
-        double t0 = mk_metal_now_ms();
+        double t0 = mk_shim_now_ms();
         NSMutableDictionary<MPSGraphTensor *, MPSGraphTensorData *> *feeds = [NSMutableDictionary dictionary];
         NSMutableDictionary<MPSGraphTensor *, MPSGraphTensorData *> *results = [NSMutableDictionary dictionary];
-        NSMutableArray *scratch_out = [NSMutableArray array];   // per output: a scratch buffer or NSNull
-        for (NSUInteger i = 0; i < nin; i++) {
-            MPSGraphTensor *x = g.inputs[i];
-            MKMetalBuffer *mb = mk_metal_buffer(in[i]);
-            id<MTLBuffer> src = mb.buffer;
-            if (mb.offset != 0) {   // a CPU copy: blits need 4-byte multiples on macOS, float16 data may not be
-                size_t n = tensor_bytes(x);
-                src = [md.device newBufferWithBytes:(const char *)mb.buffer.contents + mb.offset length:(n ? n : 16)
-                                            options:MTLResourceStorageModeShared];
-                if (!src) return mk_set_error(MK_ERR_NOMEM, "%s: scratch buffer of %zu bytes", op, n);
-            }
-            feeds[x] = [[MPSGraphTensorData alloc] initWithMTLBuffer:src shape:x.shape dataType:x.dataType];
+        void *dst[MK_GRAPH_IO_MAX] = {0}, *scratch_view[MK_GRAPH_IO_MAX] = {0};
+        NSMutableArray<id<MTLBuffer>> *scratch = [NSMutableArray array];    // keeps the staging buffers alive
+        for (MPSGraphTensor *x in inputs) {
+            NSUInteger i = [inputs indexOfObject:x];
+            MPSGraphTensorData *td = feed(md, in[i], x, in_scratch[i]);
+            if (!td) return mk_set_error(MK_ERR_NOMEM, "%s: scratch buffer for input %lu", op, (unsigned long)i);
+            feeds[x] = td;
         }
-        for (NSUInteger j = 0; j < nout; j++) {
-            MPSGraphTensor *y = g.outputs[j];
-            MKMetalBuffer *mb = mk_metal_buffer(out[j]);
-            id<MTLBuffer> dst = mb.buffer;
-            // a result written over memory the graph still reads (e.g. running stats) is not safe
-            if (mb.offset != 0 || overlaps_any(out[j], in, nin)) {
-                size_t n = tensor_bytes(y);
-                dst = [md.device newBufferWithLength:(n ? n : 16) options:MTLResourceStorageModeShared];
-                if (!dst) return mk_set_error(MK_ERR_NOMEM, "%s: scratch buffer of %zu bytes", op, n);
-                [scratch_out addObject:dst];
-            } else {
-                [scratch_out addObject:[NSNull null]];
-            }
-            results[y] = [[MPSGraphTensorData alloc] initWithMTLBuffer:dst shape:y.shape dataType:y.dataType];
+        for (MPSGraphTensor *y in outputs) {
+            NSUInteger j = [outputs indexOfObject:y];
+            id<MTLBuffer> buf = out_scratch[j] ? [md.device newBufferWithLength:mk_shim_alloc_length(out_bytes[j])
+                                                                       options:MTLResourceStorageModeShared]
+                                               : mk_metal_buffer(out[j]).buffer;
+            if (!buf) return mk_set_error(MK_ERR_NOMEM, "%s: scratch buffer of %zu bytes", op, out_bytes[j]);
+            [scratch addObject:buf];
+            dst[j] = view(out[j]);
+            scratch_view[j] = buf.contents;
+            results[y] = [[MPSGraphTensorData alloc] initWithMTLBuffer:buf shape:y.shape dataType:y.dataType];
         }
+        // every command buffer's errors: the first and the last root command buffers (MPSGraph
+        // may commit others between), and the execution's own error for any of them
+        __block NSString *exec_error = nil;
+        dispatch_semaphore_t done = dispatch_semaphore_create(0);
+        MPSGraphExecutionDescriptor *exec = [MPSGraphExecutionDescriptor new];
+        exec.completionHandler = ^(MPSGraphTensorDataDictionary *r, NSError *error) {
+            exec_error = error.localizedDescription;
+            dispatch_semaphore_signal(done);
+        };
         MPSCommandBuffer *cb = [MPSCommandBuffer commandBufferFromCommandQueue:md.queue];
         id<MTLCommandBuffer> first = cb.rootCommandBuffer;
         [g.graph encodeToCommandBuffer:cb feeds:feeds targetOperations:nil resultsDictionary:results
-                   executionDescriptor:nil];
+                   executionDescriptor:exec];
         id<MTLCommandBuffer> last = cb.rootCommandBuffer;   // the live one after any commitAndContinue
         [cb commit];
         [last waitUntilCompleted];
         [first waitUntilCompleted];
-        mk_timing dummy;
-        mk_status st = mk_metal_finish(first, last, t0, t ? t : &dummy, op);
-        if (st != MK_OK) return st;
-        for (NSUInteger j = 0; j < nout; j++) {
-            if (scratch_out[j] == [NSNull null]) continue;
-            MKMetalBuffer *mb = mk_metal_buffer(out[j]);
-            id<MTLBuffer> scratch = scratch_out[j];
-            memcpy((char *)mb.buffer.contents + mb.offset, scratch.contents, tensor_bytes(g.outputs[j]));
-        }
-        for (NSUInteger j = 0; j < nout; j++) mk_metal_download(out[j]);
-        if (t) t->wall_ms = mk_metal_now_ms() - t0;
+        // the handler follows completion; a second is plenty (none: no error reported by it)
+        dispatch_semaphore_wait(done, dispatch_time(DISPATCH_TIME_NOW, NSEC_PER_SEC));
+        mk_cb_errors errs;
+        mk_cb_errors_init(&errs);
+        mk_metal_add_command_buffer(&errs, first);
+        if (last != first) mk_metal_add_command_buffer(&errs, last);
+        if (exec_error) mk_cb_errors_add(&errs, 1, exec_error.UTF8String, 0, 0);
+        if ((st = mk_cb_errors_finish(&errs, op, t0, t)) != MK_OK) return st;
+        mk_shim_graph_copy_back(dst, (const void *const *)scratch_view, out_bytes, out_scratch, (int)nout);
+        mk_shim_each(out, (int)nout, mk_metal_download);
+        mk_shim_set_wall(t, t0);
         return MK_OK;
     }
 }

@@ -127,6 +127,7 @@ cdef extern from "mpskern.h" nogil:
         int workers, family
         uint32_t max_threadgroup_memory, max_threads_per_threadgroup
         double time_limit_s
+        uint32_t pipeline_max_threads
     mk_status mk_sim_set_options(mk_device *d, const mk_sim_options *o)
 
     mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer *A,

@@ -76,7 +76,8 @@ cdef class Device:
 
     def set_sim_options(self, *, bint check_mode=False, str order="forward", uint64_t seed=0,
                         int workers=0, int family=0, uint32_t max_threadgroup_memory=0,
-                        uint32_t max_threads_per_threadgroup=0, time_limit=None):
+                        uint32_t max_threads_per_threadgroup=0, time_limit=None,
+                        uint32_t pipeline_max_threads=0):
         """time_limit: seconds after which every run stops (KernelError), None for none."""
         cdef mk_sim_options o
         if order not in _ORDERS:
@@ -89,6 +90,7 @@ cdef class Device:
         o.family = family
         o.max_threadgroup_memory = max_threadgroup_memory
         o.max_threads_per_threadgroup = max_threads_per_threadgroup
+        o.pipeline_max_threads = pipeline_max_threads
         check(mk_sim_set_options(self.ptr, &o))
 
     def wrap(self, array, bint writable=False):

@@ -65,8 +65,14 @@ void mk_library_free(mk_library *l) { if (l) l->device->ops->library_free(l); }
 mk_status mk_pipeline_create(mk_device *d, mk_library *l, const char *name, mk_pipeline **out) {
     return d->ops->pipeline_create(d, l, name, out);
 }
+// A pipeline's maxTotalThreadsPerThreadgroup: its own, or the device's pipeline cap if lower.
+static uint32_t pipeline_max(const mk_pipeline *p) {
+    uint32_t cap = p->device->pipeline_cap;
+    return cap && cap < p->max_threads ? cap : p->max_threads;
+}
+
 mk_status mk_pipeline_limits(mk_pipeline *p, uint32_t *max_threads, uint32_t *exec_width) {
-    if (max_threads) *max_threads = p->max_threads;
+    if (max_threads) *max_threads = pipeline_max(p);
     if (exec_width) *exec_width = p->exec_width;
     return MK_OK;
 }
@@ -120,6 +126,12 @@ mk_status mk_run_ex(mk_device *d, const mk_dispatch *list, uint32_t n, const mk_
                                     (unsigned long long)g, (unsigned long long)tg,
                                     (unsigned long long)threads, "xyz"[k]);
         }
+        uint64_t threads = (uint64_t)list[i].threadgroup[0] * list[i].threadgroup[1] * list[i].threadgroup[2];
+        if (threads > pipeline_max(list[i].pipeline))
+            return mk_set_error(MK_ERR_INVALID, "kernel '%s': threadgroup (%u,%u,%u) has %llu threads; the pipeline "
+                                "allows %u (maxTotalThreadsPerThreadgroup)", list[i].pipeline->name ?
+                                list[i].pipeline->name : "?", list[i].threadgroup[0], list[i].threadgroup[1],
+                                list[i].threadgroup[2], (unsigned long long)threads, pipeline_max(list[i].pipeline));
         mk_status st = mk_check_binding_sizes(&list[i]);
         if (st != MK_OK) return st;
     }
@@ -134,5 +146,7 @@ mk_status mk_run_ex(mk_device *d, const mk_dispatch *list, uint32_t n, const mk_
 mk_status mk_sim_set_options(mk_device *d, const mk_sim_options *o) {
     if (!d->ops->sim_set_options)
         return mk_set_error(MK_ERR_UNSUPPORTED, "simulator options on a non-simulator device");
-    return d->ops->sim_set_options(d, o);
+    mk_status st = d->ops->sim_set_options(d, o);
+    if (st == MK_OK) d->pipeline_cap = o->pipeline_max_threads;
+    return st;
 }

@@ -31,7 +31,9 @@ typedef struct mk_device_ops {
 
 // Handles: the generic part every implementation fills; `impl` is the implementation's
 // own object (a bridged Objective-C object on Metal, a C++ object in the simulator).
-struct mk_device { const mk_device_ops *ops; void *impl; };
+// pipeline_cap: the simulator's pipeline_max_threads (0 = none); every pipeline of the device
+// then allows min(its own maximum, pipeline_cap) threads per threadgroup (mk_pipeline_limits).
+struct mk_device { const mk_device_ops *ops; void *impl; uint32_t pipeline_cap; };
 struct mk_buffer { mk_device *device; void *impl; void *host; size_t nbytes; int flags; int zero_copy; };
 struct mk_library { mk_device *device; void *impl; };
 struct mk_pipeline {

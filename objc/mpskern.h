@@ -170,6 +170,9 @@ typedef struct mk_sim_options {
     uint32_t max_threadgroup_memory;      // 0 = the family's (32 KiB)
     uint32_t max_threads_per_threadgroup; // 0 = the family's (1024)
     double time_limit_s;  // > 0: every run stops after this long (mk_run_control overrides)
+    uint32_t pipeline_max_threads;        // 0 = none; else every pipeline allows at most this many
+                                          // threads per threadgroup (as register pressure lowers a
+                                          // Metal pipeline's maxTotalThreadsPerThreadgroup)
 } mk_sim_options;
 mk_status mk_sim_set_options(mk_device *d, const mk_sim_options *o);
 

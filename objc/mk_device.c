@@ -126,8 +126,10 @@ mk_status mk_run_ex(mk_device *d, const mk_dispatch *list, uint32_t n, const mk_
                                     (unsigned long long)g, (unsigned long long)tg,
                                     (unsigned long long)threads, "xyz"[k]);
         }
+        // the cap here; the pipeline's own limit is the implementation's to report (the simulator
+        // names the kernel's [[max_total_threads_per_threadgroup]], Metal its pipeline)
         uint64_t threads = (uint64_t)list[i].threadgroup[0] * list[i].threadgroup[1] * list[i].threadgroup[2];
-        if (threads > pipeline_max(list[i].pipeline))
+        if (pipeline_max(list[i].pipeline) < list[i].pipeline->max_threads && threads > pipeline_max(list[i].pipeline))
             return mk_set_error(MK_ERR_INVALID, "kernel '%s': threadgroup (%u,%u,%u) has %llu threads; the pipeline "
                                 "allows %u (maxTotalThreadsPerThreadgroup)", list[i].pipeline->name ?
                                 list[i].pipeline->name : "?", list[i].threadgroup[0], list[i].threadgroup[1],

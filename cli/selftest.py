@@ -2,11 +2,14 @@
 reference (mpskern/reference.py) on a few small shapes, odd sizes included. The first command
 to run on a new machine, and what to paste into a bug report: the header names the
 machine, the GPU and its family, the OS and the versions. Exit status 1 on any failure."""
+import json
 import math
 import platform
+import signal
+import subprocess
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import List, Optional
 
 import numpy as np
@@ -36,11 +39,47 @@ def _case(op, check):
     return Case(op.name, check.label, build)
 
 
+def _poisoned(inp):
+    """The inputs with NaN, +Inf and -Inf in the first elements of the first non-empty
+    floating-point array (the op's main operand): outputs must propagate them as torch."""
+    out = dict(inp)
+    for k, v in inp.items():
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size >= 3:
+            v = v.copy()
+            v.flat[0], v.flat[v.size // 2], v.flat[-1] = np.nan, np.inf, -np.inf
+            out[k] = v
+            break
+    return out
+
+
+def _nonfinite_case(op, check):
+    """A Case like _case's with _poisoned inputs."""
+    def build(rng, dt):
+        inp = _poisoned(check.inputs(rng, dt))
+        return (lambda be: op.call(inp, be)), op.reference(inp), op.reduction(inp)
+    return Case(op.name, f"{check.label} NaN/Inf", build)
+
+
 # every public op on a few small shapes, odd sizes and the options where backends tend to
 # differ (transposes, broadcasting, groups, dilation, "same" padding, ceil_mode, divisors,
-# a non-last axis, long rows, batch_norm training with its running statistics)
-CASES = [_case(op, c) for op in ops.TABLE.values() for c in op.checks]
+# a non-last axis, long rows, batch_norm training with its running statistics), and each
+# op's first case again with NaN/+Inf/-Inf inputs
+CASES = [_case(op, c) for op in ops.TABLE.values() for c in op.checks] + \
+    [_nonfinite_case(op, op.checks[0]) for op in ops.TABLE.values() if op.checks]
 OPS = sorted({c.op for c in CASES})
+
+
+def _error(out, ref):
+    """max_error, also for references with NaN/Inf: non-finite values must match (NaN for
+    NaN, the same infinity), the finite ones are compared as usual; inf on a mismatch."""
+    out, ref = np.asarray(out), np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape or np.all(np.isfinite(ref)):
+        return max_error(out, ref)
+    o = out.astype(np.float64)
+    fin = np.isfinite(ref)
+    if not (np.array_equal(np.isnan(o), np.isnan(ref)) and np.array_equal(o[np.isinf(ref)], ref[np.isinf(ref)])):
+        return math.inf
+    return max_error(o[fin], ref[fin]) if fin.any() else 0.0
 
 
 @dataclass
@@ -49,7 +88,7 @@ class Row:
     label: str
     dtype: str
     backend: str
-    status: str                  # pass, FAIL, error, unsupported
+    status: str                  # pass, FAIL, error, crashed, unsupported
     err_ref: Optional[float]     # vs the float64 reference (None: no reference)
     err_cpu: Optional[float]     # vs the cpu backend (None: this is cpu, or cpu failed)
     tol: float
@@ -85,8 +124,8 @@ def run(names, dtypes=DTYPES, seed=0, cases=CASES, progress=None):
                 if err:
                     rows.append(Row(case.op, case.label, dt, be, err[0], None, None, tol, err[1]))
                     continue
-                e_ref = max_error(out, ref) if ref is not None else None
-                e_cpu = max_error(out, cpu) if be != "cpu" and cpu is not None else None
+                e_ref = _error(out, ref) if ref is not None else None
+                e_cpu = _error(out, cpu) if be != "cpu" and cpu is not None else None
                 ok = (e_ref is None or e_ref <= tol) and (e_cpu is None or e_cpu <= 2 * tol)
                 note = ""
                 if be == "cpu" and ref is None:
@@ -101,7 +140,83 @@ def run(names, dtypes=DTYPES, seed=0, cases=CASES, progress=None):
 
 
 def failed(rows):
-    return [r for r in rows if r.status in ("FAIL", "error")]
+    return [r for r in rows if r.status in ("FAIL", "error", "crashed")]
+
+
+# -- isolation: each case x dtype x backend in its own process --------------------------------
+# An MPSGraph assertion aborts the process; in a child it becomes a row ("crashed (SIGABRT)")
+# and the run goes on. The child runs `run` for one case, dtype and backend and prints the
+# row as JSON after a marker.
+_MARK = "MPSKERN-SELFTEST-ROW "
+_CHILD_CODE = "import sys; from mpskern.cli import selftest as s; s._child(*sys.argv[1:])"
+CHILD_TIMEOUT_S = 600
+
+
+def _child(index, dt, be, seed):
+    (row,) = [r for r in run([be], [dt], int(seed), [CASES[int(index)]]) if r.backend == be]
+    print(_MARK + json.dumps(_row_json(row)), flush=True)
+
+
+def _row_json(r):
+    d = asdict(r)
+    for k in ("err_ref", "err_cpu", "tol"):
+        if d[k] is not None and not math.isfinite(d[k]):
+            d[k] = str(d[k])                      # JSON has no inf/nan
+    return d
+
+
+def _row_from_json(d):
+    for k in ("err_ref", "err_cpu", "tol"):
+        if isinstance(d.get(k), str):
+            d[k] = float(d[k])
+    return Row(**d)
+
+
+def run_isolated(names, dtypes=DTYPES, seed=0, cases=CASES, progress=None, timeout=CHILD_TIMEOUT_S):
+    """run()'s rows, each computed in a child process of its own."""
+    rows = []
+    for case in cases:
+        index = CASES.index(case)
+        for dt in dtypes:
+            for be in names:
+                if progress:
+                    progress(case, dt, be)
+                try:
+                    r = subprocess.run([sys.executable, "-c", _CHILD_CODE, str(index), dt, be, str(seed)],
+                                       capture_output=True, text=True, timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    rows.append(Row(case.op, case.label, dt, be, "crashed", None, None, tolerance(dt),
+                                    f"crashed (no result after {timeout} s)"))
+                    continue
+                line = next((ln for ln in r.stdout.splitlines() if ln.startswith(_MARK)), None)
+                if r.returncode == 0 and line:
+                    rows.append(_row_from_json(json.loads(line[len(_MARK):])))
+                    continue
+                if r.returncode < 0:
+                    try:
+                        sig = signal.Signals(-r.returncode).name
+                    except ValueError:
+                        sig = f"signal {-r.returncode}"
+                    why = f"crashed ({sig})"
+                else:
+                    why = f"crashed (exit status {r.returncode})"
+                tail = "\n".join((r.stderr or "").strip().splitlines()[-6:])
+                rows.append(Row(case.op, case.label, dt, be, "crashed", None, None, tolerance(dt),
+                                why + (f"\n{tail}" if tail else "")))
+    return rows
+
+
+def write_json(path, header, rows, names, dtypes, isolated):
+    """The report a user attaches to a bug report."""
+    import mpskern
+    data = {"format": "mpskern-selftest", "version": 1, "mpskern": mpskern.__version__,
+            "header": header, "backends": names, "dtypes": dtypes, "isolated": isolated,
+            "summary": {s: sum(r.status == s for r in rows) for s in ("pass", "FAIL", "error", "crashed",
+                                                                      "unsupported")},
+            "rows": [_row_json(r) for r in rows]}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+        f.write("\n")
 
 
 # -- the header: what a bug report needs ------------------------------------------------------
@@ -144,9 +259,9 @@ def table(rows):
                  ("result", "left"), ("err vs float64", "right"), ("err vs cpu", "right"),
                  ("tolerance", "right"), ("note", "left")):
         t.add_column(c, justify=j)
-    color = {"pass": "green", "FAIL": "red", "error": "red", "unsupported": "yellow"}
+    color = {"pass": "green", "FAIL": "red", "error": "red", "crashed": "red", "unsupported": "yellow"}
     for r in rows:
-        note = "see below" if r.status in ("FAIL", "error") and r.note else (r.note.splitlines() or [""])[0]
+        note = "see below" if r.status in ("FAIL", "error", "crashed") and r.note else (r.note.splitlines() or [""])[0]
         t.add_row(r.op, r.label, r.dtype, r.backend, f"[{color[r.status]}]{r.status}[/{color[r.status]}]",
                   _fmt_err(r.err_ref, r.tol, r.tol), _fmt_err(r.err_cpu, r.tol, 2 * r.tol),
                   f"{r.tol:.1e}", note[:80])
@@ -163,6 +278,14 @@ def selftest(
         None, "--dtype", "-d", help="float32 and/or float16 (repeatable; default both)."),
     op: Optional[List[str]] = typer.Option(None, "--op", help="Only these ops (repeatable)."),
     seed: int = typer.Option(0, help="Seed of the inputs."),
+    isolate: Optional[bool] = typer.Option(
+        None, "--isolate/--no-isolate",
+        help="Run each op x dtype x backend in its own process, so a crash (an MPSGraph assertion "
+             "aborts the process) becomes a row and the run goes on. Default: on when stdout is "
+             "not a terminal."),
+    json_path: Optional[str] = typer.Option(
+        None, "--json", metavar="FILE", help="Also write the header and every row to FILE (JSON), "
+                                             "to attach to a bug report."),
 ):
     """Check every op x dtype x backend against cpu; exit 1 on any failure."""
     out = Console()
@@ -191,7 +314,8 @@ def selftest(
         err.print(f"--seed {seed}: give 0 or a positive integer")
         raise typer.Exit(2)
 
-    for line in header_lines(names):
+    header = header_lines(names)
+    for line in header:
         out.print(line, highlight=False)
     unavailable = [(b, backends.availability(b)[1]) for b in names if not backends.availability(b)[0]]
     for b, why in unavailable:
@@ -205,7 +329,10 @@ def selftest(
         done[0] += 1
         err.print(f"[{done[0]}/{total}] {case.op} {dt} {be}", end="\r", highlight=False)
 
-    rows = run(names, dtypes, seed, cases, progress if err.is_terminal else None)
+    if isolate is None:
+        isolate = not sys.stdout.isatty()
+    runner = run_isolated if isolate else run
+    rows = runner(names, dtypes, seed, cases, progress if err.is_terminal else None)
     out.print(table(rows))
     bad = failed(rows)
     for r in rows:
@@ -214,7 +341,17 @@ def selftest(
             out.print(f"[{c}]{r.status}[/{c}] {r.op} {r.label} {r.dtype} on {r.backend}: {r.note}",
                       highlight=False)
     n_uns = sum(r.status == "unsupported" for r in rows)
-    out.print(f"{len(rows) - len(bad) - n_uns} passed, {len(bad)} failed, {n_uns} unsupported "
-              f"({', '.join(names) or 'no backend'}; {', '.join(dtypes)})", highlight=False)
+    n_crash = sum(r.status == "crashed" for r in rows)
+    out.print(f"{len(rows) - len(bad) - n_uns} passed, {len(bad)} failed"
+              + (f" ({n_crash} crashed)" if n_crash else "") + f", {n_uns} unsupported "
+              f"({', '.join(names) or 'no backend'}; {', '.join(dtypes)})"
+              + ("; each case in its own process" if isolate else ""), highlight=False)
+    if json_path:
+        try:
+            write_json(json_path, header, rows, names, dtypes, isolate)
+        except OSError as e:
+            err.print(f"--json {json_path}: cannot write: {e.strerror or e}", highlight=False)
+            raise typer.Exit(2)
+        out.print(f"report written to {json_path}", highlight=False)
     if bad or unavailable or not names:
         raise typer.Exit(1)

@@ -49,7 +49,20 @@ mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buf
                     desc.includeZeroPadToAverage = YES;   // no padding is left to it; stated for clarity
                     v = [G avgPooling2DWithSourceTensor:v descriptor:desc name:@"avg"];
                 } else {
+                    // MPSGraph's max reductions need not propagate NaN (torch's max_pool2d does):
+                    // pool a NaN indicator alongside; a window that held a NaN gives NaN
+                    MPSGraphTensor *nan = [G castTensor:[G isNaNWithTensor:tx name:nil] toType:MPSDataTypeFloat32
+                                                   name:@"is_nan"];
+                    if (a->pad_h || a->pad_w || wp.pb || wp.pr)
+                        nan = [G padTensor:nan withPaddingMode:MPSGraphPaddingModeConstant
+                               leftPadding:MK_SHAPE(0, 0, a->pad_h, a->pad_w) rightPadding:MK_SHAPE(0, 0, wp.pb, wp.pr)
+                             constantValue:0.0 name:nil];
+                    MPSGraphTensor *hit = [G maxPooling2DWithSourceTensor:nan descriptor:desc name:@"nan_window"];
+                    MPSGraphTensor *zero = [G constantWithScalar:0.0 dataType:MPSDataTypeFloat32];
                     v = [G maxPooling2DWithSourceTensor:v descriptor:desc name:@"max"];
+                    v = [G selectWithPredicateTensor:[G greaterThanWithPrimaryTensor:hit secondaryTensor:zero name:nil]
+                                 truePredicateTensor:[G constantWithScalar:NAN dataType:v.dataType]
+                                falsePredicateTensor:v name:@"max_nan"];
                 }
                 if (wp.gp > a->P) v = [G sliceTensor:v dimension:2 start:0 length:a->P name:nil];
                 if (wp.gq > a->Q) v = [G sliceTensor:v dimension:3 start:0 length:a->Q name:nil];

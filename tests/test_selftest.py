@@ -68,7 +68,8 @@ def test_cases_cover_every_public_op_with_odd_sizes():
         for dt in st.DTYPES:
             call, r, red = c.build(np.random.default_rng(0), np.dtype(dt))
             assert callable(call) and red >= 1
-            assert r is not None and np.all(np.isfinite(r))   # every case has a float64 reference
+            assert r is not None                           # every case has a float64 reference
+            assert np.all(np.isfinite(r)) != c.label.endswith("NaN/Inf")   # (finite but for those)
 
 
 def _fake_softmax(shift):
@@ -91,7 +92,7 @@ def fake_ops(monkeypatch):
 
 def test_cli_passes_prints_header_and_table(fake_ops):
     fake_ops()
-    r = runner.invoke(app, ["selftest", "--op", "softmax", "--op", "log_softmax", "-b", "cpu"])
+    r = runner.invoke(app, ["selftest", "--op", "softmax", "--op", "log_softmax", "-b", "cpu", "--no-isolate"])
     assert r.exit_code == 0, r.output
     out = r.output
     assert f"mpskern {mpskern.__version__}" in out
@@ -99,19 +100,19 @@ def test_cli_passes_prints_header_and_table(fake_ops):
     for name in ("cpu", "metal", "mps", "sim"):
         assert f"backend {name}: " in out
     assert "mpskern selftest" in out and "(5,37) axis -1" in out and "(3,17,6) axis 1" in out
-    assert "12 passed, 0 failed, 0 unsupported" in out
+    assert "16 passed, 0 failed, 0 unsupported" in out     # the NaN/Inf cases included
 
 
 def test_cli_exits_1_on_a_wrong_result(fake_ops):
     fake_ops(shift=0.01)
-    r = runner.invoke(app, ["selftest", "--op", "softmax", "-b", "cpu", "-d", "float32"])
+    r = runner.invoke(app, ["selftest", "--op", "softmax", "-b", "cpu", "-d", "float32", "--no-isolate"])
     assert r.exit_code == 1
-    assert "FAIL" in r.output and "1 passed, 3 failed" in r.output     # the empty case cannot be wrong
+    assert "FAIL" in r.output and "1 passed, 4 failed" in r.output     # the empty case cannot be wrong
 
 
 def test_cli_exits_1_when_an_op_is_missing(monkeypatch):
     monkeypatch.delattr(mpskern, "group_norm", raising=False)
-    r = runner.invoke(app, ["selftest", "--op", "group_norm", "-b", "cpu", "-d", "float32"])
+    r = runner.invoke(app, ["selftest", "--op", "group_norm", "-b", "cpu", "-d", "float32", "--no-isolate"])
     assert r.exit_code == 1
     assert "module 'mpskern' has no attribute 'group_norm'" in r.output
 
@@ -119,7 +120,7 @@ def test_cli_exits_1_when_an_op_is_missing(monkeypatch):
 @pytest.mark.skipif(mpskern.backends.availability("mps")[0], reason="checks the message off a Mac")
 def test_cli_asked_for_an_unavailable_backend_says_why(fake_ops):
     fake_ops()
-    r = runner.invoke(app, ["selftest", "--op", "softmax", "-b", "mps"])
+    r = runner.invoke(app, ["selftest", "--op", "softmax", "-b", "mps", "--no-isolate"])
     assert r.exit_code == 1
     assert "cannot test backend 'mps'" in r.output and "mps needs macOS on Apple silicon" in r.output
 
@@ -147,4 +148,4 @@ def test_real_run_on_sim_when_asked():
                             "--op", "gemm", "-d", "float32"])
     assert r.exit_code == 0, r.output
     assert "backend sim: available (tested)" in r.output
-    assert "12 passed, 0 failed, 0 unsupported (cpu, sim; float32)" in r.output
+    assert "16 passed, 0 failed, 0 unsupported (cpu, sim; float32)" in r.output   # with the NaN/Inf cases

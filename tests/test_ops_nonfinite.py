@@ -73,10 +73,12 @@ def _gemm(M, N, K, trans_a, trans_b, alpha, beta):
     return build
 
 
-def _conv(xs, ws, bias=False, algo=None, **kw):
+def _conv(xs, ws, bias=False, algo=None, poison_w=False, **kw):
     def build(rng, dt, special):
         terms = ws[1] * ws[2] * ws[3]
         x, w = _poison(_r(rng, xs, dt), special), _r(rng, ws, dt, 1.0 / terms)
+        if poison_w:     # the weights carry the specials (x small)
+            x, w = _r(rng, xs, dt, 1.0 / terms), _poison(_r(rng, ws, dt), special)
         b = _r(rng, (ws[0],), np.float32) if bias else None
         return (lambda be: [mpskern.conv2d(x, w, b, backend=be, **kw)],
                 [refs.conv2d(x, w, b, **kw)], terms)
@@ -150,6 +152,13 @@ CASES = {
                                       dilation=2, groups=2),
     "conv2d-depthwise": _conv((2, 5, 6, 6), (5, 1, 3, 3), padding=1, groups=5),
     "conv2d-1x1": _conv((1, 8, 5, 5), (6, 8, 1, 1)),
+    "conv2d-weights": _conv((1, 3, 6, 7), (4, 3, 3, 3), poison_w=True),
+    # torch and the reference: zero padding x an Inf weight = NaN (0 * Inf)
+    "conv2d-weights-padding": _conv((1, 3, 6, 7), (4, 3, 3, 3), poison_w=True, padding=1),
+    "conv2d-weights-padding-depthwise": _conv((2, 4, 5, 5), (4, 1, 3, 3), poison_w=True,
+                                              padding=1, groups=4),
+    "conv2d-weights-padding-1px": _conv((1, 2, 1, 1), (2, 1, 2, 1), poison_w=True,
+                                        padding=(1, 0), groups=2),
     # cpu's default 3x3 path (Winograd F(4x4)) and F(2x2), forced on a small call
     "conv2d-winograd": _conv((1, 16, 9, 9), (8, 16, 3, 3), algo="winograd", padding=1),
     "conv2d-winograd2": _conv((1, 16, 9, 9), (8, 16, 3, 3), algo="winograd2", padding=1),
@@ -205,6 +214,15 @@ _known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_nor
 _known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_norm",
         "batch_norm-training"], [F32], ["big"], ["sim"],
        "reliab-files (norm.metal): float32 sums of squares overflow for |x| > ~1e19")
+_known(["conv2d-weights-padding-depthwise"], [F32, F16], ["nan", "inf", "-inf", "inf-inf"],
+       ["sim"],
+       "natives (conv2d.metal, found by the property tests): the grouped/depthwise kernel "
+       "skips taps in the zero padding, so an Inf/NaN weight there gives a finite output "
+       "where torch and the reference give NaN (0 * Inf)")
+_known(["conv2d-weights-padding-1px"], [F32, F16], ["nan", "inf", "-inf", "inf-inf"],
+       ["cpu", "sim"],
+       "reliab-native (cpu) / natives (sim), found by the property tests: a 1x1 input with "
+       "padding skips the padded taps (finite where torch and the reference give NaN)")
 _known(["batch_norm"], [F32], ["big"], ["sim"],
        "reliab-files (norm.metal): inference applies (x - mean) * rstd before the weight, "
        "which overflows where (x - mean) * (rstd * w) does not")

@@ -223,9 +223,6 @@ _known(["conv2d-weights-padding-1px"], [F32, F16], ["nan", "inf", "-inf", "inf-i
        ["cpu", "sim"],
        "reliab-native (cpu) / natives (sim), found by the property tests: a 1x1 input with "
        "padding skips the padded taps (finite where torch and the reference give NaN)")
-_known(["batch_norm"], [F32], ["big"], ["sim"],
-       "reliab-files (norm.metal): inference applies (x - mean) * rstd before the weight, "
-       "which overflows where (x - mean) * (rstd * w) does not")
 
 
 def _params():

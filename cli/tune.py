@@ -112,10 +112,14 @@ def _run(console, tdb, op, backend, dtype, shape, budget, stride, padding, group
         shapes = [spec.complete(dict(s, **fields)) for s in shapes]
         done = []
         for sh in shapes:
-            if show:
-                _show(console, op, sh, dtype, backend)
-            else:
-                done.append(_tune(console, op, sh, dtype, backend, budget, reps, verbose))
+            try:
+                if show:
+                    _show(console, op, sh, dtype, backend)
+                else:
+                    done.append(_tune(console, op, sh, dtype, backend, budget, reps, verbose))
+            except MemoryError as e:             # numpy: "Unable to allocate 7.3 TiB ..."
+                tty.error(f"{op} {spec.key(sh)}: too big for this machine's memory ({e}); give "
+                          "a smaller --shape")
         if done:
             _summary(console, op, dtype, backend, reps, done)
     except BackendUnavailable as e:

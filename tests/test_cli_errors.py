@@ -88,6 +88,12 @@ def test_bench_shape_too_big_is_an_error_not_a_traceback(fakes, shape):
                    "cannot build its inputs", "give a smaller --shape")
 
 
+def test_tune_shape_too_big_is_an_error_not_a_traceback(tmp_path):
+    r = cli("tune", "gemm", "--backend", "sim", "--shape", "1000000x1000000x1000000",
+            "--db", str(tmp_path / "t.json"))
+    _clean_failure(r, "too big for this machine's memory", "give a smaller --shape")
+
+
 def test_bench_csv_unwritable_fails_before_measuring(fakes, tmp_path):
     f = tmp_path / "afile"
     f.write_text("x")

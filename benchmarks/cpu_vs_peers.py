@@ -29,7 +29,7 @@ import platform
 import statistics
 import sys
 import time
-
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 
@@ -53,7 +53,7 @@ import numpy as np  # noqa: E402
 # A checkout with an in-place build runs its own mpskern; otherwise the installed one (a
 # checkout without the extension on sys.path would shadow it and fail to import).
 _ROOT = Path(__file__).resolve().parent.parent
-if any((_ROOT / "mpskern").glob("_native*")):
+if any((_ROOT / "mpskern" / f"_native{s}").exists() for s in EXTENSION_SUFFIXES):
     sys.path.insert(0, str(_ROOT))
 import mpskern  # noqa: E402
 

@@ -70,8 +70,29 @@ dtypes = st.sampled_from(refs.DTYPES)
 small = st.integers(1, 9)
 
 
-def _check(got, ref, dtype, terms, what):
-    refs.assert_close(got, ref, dtype, terms=terms, what=what)
+def _check(got, ref, dtype, terms, what, magnitude=None):
+    refs.assert_close(got, ref, dtype, terms=terms, what=what, magnitude=magnitude)
+
+
+def _abs(*xs):
+    return [None if x is None else np.abs(np.asarray(x, np.float64)) for x in xs]
+
+
+def _centred_magnitude(x, axes, w=None, b=None, eps=1e-5, mean=None, var=None):
+    """What a normalisation's rounding error scales with: (|x| + |mean|) / sqrt(var + eps)
+    (x - mean cancels when the spread is small next to the values), times |w|, plus |b|.
+    mean/var given: inference's running statistics (broadcastable)."""
+    x = np.asarray(x, np.float64)
+    if mean is None:
+        mean = x.mean(axis=axes, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    m = (np.abs(x) + np.abs(mean)) / np.sqrt(var + eps)
+    m = m * np.abs(w) if w is not None else m
+    return m + np.abs(b) if b is not None else m
+
+
+def _channels(v, ndim):
+    return None if v is None else np.asarray(v, np.float64).reshape((1, -1) + (1,) * (ndim - 2))
 
 
 def _small_for(be, n_cpu, n_sim):
@@ -90,7 +111,8 @@ def test_matmul(be, data):
               "batched": ((2, M, K), (2, K, N)), "broadcast": ((3, 1, M, K), (2, K, N))}[kind]
     a, b = data.draw(arrays(sa, dt)), data.draw(arrays(sb, dt))
     with np.errstate(all="ignore"):
-        _check(mpskern.matmul(a, b, backend=be), refs.matmul(a, b), dt, K, f"matmul {kind}")
+        _check(mpskern.matmul(a, b, backend=be), refs.matmul(a, b), dt, K, f"matmul {kind}",
+               refs.matmul(*_abs(a, b)))
 
 
 @on_backends
@@ -108,7 +130,11 @@ def test_gemm(be, data):
     with np.errstate(all="ignore"):
         got = mpskern.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, backend=be)
         ref = refs.gemm(a, b, c, alpha, beta, ta, tb)
-    _check(got, ref, dt, K, f"gemm ta={ta} tb={tb} alpha={alpha} beta={beta} c={c is not None}")
+        aa, ab, ac = _abs(a, b, c)
+        mag = abs(alpha) * refs.gemm(aa, ab, None, 1.0, 0.0, ta, tb)
+        mag = mag + abs(beta) * ac if c is not None else mag
+    _check(got, ref, dt, K, f"gemm ta={ta} tb={tb} alpha={alpha} beta={beta} c={c is not None}",
+           mag)
 
 
 # -- conv2d -------------------------------------------------------------------------------
@@ -140,7 +166,7 @@ def test_conv2d(be, data):
     with np.errstate(all="ignore"):
         ref = refs.conv2d(x, w, b, **kw)
         _check(mpskern.conv2d(x, w, b, backend=be, **kw), ref, dt, C // g * R * S,
-               f"conv2d x{x.shape} w{w.shape} {kw}")
+               f"conv2d x{x.shape} w{w.shape} {kw}", refs.conv2d(*_abs(x, w, b), **kw))
 
 
 # -- pooling -------------------------------------------------------------------------------
@@ -183,7 +209,8 @@ def test_avg_pool2d(be, data):
     x = data.draw(arrays(shape, dt))
     with np.errstate(all="ignore"):
         _check(mpskern.avg_pool2d(x, k, backend=be, **kw), refs.avg_pool2d(x, k, **kw), dt,
-               k[0] * k[1], f"avg_pool2d x{shape} k{k} {kw}")
+               k[0] * k[1], f"avg_pool2d x{shape} k{k} {kw}",
+               refs.avg_pool2d(np.abs(x.astype(np.float64)), k, **kw))
 
 
 # -- softmax -------------------------------------------------------------------------------
@@ -218,14 +245,16 @@ def test_rownorm(be, name, data):
     w = data.draw(arrays(ns, np.float32, specials=False)) if data.draw(st.booleans()) else None
     eps = data.draw(st.sampled_from([1e-5, 1e-3]))
     with np.errstate(all="ignore"):
+        mag = None                   # rms_norm: a sum of squares, nothing cancels
         if name == "layer_norm":
             b = data.draw(arrays(ns, np.float32, specials=False)) if data.draw(st.booleans()) \
                 else None
             got = mpskern.layer_norm(x, ns, w, b, eps, backend=be)
             ref = refs.layer_norm(x, ns, w, b, eps)
+            mag = _centred_magnitude(x, tuple(range(nd - k, nd)), w, b, eps)
         else:
             got, ref = mpskern.rms_norm(x, ns, w, eps, backend=be), refs.rms_norm(x, ns, w, eps)
-    _check(got, ref, dt, int(np.prod(ns)), f"{name} {shape} over {ns}")
+    _check(got, ref, dt, int(np.prod(ns)), f"{name} {shape} over {ns}", mag)
 
 
 @on_backends
@@ -241,8 +270,10 @@ def test_group_norm(be, data):
     w = data.draw(arrays((C,), np.float32, specials=False)) if affine else None
     b = data.draw(arrays((C,), np.float32, specials=False)) if affine else None
     with np.errstate(all="ignore"):
+        mag = _centred_magnitude(x.reshape(shape[0], g, -1), 2).reshape(shape)
+        mag = mag * np.abs(_channels(w, x.ndim)) + np.abs(_channels(b, x.ndim)) if affine else mag
         _check(mpskern.group_norm(x, g, w, b, backend=be), refs.group_norm(x, g, w, b), dt,
-               x.size // shape[0] // g, f"group_norm {shape} groups={g}")
+               x.size // shape[0] // g, f"group_norm {shape} groups={g}", mag)
 
 
 @on_backends
@@ -263,8 +294,11 @@ def test_batch_norm(be, data):
         ref_y, ref_m, ref_v = refs.batch_norm(x, rm, rv, w, b, training, momentum, 1e-5)
         m, v = rm.copy(), rv.copy()
         got = mpskern.batch_norm(x, m, v, w, b, training, momentum, 1e-5, backend=be)
+        axes = (0,) + tuple(range(2, x.ndim))
+        stats = {} if training else dict(mean=_channels(rm, x.ndim), var=_channels(rv, x.ndim))
+        mag = _centred_magnitude(x, axes, _channels(w, x.ndim), _channels(b, x.ndim), **stats)
     n = x.size // C
     what = f"batch_norm {shape} training={training}"
-    _check(got, ref_y, dt, n, what)
+    _check(got, ref_y, dt, n, what, mag)
     _check(m, ref_m, np.float32, n, what + " running_mean")
     _check(v, ref_v, np.float32, n, what + " running_var")

@@ -14,7 +14,8 @@ import pytest
 from mpskern import backends
 from mpskern.reference import (  # noqa: F401  (re-exported: refs.conv2d, ...)
     avg_pool2d, batch_norm, conv2d, gemm, group_norm, layer_norm, log_softmax, matmul,
-    max_error, max_pool2d, rms_norm, softmax, tolerance, window_starts)
+    max_error, max_pool2d, rms_norm, scaled_dot_product_attention, softmax, tolerance,
+    window_starts)
 
 BACKENDS = [b for b in os.environ.get("MPSKERN_TEST_BACKENDS", "cpu").split(",") if b]
 DTYPES = [np.float32, np.float16]

@@ -142,6 +142,22 @@ def _batch_norm(shape, training):
     return build
 
 
+def _attention(qs, ks, vs, poison="q", **kw):
+    def build(rng, dt, special):
+        E, S = qs[-1], ks[-2]
+        q, k, v = _r(rng, qs, dt), _r(rng, ks, dt, 1.0 / E), _r(rng, vs, dt)
+        if poison == "q":
+            q = _poison(q, special)
+        elif poison == "k":
+            q, k = _r(rng, qs, dt, 1.0 / E), _poison(_r(rng, ks, dt), special)
+        else:
+            v = _poison(v, special)
+        f = mpskern.scaled_dot_product_attention
+        return (lambda be: [f(q, k, v, backend=be, **kw)],
+                [refs.scaled_dot_product_attention(q, k, v, **kw)], E + S)
+    return build
+
+
 CASES = {
     "matmul": _matmul((5, 9), (9, 4)),
     "matmul-b": _matmul((2, 3, 7), (7, 6), poison_b=True),
@@ -180,6 +196,14 @@ CASES = {
     "group_norm": _group_norm((2, 6, 5, 7), 3),
     "batch_norm": _batch_norm((3, 5, 7), False),
     "batch_norm-training": _batch_norm((4, 3, 5, 5), True),
+    "attention": _attention((1, 2, 5, 8), (1, 2, 7, 8), (1, 2, 7, 4)),
+    "attention-key-causal": _attention((2, 1, 6, 4), (2, 1, 6, 4), (2, 1, 6, 3), poison="k",
+                                       is_causal=True),
+    "attention-value": _attention((1, 3, 4, 8), (1, 3, 9, 8), (1, 3, 9, 5), poison="v"),
+    # causal with S > L: the last keys are hidden from every query; torch (every backend)
+    # and the reference still multiply their weight 0 with their value: 0 * NaN = NaN
+    "attention-value-causal": _attention((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 3), poison="v",
+                                         is_causal=True),
 }
 
 # (case, dtype, special, backend) -> the finding and who owns its fix (issue 15)
@@ -214,6 +238,15 @@ _known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_nor
 _known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_norm",
         "batch_norm-training"], [F32], ["big"], ["sim"],
        "reliab-files (norm.metal): float32 sums of squares overflow for |x| > ~1e19")
+_known(["attention-value-causal"], [F32, F16], ["nan", "inf", "-inf"], ["cpu"],
+       "attn (mk_cpu_attention.c, found by the property tests): with is_causal and S > L the "
+       "keys no query may attend are skipped, so a NaN/Inf value (or key) there gives a finite "
+       "output where torch (every backend) and the reference give NaN (weight 0 x NaN; likewise an Inf "
+       "query whose masked score is Inf + -Inf)")
+_known(["attention-value", "attention-value-causal"], [F32], ["big"], ["cpu", "sim"],
+       "attn (mk_cpu_attention.c, attention.metal): the online softmax accumulates "
+       "sum(exp(s - m) * v) before dividing by sum(exp(s - m)), which overflows for |v| ~ 3e38 "
+       "where the weighted mean is representable")
 _known(["conv2d-weights-padding-depthwise"], [F32, F16], ["nan", "inf", "-inf", "inf-inf"],
        ["sim"],
        "natives (conv2d.metal, found by the property tests): the grouped/depthwise kernel "

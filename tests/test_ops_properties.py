@@ -1,4 +1,4 @@
-"""Property tests (hypothesis): every op on cpu and sim against its float64 reference
+"""Property tests (hypothesis): every op (attention included) on cpu and sim against its float64 reference
 (mpskern/reference.py, the one tolerance rule via refs.assert_close) over random shapes,
 options (strides, paddings, dilations, groups, axes, transposes, ceil_mode, ...), dtypes,
 non-contiguous inputs and a few NaN/+-Inf values. Near-max magnitudes are
@@ -302,3 +302,34 @@ def test_batch_norm(be, data):
     _check(got, ref_y, dt, n, what, mag)
     _check(m, ref_m, np.float32, n, what + " running_mean")
     _check(v, ref_v, np.float32, n, what + " running_var")
+
+
+# -- attention -----------------------------------------------------------------------------
+@on_backends
+@given(data=st.data())
+def test_scaled_dot_product_attention(be, data):
+    dt = data.draw(dtypes)
+    B, hkv = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))
+    gqa = data.draw(st.booleans())
+    hq = hkv * data.draw(st.integers(1, 2)) if gqa else hkv
+    L, S = data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9))
+    E, Ev = data.draw(st.integers(1, 16)), data.draw(st.integers(1, 8))
+    kind = data.draw(st.sampled_from(["none", "causal", "bool", "float"]))
+    # NaN/Inf behind a mask (a masked score of Inf + -Inf is NaN for torch; the kernels skip
+    # it): test_ops_nonfinite's known finding attention-value-causal
+    q = data.draw(arrays((B, hq, L, E), dt, specials=kind == "none"))
+    k = data.draw(arrays((B, hkv, S, E), dt, specials=kind == "none"))
+    v = data.draw(arrays((B, hkv, S, Ev), dt, specials=kind == "none"))
+    mask = None
+    if kind == "bool":
+        mask = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1))).random((L, S)) < 0.7
+    elif kind == "float":
+        mask = data.draw(arrays((L, S), dt, specials=False))
+    kw = dict(attn_mask=mask, is_causal=kind == "causal", enable_gqa=gqa,
+              scale=data.draw(st.sampled_from([None, 0.5])))
+    f = mpskern.scaled_dot_product_attention
+    with np.errstate(all="ignore"):
+        ref = refs.scaled_dot_product_attention(q, k, v, **kw)
+        mag = refs.scaled_dot_product_attention(q, k, np.abs(v.astype(np.float64)), **kw)
+        _check(f(q, k, v, backend=be, **kw), ref, dt, S + E,
+               f"attention q{q.shape} k{k.shape} v{v.shape} {kind} gqa={gqa}", mag)

@@ -29,7 +29,7 @@ import platform
 import statistics
 import sys
 import time
-
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 
@@ -50,15 +50,19 @@ if __name__ == "__main__" and threads_arg(sys.argv[1:]):
 
 import numpy as np  # noqa: E402
 
-# run from a checkout (in-place build) without installing mpskern
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# A checkout with an in-place build runs its own mpskern; otherwise the installed one (a
+# checkout without the extension on sys.path would shadow it and fail to import).
+_ROOT = Path(__file__).resolve().parent.parent
+if any((_ROOT / "mpskern" / f"_native{s}").exists() for s in EXTENSION_SUFFIXES):
+    sys.path.insert(0, str(_ROOT))
 import mpskern  # noqa: E402
 
 try:
     import torch
     import torch.nn.functional as F
 except ImportError:  # the benchmark needs its peer; mpskern never does
-    sys.exit("cpu_vs_peers needs torch (benchmark only): pip install torch")
+    sys.exit("cpu_vs_peers needs torch, its peer (benchmark only): pip install \".[peers]\" "
+             "in the checkout, or pip install torch")
 
 RNG = np.random.default_rng(0)
 

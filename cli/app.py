@@ -4,7 +4,11 @@ import typer
 
 from mpskern import __version__
 
-app = typer.Typer(no_args_is_help=True, add_completion=False,
+# Plain click help and errors (rich_markup_mode=None): rich boxes usage errors in a panel
+# hard-wrapped at the terminal width (scripts grep them) and cuts option help short with
+# an ellipsis in narrow terminals; tracebacks of real bugs stay plain text too.
+app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+                  pretty_exceptions_enable=False,
                   help="mpskern: run, tune and measure compute kernels on Apple GPUs from numpy.")
 
 

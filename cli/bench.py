@@ -2,18 +2,17 @@
 after checking each case against a float64 reference. Rows are appended to
 OUT/bench.jsonl; a table goes to stdout (or JSON with --json); progress to stderr."""
 import json
-import os
 import sys
 from enum import Enum
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from mpskern import ops
 from mpskern.bench import runner, schema, targets
+from mpskern.cli import console as tty
 from mpskern.cli.app import app
 
 Op = Enum("Op", {n: n for n in ops.TABLE}, type=str)
@@ -52,10 +51,10 @@ def _table(op, rows):
         sim |= bool(r["simulated"])
         if r["status"] != "ok":
             t.add_row(r["shape_label"], r["dtype"], be, "-", "-", "-", "-", "-",
-                      _fmt(r["max_err"], "{:.1e}"), f"[red]{r['status']}[/red] (below)")
+                      _fmt(r["max_err"], "{:.1e}"), tty.line((r["status"], "red"), " (below)"))
             continue
         val = r["gflops"] if r["metric"] == "gflops" else r["gbps"]
-        note = f"[yellow]unstable[/yellow] ({r['unstable_reason']})" if r["unstable"] else ""
+        note = tty.line(("unstable", "yellow"), f" ({r['unstable_reason']})") if r["unstable"] else ""
         t.add_row(r["shape_label"], r["dtype"], be, f"{r['median_ms']:.4g}",
                   f"{r['p10_ms']:.3g}-{r['p90_ms']:.3g}", _fmt(val, "{:.1f}"),
                   _fmt(r["pct_peak"], "{:.0f}%"), _fmt(r["speedup_vs_cpu"], "{:.2f}x"),
@@ -78,10 +77,10 @@ def bench(
     shape: Optional[List[str]] = typer.Option(None, "--shape", "-s",
                                               help="Your own shape (repeatable); replaces --preset."),
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", "-d",
-                                              help="float32 / float16 (repeatable) \\[default: float32]."),
+                                              help="float32 / float16 (repeatable) [default: float32]."),
     backend: Optional[List[str]] = typer.Option(
         None, "--backend", "-b", help="cpu, metal, mps, sim, torch-cpu, torch-mps, mlx "
-        "(repeatable) \\[default: every available one except sim, plus installed peers]."),
+        "(repeatable) [default: every available one except sim, plus installed peers]."),
     budget: float = typer.Option(0.5, "--budget", help="Seconds of sampling per case."),
     out: str = typer.Option("results", "--out", "-o",
                             help="Folder for bench.jsonl (appended), or a .jsonl file."),
@@ -89,16 +88,13 @@ def bench(
     csv: Optional[str] = typer.Option(None, "--csv", help="Also write this run's rows as CSV."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON (only) on stdout."),
 ):
-    err = Console(stderr=True)
+    err = tty.console(stderr=True)
     name = op.value
     sp = ops.get(name)
+    fail = tty.error
 
-    def fail(msg):
-        err.print(f"[red]error:[/red] {msg}")
-        raise typer.Exit(2)
-
-    if budget <= 0:
-        fail(f"--budget must be > 0 seconds, got {budget}")
+    if not 0 < budget < float("inf"):         # (also refuses nan)
+        fail(f"--budget must be > 0 seconds (and finite), got {budget}")
     try:
         if shape:
             cases, preset = [(sp.label(s), s) for s in (sp.parse(t) for t in shape)], "custom"
@@ -120,20 +116,20 @@ def bench(
         if not ok:
             fail(f"backend {t.name!r} is unavailable here: {why}")
     if any(t.simulated for t in tgs):
-        err.print("[yellow]note:[/yellow] sim runs mpskern's Metal kernels in a CPU simulator: "
-                  "its times say nothing about GPU speed.")
+        tty.note(err, "sim runs mpskern's Metal kernels in a CPU simulator: its times say "
+                      "nothing about GPU speed.")
 
+    # every output checked before anything is measured
     path = None if no_save else runner.default_out_file(out)
-    if path:
-        try:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            with open(path, "a", encoding="utf-8"):
-                pass
-        except OSError as e:
-            fail(f"--out {out!r}: cannot append to {path}: {e}")
+    for opt, given, target, verb in (("--out", out, path, "append to"),
+                                     ("--csv", csv, csv, "write")):
+        if target:
+            problem = schema.unwritable(target)
+            if problem:
+                fail(f"{opt} {given!r}: cannot {verb} {target}: {problem}")
     run_id = runner.new_run_id()
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=err, transient=True) as prog:
         task = prog.add_task(f"bench {name}", total=len(cases) * len(dtypes) * len(tgs))
 
@@ -145,23 +141,26 @@ def bench(
             if path:
                 schema.append_jsonl(path, [r])
 
-        rows = runner.run(name, cases, dtypes, tgs, budget=budget, run_id=run_id,
-                          preset=preset, on_row=on_row, on_case=on_case)
-    if csv:
-        schema.write_csv(csv, rows)
+        try:
+            rows = runner.run(name, cases, dtypes, tgs, budget=budget, run_id=run_id,
+                              preset=preset, on_row=on_row, on_case=on_case)
+        except runner.CaseTooBig as e:
+            fail(str(e))
+    try:
+        if csv:
+            schema.write_csv(csv, rows)
+    except OSError as e:
+        fail(f"--csv {csv!r}: {e}")
     if as_json:
         sys.stdout.write(json.dumps(schema.clean(rows), allow_nan=False, indent=1) + "\n")
     else:
-        con = Console()
-        if not con.is_terminal:
-            con = Console(width=200)        # a file or pipe: do not squeeze to 80 columns
-        con.print(_table(name, rows))
+        tty.wide(200).print(_table(name, rows))
     if path:
         err.print(f"{len(rows)} rows appended to {path}" + (f"; CSV: {csv}" if csv else ""))
     bad = [r for r in rows if r["status"] != "ok" and r["backend_kind"] == "mpskern"]
     for r in rows:
         if r["status"] != "ok":
-            err.print(f"[red]{r['status']}[/red] {name} {r['shape_label']} {r['dtype']} "
-                      f"{r['backend']}: {r['error']}")
+            err.print(tty.line((r["status"], "red"), f" {name} {r['shape_label']} {r['dtype']} "
+                               f"{r['backend']}: {r['error']}"))
     if bad:
         raise typer.Exit(1)

@@ -1,10 +1,10 @@
 """`mpskern devices`: every backend, available or not, and why (mpskern.devices())."""
 import os
 
-from rich.console import Console
 from rich.table import Table
 
 import mpskern
+from mpskern.cli import console as tty
 from mpskern.cli.app import app
 
 _WIDE = 140  # narrower consoles get the details as lines under the table
@@ -17,9 +17,9 @@ def _gib(n):
 @app.command()
 def devices():
     """List every backend: available or not, and why; device, GPU family, memory, peaks."""
-    console = Console()
+    console = tty.console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=160)    # piped or pasted: whole lines; a terminal: its width
+        console = tty.console(width=160)    # piped or pasted: whole lines; a terminal: its width
     wide = console.width >= _WIDE
     t = Table(title="mpskern backends")
     cols = ("backend", "available", "device", "family", "memory", "peak FP32", "peak BW")
@@ -35,4 +35,4 @@ def devices():
     console.print(t)
     if not wide:
         for d in devs:
-            console.print(f"{d.backend}: {d.reason}", highlight=False)
+            console.print(f"{d.backend}: {d.reason}", soft_wrap=False)   # read, not grepped

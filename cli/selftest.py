@@ -14,11 +14,11 @@ from typing import List, Optional
 
 import numpy as np
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from mpskern import backends, ops
 from mpskern.reference import max_error, tolerance
+from mpskern.cli import console as tty
 from mpskern.cli.app import app
 
 DTYPES = ("float32", "float16")
@@ -250,7 +250,7 @@ def _fmt_err(e, tol, limit):
     if e is None:
         return "-"
     s = "inf" if math.isinf(e) else f"{e:.1e}"
-    return f"[red]{s}[/red]" if e > limit else s
+    return tty.styled(s, "red") if e > limit else s
 
 
 def table(rows):
@@ -262,7 +262,7 @@ def table(rows):
     color = {"pass": "green", "FAIL": "red", "error": "red", "crashed": "red", "unsupported": "yellow"}
     for r in rows:
         note = "see below" if r.status in ("FAIL", "error", "crashed") and r.note else (r.note.splitlines() or [""])[0]
-        t.add_row(r.op, r.label, r.dtype, r.backend, f"[{color[r.status]}]{r.status}[/{color[r.status]}]",
+        t.add_row(r.op, r.label, r.dtype, r.backend, tty.styled(r.status, color[r.status]),
                   _fmt_err(r.err_ref, r.tol, r.tol), _fmt_err(r.err_cpu, r.tol, 2 * r.tol),
                   f"{r.tol:.1e}", note[:80])
     return t
@@ -288,38 +288,32 @@ def selftest(
                                              "to attach to a bug report."),
 ):
     """Check every op x dtype x backend against cpu; exit 1 on any failure."""
-    out = Console()
-    if not out.is_terminal:
-        out = Console(width=160)        # a pasted report keeps whole columns
-    err = Console(stderr=True)
+    out = tty.wide(160)                 # a pasted report keeps whole columns
+    err = tty.console(stderr=True)
     if backend:
         bad = [b for b in backend if b not in backends.NAMES]
         if bad:
-            err.print(f"unknown backend(s) {bad}; use one of {', '.join(backends.NAMES)}")
-            raise typer.Exit(2)
+            tty.error(f"unknown backend(s) {bad}; use one of {', '.join(backends.NAMES)}")
         names = list(dict.fromkeys(backend))
     else:
         names = [b for b in backends.available() if b != "sim"]
     dtypes = list(dict.fromkeys(dtype or DTYPES))
     if any(d not in DTYPES for d in dtypes):
-        err.print(f"--dtype must be one of {', '.join(DTYPES)}, got {dtypes}")
-        raise typer.Exit(2)
+        tty.error(f"--dtype must be one of {', '.join(DTYPES)}, got {dtypes}")
     known = sorted({c.op for c in CASES})
     unknown = [o for o in op or () if o not in known]
     if unknown:  # also when other --op values are fine: a typo must not shrink the run silently
-        err.print(f"no cases for --op {unknown}; ops: {', '.join(known)}")
-        raise typer.Exit(2)
+        tty.error(f"no cases for --op {unknown}; ops: {', '.join(known)}")
     cases = [c for c in CASES if not op or c.op in op]
     if seed < 0:
-        err.print(f"--seed {seed}: give 0 or a positive integer")
-        raise typer.Exit(2)
+        tty.error(f"--seed {seed}: give 0 or a positive integer")
 
     header = header_lines(names)
     for line in header:
-        out.print(line, highlight=False)
+        out.print(line)
     unavailable = [(b, backends.availability(b)[1]) for b in names if not backends.availability(b)[0]]
     for b, why in unavailable:
-        out.print(f"[red]cannot test backend {b!r}: {why}[/red]")
+        out.print(tty.styled(f"cannot test backend {b!r}: {why}", "red"))
     names = [b for b in names if b not in dict(unavailable)]
 
     total = len(cases) * len(dtypes) * len(names)
@@ -327,7 +321,7 @@ def selftest(
 
     def progress(case, dt, be):
         done[0] += 1
-        err.print(f"[{done[0]}/{total}] {case.op} {dt} {be}", end="\r", highlight=False)
+        err.print(f"[{done[0]}/{total}] {case.op} {dt} {be}", end="\r")
 
     if isolate is None:
         isolate = not sys.stdout.isatty()
@@ -338,20 +332,19 @@ def selftest(
     for r in rows:
         if r.status == "unsupported" or r in bad:
             c = "yellow" if r.status == "unsupported" else "red"
-            out.print(f"[{c}]{r.status}[/{c}] {r.op} {r.label} {r.dtype} on {r.backend}: {r.note}",
-                      highlight=False)
+            out.print(tty.line((r.status, c), f" {r.op} {r.label} {r.dtype} on {r.backend}: "
+                               f"{r.note}"))
     n_uns = sum(r.status == "unsupported" for r in rows)
     n_crash = sum(r.status == "crashed" for r in rows)
     out.print(f"{len(rows) - len(bad) - n_uns} passed, {len(bad)} failed"
               + (f" ({n_crash} crashed)" if n_crash else "") + f", {n_uns} unsupported "
               f"({', '.join(names) or 'no backend'}; {', '.join(dtypes)})"
-              + ("; each case in its own process" if isolate else ""), highlight=False)
+              + ("; each case in its own process" if isolate else ""))
     if json_path:
         try:
             write_json(json_path, header, rows, names, dtypes, isolate)
         except OSError as e:
-            err.print(f"--json {json_path}: cannot write: {e.strerror or e}", highlight=False)
-            raise typer.Exit(2)
-        out.print(f"report written to {json_path}", highlight=False)
+            tty.error(f"--json {json_path}: cannot write: {e.strerror or e}")
+        out.print(f"report written to {json_path}")
     if bad or unavailable or not names:
         raise typer.Exit(1)

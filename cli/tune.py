@@ -7,15 +7,10 @@ from typing import List, Optional
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
+from mpskern.cli import console as tty
 from mpskern.cli.app import app
-
-
-def _fail(console, msg, code=2):
-    console.print(f"[bold red]error:[/] {msg}")
-    raise typer.Exit(code)
 
 
 def _fmt(cfg, compact=False):
@@ -59,11 +54,11 @@ def tune(
     """Autotune an op's tile configuration for this GPU and store it in the tuning database; dispatch then uses it for this device, op, dtype and shape."""  # noqa: E501
     from mpskern.tuning import db as tdb
 
-    console = Console()
+    console = tty.console()
+    err = tty.console(stderr=True)
     with warnings.catch_warnings():       # warnings as one readable line each, in place
         warnings.simplefilter("always", tdb.TuningDatabaseWarning)
-        warnings.showwarning = lambda message, *a, **k: console.print(
-            f"[yellow]warning:[/] {message}")
+        warnings.showwarning = lambda message, *a, **k: tty.warning(err, message)
         _run(console, tdb, op, backend, dtype, shape, budget, stride, padding, groups, reps, show,
              verbose, list_db, merge, db)
 
@@ -77,38 +72,38 @@ def _run(console, tdb, op, backend, dtype, shape, budget, stride, padding, group
         try:
             n = tdb.merge(merge)
         except ValueError as e:
-            _fail(console, str(e))
+            tty.error(str(e))
         console.print(f"merged {n} entries of {merge} into {tdb.user_path()}")
         return
     if list_db:
         _list(console, tdb)
         return
     if op is None:
-        _fail(console, "give an OP to tune (or --list / --merge FILE); see mpskern tune --help")
+        tty.error("give an OP to tune (or --list / --merge FILE); see mpskern tune --help")
     if op not in ops.TABLE:
-        _fail(console, f"{op!r} is not a tunable op; tunable: {', '.join(ops.TABLE)}")
-    if budget <= 0:
-        _fail(console, f"--budget {budget}: give a positive number of seconds")
+        tty.error(f"{op!r} is not a tunable op; tunable: {', '.join(ops.TABLE)}")
+    if not 0 < budget < float("inf"):          # (also refuses nan)
+        tty.error(f"--budget {budget}: give a finite, positive number of seconds")
     fields = {}           # shape fields the options set: conv2d stride/pad/groups, group_norm G
     if op == "conv2d" and (stride != 1 or padding != 0):
         fields.update(stride=stride, pad=padding)
     if groups is not None:
         if op not in ("conv2d", "group_norm"):
-            _fail(console, "--groups applies to conv2d and group_norm only")
+            tty.error("--groups applies to conv2d and group_norm only")
         if groups < 1:
-            _fail(console, f"--groups {groups}: give a positive number")
+            tty.error(f"--groups {groups}: give a positive number")
         fields["groups" if op == "conv2d" else "G"] = groups
     if op != "conv2d" and (stride != 1 or padding != 0):
-        _fail(console, "--stride and --padding apply to conv2d only")
+        tty.error("--stride and --padding apply to conv2d only")
     # checked here, before the progress bar starts, so each message names its option
     if dtype not in ("float32", "float16"):
-        _fail(console, f"--dtype {dtype!r}: use float32 or float16")
+        tty.error(f"--dtype {dtype!r}: use float32 or float16")
     if stride < 1:
-        _fail(console, f"--stride {stride}: give a positive number")
+        tty.error(f"--stride {stride}: give a positive number")
     if padding < 0:
-        _fail(console, f"--padding {padding}: give 0 or a positive number")
+        tty.error(f"--padding {padding}: give 0 or a positive number")
     if reps < 1:
-        _fail(console, f"--reps {reps}: give a positive number of timed runs")
+        tty.error(f"--reps {reps}: give a positive number of timed runs")
     try:
         from mpskern.tuner import tune as tuner
         tuner.gpu_backend(backend)
@@ -117,25 +112,30 @@ def _run(console, tdb, op, backend, dtype, shape, budget, stride, padding, group
         shapes = [spec.complete(dict(s, **fields)) for s in shapes]
         done = []
         for sh in shapes:
-            if show:
-                _show(console, op, sh, dtype, backend)
-            else:
-                done.append(_tune(console, op, sh, dtype, backend, budget, reps, verbose))
+            try:
+                if show:
+                    _show(console, op, sh, dtype, backend)
+                else:
+                    done.append(_tune(console, op, sh, dtype, backend, budget, reps, verbose))
+            except MemoryError as e:             # numpy: "Unable to allocate 7.3 TiB ..."
+                tty.error(f"{op} {spec.key(sh)}: too big for this machine's memory ({e}); give "
+                          "a smaller --shape")
         if done:
             _summary(console, op, dtype, backend, reps, done)
     except BackendUnavailable as e:
         hint = " (on a machine without Metal, --backend sim runs the tuner on the simulator)"
-        _fail(console, f"{e}{hint if backend == 'metal' else ''}")
+        tty.error(f"{e}{hint if backend == 'metal' else ''}")
     except (ValueError, TypeError, NotImplementedError, MpskernError, OSError) as e:
-        _fail(console, str(e))
+        tty.error(str(e))
 
 
 def _show(console, op, shape, dtype, backend):
     from mpskern.tuner import tune as tuner
     c = tuner.show(op, shape, dtype, backend)
     dev = tuner.gpu_backend(backend).info
-    console.print(f"[bold]{op}[/] {dtype} {'x'.join(map(str, c.shape))} on {dev['name']} "
-                  f"(family apple{dev['family']}): [bold]{_fmt(c.config)}[/]")
+    console.print(tty.line((op, "bold"), f" {dtype} {'x'.join(map(str, c.shape))} on "
+                           f"{dev['name']} (family apple{dev['family']}): ",
+                           (_fmt(c.config), "bold")))
     console.print(f"  {c.explain()}")
     for level, src, cfg, why in c.rejected:
         console.print(f"  skipped {level} entry {_fmt(cfg)} ({src}): {why}")
@@ -157,10 +157,10 @@ def _tune(console, op, shape, dtype, backend, budget, reps, verbose):
                       f"{tr.error:.2g}" if tr.error is not None else "-", tr.reason)
         console.print(t)
     counts = ", ".join(f"{v} {k}" for k, v in sorted(res.counts().items()))
-    console.print(f"{'x'.join(map(str, r.key.shape))}: {res.elapsed_s:.1f} s of a "
-                  f"{res.budget_s:g} s budget; candidates: {counts}"
-                  + (f"; stored in {r.path}" if r.path else
-                     "; [red]nothing stored: no candidate matched the reference[/]"))
+    console.print(tty.line(f"{'x'.join(map(str, r.key.shape))}: {res.elapsed_s:.1f} s of a "
+                           f"{res.budget_s:g} s budget; candidates: {counts}",
+                           f"; stored in {r.path}" if r.path else
+                           ("; nothing stored: no candidate matched the reference", "red")))
     return r
 
 
@@ -173,7 +173,7 @@ def _summary(console, op, dtype, backend, reps, results):
     for r in results:
         res, d = r.result, r.result.default
         t.add_row("x".join(map(str, r.key.shape)),
-                  _fmt(res.best.config, True) if res.best else "[red]none correct[/]",
+                  _fmt(res.best.config, True) if res.best else tty.styled("none correct", "red"),
                   _ms(res.best.median_ms) if res.best else "-",
                   _fmt(d.config, True) if d else "-", _ms(d.median_ms) if d else "-",
                   f"{res.speedup:.2f}x" if res.speedup else "-")
@@ -188,7 +188,7 @@ def _list(console, tdb):
     d = tdb.user_db()
     path = tdb.user_path()
     if d.problem:
-        console.print(f"[red]{path} is unusable: {d.problem}[/]")
+        console.print(tty.styled(f"{path} is unusable: {d.problem}", "red"))
         return
     if not len(d):
         console.print(f"{path}: no entries yet (run mpskern tune OP)")

@@ -281,8 +281,10 @@ inline void batch_norm_apply_impl(const device T* x, const device float* mean,
 {
     if (int(gid) < a.N * a.C * a.HW) {
         const int ch = (int(gid) / a.HW) % a.C;
-        float o = (float(x[gid]) - mean[ch]) * rsqrt(var[ch] + a.eps);
-        o = a.has_weight != 0 ? o * w[ch] : o;
+        // the weight joins the scale first: (x - mean) * rstd alone can overflow where the
+        // result (|w| < 1) is representable
+        const float rstd = rsqrt(var[ch] + a.eps);
+        float o = (float(x[gid]) - mean[ch]) * (a.has_weight != 0 ? rstd * w[ch] : rstd);
         o = a.has_bias != 0 ? o + b[ch] : o;
         y[gid] = T(o);
     }

@@ -2,6 +2,7 @@
 vectors, out=, backend resolution. Written for a short hot path: a well-formed call pays
 a few attribute reads and dict lookups; the slow branches only run on unusual input."""
 import operator
+import sys
 
 import numpy as np
 
@@ -18,8 +19,7 @@ def array(x, name, op):
     """(C-contiguous float32/float16 ndarray, dtype code). Non-contiguous and read-only
     arrays are fine (copied to C order); other dtypes raise TypeError with the fix."""
     if type(x) is not _ndarray:
-        if not isinstance(x, _ndarray):
-            x = np.asarray(x)
+        x = _as_array(x, name, op)
     code = _CODES.get(x.dtype)
     if code is None:
         _bad_dtype(x, name, op)
@@ -28,6 +28,33 @@ def array(x, name, op):
     if not x.flags.c_contiguous:
         x = np.ascontiguousarray(x)
     return x, code
+
+
+def _as_array(x, name, op):
+    """The slow branch of array() and vector(): ndarray subclasses and everything else,
+    with a TypeError that says what `x` is and the fix."""
+    ma = sys.modules.get("numpy.ma")           # (no masked array exists unless it is loaded)
+    if ma is not None and isinstance(x, ma.MaskedArray):
+        raise TypeError(f"{op}: {name} is a masked array; mpskern would ignore its mask: pass "
+                        f"{name}.filled(value) with the value masked entries should take")
+    if isinstance(x, _ndarray):
+        return x
+    if x is None:
+        raise TypeError(f"{op}: {name} is None; pass a numpy float32 or float16 array")
+    kind = type(x).__name__
+    what = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as e:       # ragged lists, objects numpy cannot take
+        raise TypeError(f"{op}: {name} is {what}, not an array ({e}); pass a numpy float32 "
+                        "or float16 array") from None
+    if a.dtype.kind not in "fiub":
+        raise TypeError(f"{op}: {name} is {what}, not an array of numbers; pass a numpy "
+                        "float32 or float16 array")
+    if a.dtype not in _CODES:                  # numpy makes a list of floats float64
+        raise TypeError(f"{op}: {name} is {what}, not a numpy array (as one it would be "
+                        f"{a.dtype}); pass np.asarray({name}, dtype=np.float32)")
+    return a
 
 
 def _bad_dtype(x, name, op):
@@ -62,8 +89,8 @@ def vector(v, name, n, what, op, writable=False):
     `n` (int or tuple). It may be given as float32 or float16. None stays None."""
     if v is None:
         return None
-    if not isinstance(v, _ndarray):
-        v = np.asarray(v)
+    if type(v) is not _ndarray:
+        v = _as_array(v, name, op)
     shape = (n,) if isinstance(n, int) else tuple(n)
     if v.shape != shape:
         raise ValueError(f"{op}: {name} has shape {v.shape} but {what}; pass an array of "

@@ -10,11 +10,28 @@ import os
 
 import pytest
 
-import mpskern
+
+def pytest_sessionstart(session):
+    """Before collection: a checkout without its compiled extension stops here with what
+    to run, not at every test module's import."""
+    try:
+        import mpskern  # noqa: F401
+    except ImportError as e:
+        where = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        if e.name == "mpskern._native" or "'_native'" in str(e):
+            pytest.exit(f"mpskern's compiled extension is not built in {where}: run "
+                        "`python setup.py build_ext --inplace` there first (or `pip install "
+                        ".` and run pytest from another folder)", returncode=4)
+        if e.name == "mpskern":
+            pytest.exit(f"mpskern is not importable: `pip install .` in {where}, or build it "
+                        "in place (`python setup.py build_ext --inplace`) and run "
+                        "`python -m pytest` from there", returncode=4)
+        raise
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _subprocesses_see_this_mpskern(tmp_path_factory):
+    import mpskern
     home = os.path.dirname(os.path.dirname(os.path.abspath(mpskern.__file__)))
     old_cwd, old_pp = os.getcwd(), os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = home + (os.pathsep + old_pp if old_pp else "")

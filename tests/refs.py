@@ -14,7 +14,8 @@ import pytest
 from mpskern import backends
 from mpskern.reference import (  # noqa: F401  (re-exported: refs.conv2d, ...)
     avg_pool2d, batch_norm, conv2d, gemm, group_norm, layer_norm, log_softmax, matmul,
-    max_error, max_pool2d, rms_norm, softmax, tolerance, window_starts)
+    max_error, max_pool2d, rms_norm, scaled_dot_product_attention, softmax, tolerance,
+    window_starts)
 
 BACKENDS = [b for b in os.environ.get("MPSKERN_TEST_BACKENDS", "cpu").split(",") if b]
 DTYPES = [np.float32, np.float16]
@@ -33,12 +34,16 @@ def rand(shape, dtype, rng, lo=-1.0, hi=1.0):
     return rng.uniform(lo, hi, size=shape).astype(dtype)
 
 
-def assert_close(got, ref, dtype, terms=1, what=""):
+def assert_close(got, ref, dtype, terms=1, what="", magnitude=None):
     """dtype, shape and the non-finite positions (of ref rounded to dtype: results beyond
     its range are +-Inf) agree, and on the finite entries
     max |got - ref| / max |ref| <= mpskern.reference.tolerance(dtype, terms), terms being
     the number of products summed into one output (reductions lose accuracy that way):
-    the rule the benchmark, the tuner and selftest check with."""
+    the rule the benchmark, the tuner and selftest check with. `magnitude` (like ref):
+    what each output's rounding error scales with where sums cancel (the op applied to
+    |inputs|, e.g. |a| @ |b|); the error is then measured against its largest finite entry
+    when that exceeds max |ref| (a float32 dot product of 1.9 and -1.9 cannot be right to
+    ulps of its tiny result)."""
     got = np.asarray(got)
     assert got.dtype == np.dtype(dtype), f"{what}: dtype {got.dtype}, expected {np.dtype(dtype)}"
     assert got.shape == ref.shape, f"{what}: shape {got.shape}, expected {ref.shape}"
@@ -55,5 +60,9 @@ def assert_close(got, ref, dtype, terms=1, what=""):
     assert np.array_equal(g[~fin], rounded[~fin], equal_nan=True), \
         f"{what}: infinities differ in sign (or NaN where the reference has Inf)"
     err, bound = max_error(g[fin], ref[fin]), tolerance(dtype, terms)
-    assert err <= bound, (f"{what}: max error {err:.3g} (relative to max |ref|) exceeds the "
+    if magnitude is not None and fin.any():
+        scale = max(float(np.max(np.abs(ref[fin]))), 1e-30)
+        err *= scale / max(scale, float(np.max(np.abs(np.asarray(magnitude)[fin]))))
+    against = "max |ref|" if magnitude is None else "max |ref| or the magnitude"
+    assert err <= bound, (f"{what}: max error {err:.3g} (relative to {against}) exceeds the "
                           f"tolerance {bound:.3g} ({np.dtype(dtype).name}, {terms} terms)")

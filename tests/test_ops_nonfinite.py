@@ -73,10 +73,12 @@ def _gemm(M, N, K, trans_a, trans_b, alpha, beta):
     return build
 
 
-def _conv(xs, ws, bias=False, algo=None, **kw):
+def _conv(xs, ws, bias=False, algo=None, poison_w=False, **kw):
     def build(rng, dt, special):
         terms = ws[1] * ws[2] * ws[3]
         x, w = _poison(_r(rng, xs, dt), special), _r(rng, ws, dt, 1.0 / terms)
+        if poison_w:     # the weights carry the specials (x small)
+            x, w = _r(rng, xs, dt, 1.0 / terms), _poison(_r(rng, ws, dt), special)
         b = _r(rng, (ws[0],), np.float32) if bias else None
         return (lambda be: [mpskern.conv2d(x, w, b, backend=be, **kw)],
                 [refs.conv2d(x, w, b, **kw)], terms)
@@ -140,6 +142,22 @@ def _batch_norm(shape, training):
     return build
 
 
+def _attention(qs, ks, vs, poison="q", **kw):
+    def build(rng, dt, special):
+        E, S = qs[-1], ks[-2]
+        q, k, v = _r(rng, qs, dt), _r(rng, ks, dt, 1.0 / E), _r(rng, vs, dt)
+        if poison == "q":
+            q = _poison(q, special)
+        elif poison == "k":
+            q, k = _r(rng, qs, dt, 1.0 / E), _poison(_r(rng, ks, dt), special)
+        else:
+            v = _poison(v, special)
+        f = mpskern.scaled_dot_product_attention
+        return (lambda be: [f(q, k, v, backend=be, **kw)],
+                [refs.scaled_dot_product_attention(q, k, v, **kw)], E + S)
+    return build
+
+
 CASES = {
     "matmul": _matmul((5, 9), (9, 4)),
     "matmul-b": _matmul((2, 3, 7), (7, 6), poison_b=True),
@@ -150,6 +168,13 @@ CASES = {
                                       dilation=2, groups=2),
     "conv2d-depthwise": _conv((2, 5, 6, 6), (5, 1, 3, 3), padding=1, groups=5),
     "conv2d-1x1": _conv((1, 8, 5, 5), (6, 8, 1, 1)),
+    "conv2d-weights": _conv((1, 3, 6, 7), (4, 3, 3, 3), poison_w=True),
+    # torch and the reference: zero padding x an Inf weight = NaN (0 * Inf)
+    "conv2d-weights-padding": _conv((1, 3, 6, 7), (4, 3, 3, 3), poison_w=True, padding=1),
+    "conv2d-weights-padding-depthwise": _conv((2, 4, 5, 5), (4, 1, 3, 3), poison_w=True,
+                                              padding=1, groups=4),
+    "conv2d-weights-padding-1px": _conv((1, 2, 1, 1), (2, 1, 2, 1), poison_w=True,
+                                        padding=(1, 0), groups=2),
     # cpu's default 3x3 path (Winograd F(4x4)) and F(2x2), forced on a small call
     "conv2d-winograd": _conv((1, 16, 9, 9), (8, 16, 3, 3), algo="winograd", padding=1),
     "conv2d-winograd2": _conv((1, 16, 9, 9), (8, 16, 3, 3), algo="winograd2", padding=1),
@@ -171,6 +196,14 @@ CASES = {
     "group_norm": _group_norm((2, 6, 5, 7), 3),
     "batch_norm": _batch_norm((3, 5, 7), False),
     "batch_norm-training": _batch_norm((4, 3, 5, 5), True),
+    "attention": _attention((1, 2, 5, 8), (1, 2, 7, 8), (1, 2, 7, 4)),
+    "attention-key-causal": _attention((2, 1, 6, 4), (2, 1, 6, 4), (2, 1, 6, 3), poison="k",
+                                       is_causal=True),
+    "attention-value": _attention((1, 3, 4, 8), (1, 3, 9, 8), (1, 3, 9, 5), poison="v"),
+    # causal with S > L: the last keys are hidden from every query; torch (every backend)
+    # and the reference still multiply their weight 0 with their value: 0 * NaN = NaN
+    "attention-value-causal": _attention((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 3), poison="v",
+                                         is_causal=True),
 }
 
 # (case, dtype, special, backend) -> the finding and who owns its fix (issue 15)
@@ -205,9 +238,24 @@ _known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_nor
 _known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_norm",
         "batch_norm-training"], [F32], ["big"], ["sim"],
        "reliab-files (norm.metal): float32 sums of squares overflow for |x| > ~1e19")
-_known(["batch_norm"], [F32], ["big"], ["sim"],
-       "reliab-files (norm.metal): inference applies (x - mean) * rstd before the weight, "
-       "which overflows where (x - mean) * (rstd * w) does not")
+_known(["attention-value-causal"], [F32, F16], ["nan", "inf", "-inf"], ["cpu"],
+       "attn (mk_cpu_attention.c, found by the property tests): with is_causal and S > L the "
+       "keys no query may attend are skipped, so a NaN/Inf value (or key) there gives a finite "
+       "output where torch (every backend) and the reference give NaN (weight 0 x NaN; likewise an Inf "
+       "query whose masked score is Inf + -Inf)")
+_known(["attention-value", "attention-value-causal"], [F32], ["big"], ["cpu", "sim"],
+       "attn (mk_cpu_attention.c, attention.metal): the online softmax accumulates "
+       "sum(exp(s - m) * v) before dividing by sum(exp(s - m)), which overflows for |v| ~ 3e38 "
+       "where the weighted mean is representable")
+_known(["conv2d-weights-padding-depthwise"], [F32, F16], ["nan", "inf", "-inf", "inf-inf"],
+       ["sim"],
+       "natives (conv2d.metal, found by the property tests): the grouped/depthwise kernel "
+       "skips taps in the zero padding, so an Inf/NaN weight there gives a finite output "
+       "where torch and the reference give NaN (0 * Inf)")
+_known(["conv2d-weights-padding-1px"], [F32, F16], ["nan", "inf", "-inf", "inf-inf"],
+       ["cpu", "sim"],
+       "reliab-native (cpu) / natives (sim), found by the property tests: a 1x1 input with "
+       "padding skips the padded taps (finite where torch and the reference give NaN)")
 
 
 def _params():

@@ -19,6 +19,10 @@ from mpskern.reference import max_error, tolerance
 DTYPES = ("float32", "float16")
 
 
+class CaseTooBig(ValueError):
+    """A case whose inputs cannot even be built (no row: nothing was measured)."""
+
+
 def new_run_id():
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
 
@@ -41,8 +45,13 @@ def run(op, shapes, dtypes, targets, *, budget=0.5, run_id=None, preset="custom"
             dtype = np.dtype(dtype).name
             if dtype not in DTYPES:
                 raise ValueError(f"dtype {dtype} is not benchmarked; use float32 or float16")
-            inp = sp.inputs(shape, dtype, _rng(op, sp.key(shape), dtype))
-            want = sp.reference(inp)
+            try:
+                inp = sp.inputs(shape, dtype, _rng(op, sp.key(shape), dtype))
+                want = sp.reference(inp)
+            except (MemoryError, ValueError) as e:   # numpy: "array is too big", ...
+                raise CaseTooBig(f"{op} {label} ({dtype}): cannot build its inputs and float64 "
+                                 f"reference here ({type(e).__name__}: {e}); give a smaller "
+                                 "--shape") from None
             cost = sp.costs(shape, want.shape, np.dtype(dtype).itemsize)
             tol = tolerance(dtype, sp.reduction(inp))
             case = []

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import os
+import warnings
 
 SCHEMA_VERSION = 1
 
@@ -81,35 +82,116 @@ def validate(row):
         raise ValueError(f"result row: missing columns {missing}, unknown columns {extra}")
 
 
+def unwritable(path):
+    """None when `path` can be written (its folder made, the file opened for appending; a
+    file this check creates is removed again), else why not: checked before a run so that
+    an unwritable output fails at once, not after every case was measured."""
+    p = os.path.abspath(os.fspath(path))
+    existed = os.path.lexists(p)
+    try:
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        with open(p, "a", encoding="utf-8"):
+            pass
+        if not existed:
+            os.unlink(p)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
 def append_jsonl(path, rows):
-    """Append rows (validated) to a JSON Lines file, creating its folder."""
+    """Append rows (validated) to a JSON Lines file, creating its folder. One write call
+    (a kill leaves at most one torn row), and on a line of its own: after a torn last line
+    (a run cut short while appending) a newline first, so no new row is glued onto it."""
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
     lines = []
     for r in rows:
         validate(r)
         lines.append(json.dumps(clean(r), allow_nan=False, sort_keys=False) + "\n")
-    with open(path, "a", encoding="utf-8") as f:
-        f.writelines(lines)
+    data = "".join(lines).encode("utf-8")
+    with open(path, "ab+") as f:
+        if f.seek(0, os.SEEK_END) > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                data = b"\n" + data
+        f.write(data)
 
 
-def read_jsonl(paths):
-    """Rows from JSON Lines files and folders (every *.jsonl inside, sorted). Bad lines
-    raise ValueError naming the file and line; newer schema versions are refused."""
+# columns every version of the schema has, without which a row is no benchmark result
+REQUIRED = ("op", "shape_key", "dtype", "backend")
+
+
+_OUTSIDE_STRINGS = set("{}[],:0123456789+-.eE \t\r\ntruefalsn")
+
+
+def _torn(line):
+    """Whether a line that is not JSON is an object cut short while being appended: still
+    open at its end, nothing but JSON's characters outside strings (not garbage)."""
+    text = line.strip()
+    if not text.startswith("{"):
+        return False
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth <= 0:          # the row closed: an error now is not a cut
+                return False
+        elif ch not in _OUTSIDE_STRINGS:
+            return False
+    return depth > 0
+
+
+def read_jsonl(paths, skipped=None):
+    """Rows from JSON Lines files and folders (every *.jsonl inside, sorted). Torn lines
+    (a run killed while appending) are skipped, their 'file:line' added to the list
+    `skipped` (a warning without one); other bad lines, rows lacking REQUIRED columns, non
+    UTF-8 (binary) files and newer schema versions raise ValueError naming file and line."""
     rows = []
     for p in expand(paths):
-        with open(p, encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
+        with open(p, "rb") as f:
+            for i, raw in enumerate(f, 1):
+                try:
+                    if b"\0" in raw:
+                        raise UnicodeDecodeError("utf-8", raw, 0, 1, "NUL byte")
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise ValueError(f"{p}:{i}: not UTF-8 text (a binary file?); give a "
+                                     "results (JSON Lines) file") from None
                 if not line.strip():
                     continue
                 try:
                     r = json.loads(line)
                 except ValueError as e:
+                    if _torn(line):
+                        if skipped is None:
+                            warnings.warn(f"{p}:{i}: skipped a torn line", stacklevel=2)
+                        else:
+                            skipped.append(f"{p}:{i}")
+                        continue
                     raise ValueError(f"{p}:{i}: not JSON ({e})") from None
                 v = r.get("schema_version") if isinstance(r, dict) else None
-                if not isinstance(v, int) or v > SCHEMA_VERSION:
+                if not isinstance(v, int):
+                    raise ValueError(f"{p}:{i}: no schema_version: not a `mpskern bench` "
+                                     "results row")
+                if v > SCHEMA_VERSION:
                     raise ValueError(f"{p}:{i}: schema_version {v!r}; this mpskern reads "
                                      f"<= {SCHEMA_VERSION} (upgrade mpskern)")
+                missing = [c for c in REQUIRED if not isinstance(r.get(c), str)]
+                if missing:
+                    raise ValueError(f"{p}:{i}: the row lacks {', '.join(missing)} (every "
+                                     "`mpskern bench` row has them)")
                 rows.append(r)
     return rows
 

@@ -8,9 +8,10 @@ CASE = ["op", "shape_key", "dtype", "backend"]
 BACKEND_ORDER = ["cpu", "metal", "mps", "sim", "torch-cpu", "torch-mps", "mlx"]
 
 
-def load(paths):
-    """DataFrame of every row in the JSON Lines files / folders `paths`."""
-    rows = schema.read_jsonl(paths)
+def load(paths, skipped=None):
+    """DataFrame of every row in the JSON Lines files / folders `paths` (torn lines are
+    skipped: see schema.read_jsonl)."""
+    rows = schema.read_jsonl(paths, skipped)
     if not rows:
         raise ValueError(f"no result rows in {', '.join(map(str, schema.expand(paths)))}")
     return frame(rows)

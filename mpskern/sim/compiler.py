@@ -6,7 +6,15 @@ the compiler (path and version), the flags, the front-end version and the conten
 the compatibility headers; so editing a header or switching compilers rebuilds. The cache
 dir is $MPSKERN_CACHE_DIR, else $XDG_CACHE_HOME/mpskern, else ~/.cache/mpskern
 (~/Library/Caches/mpskern on macOS).
+
+An entry is trusted only as far as it can be checked: beside <key>.so, <key>.so.sum
+records its size and SHA-256, and a library is loaded only when both match (a truncated,
+empty or overwritten file would otherwise SIGBUS or fail to load in every later run; now it
+is rebuilt). Builders of one key take <key>.lock (flock), write both files under temporary
+names, fsync them and rename them into place, so a reader never maps a file that is still
+being written and never pairs one builder's library with another's record.
 """
+import contextlib
 import hashlib
 import os
 import shutil
@@ -15,6 +23,11 @@ import sys
 import tempfile
 import threading
 from functools import lru_cache
+
+try:
+    import fcntl
+except ImportError:   # not POSIX: builders race, which the checks below still survive
+    fcntl = None
 
 from mpskern._errors import KernelCompileError
 from mpskern.paths import SIM_INCLUDE_DIR
@@ -44,6 +57,23 @@ def cache_dir():
         else:
             base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
             d = os.path.join(base, "mpskern")
+    return d
+
+
+def _cache_error(e, path):
+    """The OSError `e` met writing `path` in the cache, re-raised (same type) naming the
+    cache folder and how to choose another."""
+    return type(e)(e.errno, f"the simulator's compile cache {cache_dir()!r} is not usable: "
+                   f"cannot write {path} ({e.strerror or e}); set MPSKERN_CACHE_DIR to a "
+                   "writable folder")
+
+
+def _cache_subdir():
+    d = os.path.join(cache_dir(), "sim")
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise _cache_error(e, d) from None
     return d
 
 
@@ -102,13 +132,16 @@ def _headers_hash():
 def _stub_dir():
     """Empty stand-ins for <metal_*> headers: the first preprocessing pass must expand the
     kernel's own macros without pulling the compatibility headers into its output."""
-    d = os.path.join(cache_dir(), "sim", "stubs-" + _headers_hash()[:12])
+    d = os.path.join(_cache_subdir(), "stubs-" + _headers_hash()[:12])
     if not os.path.isdir(d):
         tmp = "%s.tmp%d-%d" % (d, os.getpid(), threading.get_ident())
-        os.makedirs(tmp, exist_ok=True)
-        for name in os.listdir(SIM_INCLUDE_DIR):
-            if name.startswith("metal_"):
-                open(os.path.join(tmp, name), "w").close()
+        try:
+            os.makedirs(tmp, exist_ok=True)
+            for name in os.listdir(SIM_INCLUDE_DIR):
+                if name.startswith("metal_"):
+                    open(os.path.join(tmp, name), "w").close()
+        except OSError as e:
+            raise _cache_error(e, tmp) from None
         try:
             os.rename(tmp, d)
         except OSError:
@@ -152,8 +185,84 @@ def key_of(source, macros, check):
     return h.hexdigest()[:40]
 
 
+# -- cache entries: <key>.so, its record <key>.so.sum ("sha256 <hex> size <bytes>") ------
+def _digest(path):
+    """(size, sha256 hex) of the file at path."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+            size += len(block)
+    return size, h.hexdigest()
+
+
+def _record(size, digest):
+    return f"sha256 {digest} size {size}\n"
+
+
+def entry_ok(out):
+    """Whether the cached library `out` is whole: its record exists and its size and
+    SHA-256 match the file's (an entry without a record, from an older mpskern or cut
+    short, is not trusted)."""
+    try:
+        with open(out + ".sum", encoding="ascii") as f:
+            want = f.read()
+        if os.path.getsize(out) != int(want.split()[3]):     # cheap check first
+            return False
+        return _record(*_digest(out)) == want
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return False
+
+
+def _fsync(path, directory=False):
+    try:
+        fd = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if directory else 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:           # some file systems refuse to sync a directory: best effort
+        pass
+    finally:
+        os.close(fd)
+
+
+def _publish(tmp_so, out):
+    """Move the freshly built tmp_so (same folder) into place with its record: both on
+    disk (fsync) before the renames, the library first (a reader seeing the new library
+    with the old record finds a mismatch and waits on the lock)."""
+    size, digest = _digest(tmp_so)
+    _fsync(tmp_so)
+    tmp_sum = tmp_so + ".sum"
+    with open(tmp_sum, "w", encoding="ascii") as f:
+        f.write(_record(size, digest))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp_so, out)
+    os.replace(tmp_sum, out + ".sum")
+    _fsync(os.path.dirname(out), directory=True)
+
+
+@contextlib.contextmanager
+def _key_lock(out):
+    """Exclusive per-key lock across processes and threads (flock holds per open file)."""
+    path = out[:-3] + ".lock"
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise _cache_error(e, path) from None
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)          # releases the lock
+
+
 def build(source, macros, check=False, origin=None):
-    """Path of the shared object for MSL `source` with `macros` (dict NAME -> value)."""
+    """Path of the shared object for MSL `source` with `macros` (dict NAME -> value),
+    verified (see the module docstring): a damaged cache entry is rebuilt."""
     ok, why = available()
     if not ok:
         raise KernelCompileError("simulator: " + why)
@@ -161,10 +270,18 @@ def build(source, macros, check=False, origin=None):
         source = f'#line 1 "{origin or "kernel.metal"}"\n' + source
     macros = {str(k): str(v) for k, v in (macros or {}).items()}
     key = key_of(source, macros, check)
-    out = os.path.join(cache_dir(), "sim", key + ".so")
-    if key in _built or os.path.exists(out):
-        _built[key] = out
-        return out
+    if key in _built:
+        return _built[key]
+    out = os.path.join(_cache_subdir(), key + ".so")
+    if not entry_ok(out):
+        with _key_lock(out):
+            if not entry_ok(out):           # another process may have built it meanwhile
+                _compile(source, macros, check, key, out)
+    _built[key] = out
+    return out
+
+
+def _compile(source, macros, check, key, out):
     # Apple's compiler refuses what the C++ compiler would accept (mpskern/sim/strict.py);
     # foreign #includes become markers, so no host header is ever opened
     pre = preprocess(strict.guard_includes(source), macros)
@@ -176,11 +293,14 @@ def build(source, macros, check=False, origin=None):
         tr = frontend.translate(pre, checked=check)
     except frontend.TranslateError as e:
         raise KernelCompileError(f"simulator: {e}") from None
-    os.makedirs(os.path.dirname(out), exist_ok=True)
     cxx, _ = compiler()
-    fd, tmp_cc = tempfile.mkstemp(suffix=".cc", prefix=key[:12] + "-", dir=os.path.dirname(out))
-    with os.fdopen(fd, "w") as f:
-        f.write(tr.text)
+    try:
+        fd, tmp_cc = tempfile.mkstemp(suffix=".cc", prefix=key[:12] + "-",
+                                      dir=os.path.dirname(out))
+        with os.fdopen(fd, "w") as f:
+            f.write(tr.text)
+    except OSError as e:
+        raise _cache_error(e, out) from None
     tmp_so = tmp_cc[:-3] + ".so"
     cmd = [cxx] + cxx_flags() + (CHECK_FLAGS if check else []) + ["-I", SIM_INCLUDE_DIR, tmp_cc,
                                                                  "-o", tmp_so]
@@ -195,16 +315,24 @@ def build(source, macros, check=False, origin=None):
             os.unlink(obj)
     else:
         r = _run(cmd + ["-lm"])
+    keep = os.environ.get("MPSKERN_SIM_KEEP")
     if r.returncode != 0:
-        keep = os.environ.get("MPSKERN_SIM_KEEP")
         if not keep:
             os.unlink(tmp_cc)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_so)
+        if r.returncode < 0:                # killed (out of memory?): not the source's fault
+            raise KernelCompileError(f"simulator: the compiler {cxx} was killed by signal "
+                                     f"{-r.returncode}:\n" + _log(r.stderr))
         raise KernelCompileError("simulator: the kernel source does not compile:\n" +
                                  _log(r.stderr) + (f"\n(generated C++: {tmp_cc})" if keep else ""))
-    if os.environ.get("MPSKERN_SIM_KEEP"):
-        os.replace(tmp_cc, out[:-3] + ".cc")
-    else:
-        os.unlink(tmp_cc)
-    os.replace(tmp_so, out)
-    _built[key] = out
-    return out
+    try:
+        if keep:
+            os.replace(tmp_cc, out[:-3] + ".cc")
+        else:
+            os.unlink(tmp_cc)
+        _publish(tmp_so, out)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_so)
+        raise _cache_error(e, out) from None

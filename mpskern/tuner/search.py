@@ -78,8 +78,9 @@ def search(candidates, run, check, *, default=None, valid=None, budget_s=10.0, w
     valid(config)                 None/True if usable on this device, else a reason
     progress                      None, or a callable(done, total, trial, best) per candidate
     """
-    if budget_s is None or budget_s <= 0:
-        raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
+    if budget_s is None or not 0 < budget_s < float("inf"):     # (also refuses nan)
+        raise ValueError(f"budget_s must be a finite, positive number of seconds, got "
+                         f"{budget_s!r}")
     if reps < 1 or min_reps < 1 or warmup < 1:
         raise ValueError("reps, min_reps and warmup must be at least 1")
     min_reps = min(min_reps, reps)

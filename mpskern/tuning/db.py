@@ -300,7 +300,8 @@ def reset():
 def dump(entries):
     doc = {"format": FORMAT, "version": VERSION,
            "entries": [e.to_json() for e in entries]}
-    return json.dumps(doc, indent=1, sort_keys=False) + "\n"
+    # allow_nan=False: NaN/Infinity are not JSON; a shared file must load in any tool
+    return json.dumps(doc, indent=1, sort_keys=False, allow_nan=False) + "\n"
 
 
 def target(path=None):

@@ -1,0 +1,45 @@
+"""The one way cli/ writes to the terminal (tests/test_cli_text.py keeps it so).
+
+- No markup parsing: rich would read user text (a dtype, a shape, a path like
+  'old[v2].jsonl', a results file's contents, an exception's message) as markup and drop
+  or choke on it. Styles are given as Text spans instead (styled(), line()).
+- No hard wrapping of messages: an error is one line at any terminal width, because scripts
+  grep it. Tables still fit the terminal (wide() for a pipe or a file).
+"""
+import typer
+from rich.console import Console
+from rich.text import Text
+
+
+def console(stderr=False, width=None):
+    return Console(stderr=stderr, width=width, markup=False, highlight=False, soft_wrap=True)
+
+
+def wide(width, stderr=False):
+    """The terminal's console; piped or written to a file (or COLUMNS unset without a
+    terminal), one `width` columns wide so tables keep whole cells."""
+    c = console(stderr)
+    return c if c.is_terminal else console(stderr, width=width)
+
+
+def styled(text, style):
+    return Text(str(text), style=style)
+
+
+def line(*parts):
+    """Text from parts: plain str, or (str, style)."""
+    return Text.assemble(*[(str(p[0]), p[1]) if isinstance(p, tuple) else str(p) for p in parts])
+
+
+def error(msg, code=2, con=None):
+    """Print 'error: msg' on stderr (or `con`) and exit with `code`."""
+    (con or console(stderr=True)).print(line(("error:", "bold red"), " ", msg))
+    raise typer.Exit(code)
+
+
+def warning(con, msg):
+    con.print(line(("warning:", "yellow"), " ", msg))
+
+
+def note(con, msg):
+    con.print(line(("note:", "yellow"), " ", msg))

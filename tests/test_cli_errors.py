@@ -1,0 +1,211 @@
+"""User errors in bench, report and tune end in one clear line on stderr, exit status 2,
+no traceback, and before any time is spent (issue 15 items 9, 10, 11): non-finite budgets;
+shapes too big to build; unwritable outputs checked before measuring; results files that
+are binary, lack columns or end in a torn line (skipped and counted, and the next append
+starts on a new line); tune's errors on stderr; NaN never written to a tuning database."""
+import json
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from mpskern.bench import schema
+from mpskern.cli.main import app
+from test_bench import FakeTarget, fake_make
+
+
+def cli(*args):
+    return CliRunner().invoke(app, list(args))
+
+
+def _clean_failure(r, *needles):
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    err = " ".join(r.stderr.split())
+    for n in needles:
+        assert n in err, r.stderr
+
+
+class Counting(FakeTarget):
+    calls = 0
+
+    def bind(self, spec, inputs, out_shape, dtype):
+        Counting.calls += 1
+        return super().bind(spec, inputs, out_shape, dtype)
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    from mpskern.bench import targets
+    Counting.calls = 0
+    monkeypatch.setattr(targets, "make",
+                        lambda n: Counting("cpu") if n == "cpu" else fake_make(n))
+    monkeypatch.setattr(targets, "default_names", lambda: ["cpu"])
+
+
+# -- item 9: budgets --------------------------------------------------------------------
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "0", "-1"])
+def test_bench_refuses_non_finite_or_non_positive_budget(fakes, bad):
+    _clean_failure(cli("bench", "softmax", "--no-save", "--budget", bad),
+                   "--budget must be > 0 seconds (and finite)")
+    assert Counting.calls == 0
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf"])
+def test_tune_refuses_non_finite_budget_on_stderr(bad, tmp_path):
+    db = tmp_path / "tuning.json"
+    r = cli("tune", "gemm", "--backend", "sim", "--shape", "8x8x8", "--budget", bad,
+            "--db", str(db))
+    _clean_failure(r, "give a finite, positive number of seconds")
+    assert "error" not in r.stdout
+    assert not db.exists()
+
+
+def test_search_refuses_non_finite_budget():
+    from mpskern.tuner import search
+    for bad in (math.inf, math.nan):
+        with pytest.raises(ValueError, match="finite, positive"):
+            search.search([{}], None, None, budget_s=bad)
+
+
+def test_tuning_database_never_holds_nan(tmp_path):
+    from mpskern.tuning import db
+    e = db.Entry(op="gemm", dtype="float32", config={"BM": 32}, device="d", architecture="",
+                 family="apple7", backend="sim", shape=(8, 8, 8), bucket=None,
+                 time_ms=float("nan"), default_time_ms=None, provenance={"budget_s": math.inf})
+    with pytest.raises(ValueError):
+        db.dump([e])
+    path = tmp_path / "t.json"
+    with pytest.raises(ValueError):
+        db.save([e], str(path))
+    assert not path.exists() or "NaN" not in path.read_text()
+
+
+# -- item 11: shapes too big, outputs checked first ---------------------------------------
+@pytest.mark.parametrize("shape", ["1000000,1000000", "99999999999999999999,2"])
+def test_bench_shape_too_big_is_an_error_not_a_traceback(fakes, shape):
+    _clean_failure(cli("bench", "softmax", "--no-save", "--shape", shape),
+                   "cannot build its inputs", "give a smaller --shape")
+
+
+def test_tune_shape_too_big_is_an_error_not_a_traceback(tmp_path):
+    r = cli("tune", "gemm", "--backend", "sim", "--shape", "1000000x1000000x1000000",
+            "--db", str(tmp_path / "t.json"))
+    _clean_failure(r, "too big for this machine's memory", "give a smaller --shape")
+
+
+def test_bench_csv_unwritable_fails_before_measuring(fakes, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    r = cli("bench", "softmax", "--preset", "tiny", "--out", str(tmp_path / "res"),
+            "--csv", str(f / "x.csv"))
+    _clean_failure(r, f"--csv '{f / 'x.csv'}'", "cannot write")
+    assert Counting.calls == 0
+    assert not (tmp_path / "res" / "bench.jsonl").exists()
+
+
+def test_bench_out_unwritable_fails_before_measuring(fakes, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    _clean_failure(cli("bench", "softmax", "--preset", "tiny", "--out", str(f / "sub")),
+                   "cannot append to")
+    assert Counting.calls == 0
+
+
+def test_bench_existing_csv_survives_the_check(fakes, tmp_path):
+    """The check opens for appending: a CSV from an earlier run is kept until this run
+    writes its own (and no stray empty file is left where none was)."""
+    out = tmp_path / "old.csv"
+    out.write_text("keep")
+    problem = schema.unwritable(out)
+    assert problem is None and out.read_text() == "keep"
+    assert schema.unwritable(tmp_path / "new.csv") is None
+    assert not (tmp_path / "new.csv").exists()
+
+
+@pytest.fixture
+def rows():
+    from mpskern import ops
+    from mpskern.bench import runner
+    sp = ops.get("softmax")
+    cases = [("a", sp.complete({"rows": 4, "n": 5})), ("b", sp.complete({"rows": 3, "n": 7}))]
+    got = runner.run("softmax", cases, ["float32"], [FakeTarget("cpu")], budget=0.02)
+    return json.loads(json.dumps(schema.clean(got)))
+
+
+def test_report_out_unwritable_is_an_error_before_reading(rows, tmp_path):
+    res = tmp_path / "bench.jsonl"
+    schema.append_jsonl(res, rows)
+    f = tmp_path / "afile"
+    f.write_text("x")
+    _clean_failure(cli("report", str(res), "-o", str(f / "rep")), f"--out '{f / 'rep'}'")
+
+
+@pytest.mark.parametrize("data", [b"\x89PNG\r\n\x1a\n" + bytes(range(256)),
+                                  bytes(range(256)) * 4], ids=["png", "nul"])
+def test_report_binary_file_names_it(tmp_path, data):
+    b = tmp_path / "image.jsonl"
+    b.write_bytes(data)
+    _clean_failure(cli("report", str(b), "-o", str(tmp_path / "rep")), f"{b}:1: not UTF-8")
+
+
+def test_report_row_without_op_is_an_error(rows, tmp_path):
+    p = tmp_path / "bench.jsonl"
+    bad = dict(rows[0])
+    del bad["op"]
+    schema.append_jsonl(p, rows[:1])
+    with open(p, "a") as f:
+        f.write(json.dumps(bad) + "\n")
+    _clean_failure(cli("report", str(p), "-o", str(tmp_path / "rep")), f"{p}:2", "lacks op")
+    assert not (tmp_path / "rep" / "index.html").exists()
+
+
+def test_report_row_without_schema_version_is_not_told_to_upgrade(tmp_path):
+    p = tmp_path / "other.jsonl"
+    p.write_text('{"name": "something else"}\n')
+    _clean_failure(cli("report", str(p), "-o", str(tmp_path / "rep")), f"{p}:1",
+                   "no schema_version")
+
+
+# -- item 10: torn lines -------------------------------------------------------------------
+def _torn_file(path, rows):
+    schema.append_jsonl(path, rows[:1])
+    text = json.dumps(rows[1])
+    with open(path, "a") as f:
+        f.write(text[:len(text) // 2])            # killed mid-append: no newline
+
+
+def test_append_after_a_torn_line_starts_a_new_line(rows, tmp_path):
+    p = tmp_path / "bench.jsonl"
+    _torn_file(p, rows)
+    schema.append_jsonl(p, rows[1:2])
+    skipped = []
+    got = schema.read_jsonl([p], skipped)
+    assert [r["shape_key"] for r in got] == [rows[0]["shape_key"], rows[1]["shape_key"]]
+    assert skipped == [f"{p}:2"]
+
+
+def test_report_skips_and_counts_a_torn_last_line(rows, tmp_path):
+    p = tmp_path / "bench.jsonl"
+    _torn_file(p, rows)
+    r = cli("report", str(p), "-o", str(tmp_path / "rep"))
+    assert r.exit_code == 0, r.output
+    assert f"skipped {p}:2: a torn line" in r.stderr
+    assert (tmp_path / "rep" / "index.html").exists()
+
+
+def test_a_damaged_middle_line_is_still_an_error(rows, tmp_path):
+    p = tmp_path / "bench.jsonl"
+    schema.append_jsonl(p, rows[:1])
+    with open(p, "a") as f:
+        f.write('{"op": garbage, "x": 1}\n')
+    schema.append_jsonl(p, rows[1:2])
+    with pytest.raises(ValueError, match=r"bench.jsonl:2: not JSON"):
+        schema.read_jsonl([p])
+
+
+def test_read_without_a_list_warns_about_torn_lines(rows, tmp_path):
+    p = tmp_path / "bench.jsonl"
+    _torn_file(p, rows)
+    with pytest.warns(UserWarning, match="torn"):
+        assert len(schema.read_jsonl([p])) == 1

@@ -86,6 +86,8 @@ cdef extern from "mpskern.h" nogil:
     int mk_buffer_is_zero_copy(const mk_buffer *b)
     mk_status mk_buffer_sync(mk_buffer *b)
     void mk_buffer_free(mk_buffer *b)
+    mk_status mk_guarded_alloc(size_t nbytes, void **out)
+    void mk_guarded_free(void *p)
 
     mk_status mk_library_create(mk_device *d, const char *source, const char *const *macros,
                                 mk_library **out)

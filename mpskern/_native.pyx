@@ -6,7 +6,8 @@
 #   _native_cpu.pxi   mk_cpu_*            CPU kernels
 #   _native_gpu.pxi   mk_device/buffer/library/pipeline/run, simulator options
 #   _native_mps.pxi   mk_mps_*            Apple's primitives
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_ANY_CONTIGUOUS, PyBUF_WRITABLE
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBuffer_FillInfo,
+                             PyBUF_ANY_CONTIGUOUS, PyBUF_WRITABLE)
 from libc.stdint cimport uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy, memset
 from mpskern._abi cimport *

@@ -188,6 +188,39 @@ def _seconds(v):
     return s
 
 
+cdef extern from "unistd.h" nogil:
+    long sysconf(int name)
+    int _SC_PAGESIZE
+
+
+cdef size_t mk_page_size():
+    return <size_t>sysconf(_SC_PAGESIZE)
+
+
+cdef class GuardedMemory:
+    """Page-aligned memory between inaccessible guard regions (mk_guarded_alloc): `span`
+    bytes (whole pages) as a writable buffer numpy can view (mpskern.empty), of which the
+    first `nbytes` are the array's (the simulator watches the rest for stray writes).
+    Metal and the simulator use it without a copy; a stray access next to it faults."""
+    cdef void* ptr
+    cdef readonly size_t nbytes, span
+
+    def __cinit__(self, size_t nbytes, size_t span):
+        if span < nbytes or span % mk_page_size():
+            raise ValueError(f"span {span} must be whole pages holding nbytes {nbytes}")
+        check(mk_guarded_alloc(nbytes, &self.ptr))
+        self.nbytes, self.span = nbytes, span
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        PyBuffer_FillInfo(view, self, self.ptr, <Py_ssize_t>self.span, 0, flags)
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+    def __dealloc__(self):
+        mk_guarded_free(self.ptr)
+
+
 # no_gc_clear: the GC must not drop .device/.library before __dealloc__ frees the
 # handle through them (the handle's device is used to free it).
 @cython.no_gc_clear

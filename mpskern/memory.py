@@ -5,11 +5,19 @@ Metal wraps host memory without copying (newBufferWithBytesNoCopy) only in whole
 `mpskern.empty` start on a page boundary and own whole pages, so a Metal buffer over them
 starts at offset 0 and touches no neighbouring memory. Any other array still works: the
 shim wraps its enclosing pages (or copies) and bench results say which happened.
+
+The pages lie between inaccessible guard regions (1 GiB each side, mk_guarded_alloc), so
+the simulator runs kernels on them in place too: a kernel's stray access next to them
+faults (KernelError) instead of reaching other memory. Other arrays the simulator copies
+into such memory for the run. Where the OS runs out of mappings, a plain page-aligned
+numpy allocation is the fallback (the simulator then copies it).
 """
 import mmap
 from operator import index
 
 import numpy as np
+
+from mpskern import _native
 
 __all__ = ["empty", "page_size", "is_page_aligned"]
 
@@ -33,8 +41,12 @@ def empty(shape, dtype=np.float32):
     page = page_size()
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     span = max(-(-nbytes // page), 1) * page           # whole pages, at least one
-    raw = np.empty(span + page, dtype=np.uint8)        # one spare page to align within
-    start = (-raw.ctypes.data) % page
+    try:
+        raw = np.frombuffer(_native.GuardedMemory(nbytes, span), np.uint8)
+        start = 0
+    except MemoryError:
+        raw = np.empty(span + page, dtype=np.uint8)    # one spare page to align within
+        start = (-raw.ctypes.data) % page
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 

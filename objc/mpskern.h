@@ -93,7 +93,8 @@ mk_status mk_device_get_info(mk_device *d, mk_device_info *out);
 
 /* buffers: host memory seen by the device. Metal wraps page-aligned memory without a copy
    (newBufferWithBytesNoCopy on the enclosing pages) and copies otherwise; the simulator
-   always uses the host memory directly. */
+   uses guarded memory (mk_guarded_alloc) directly and runs on a guarded copy of any other
+   (copied back after the run when MK_BUFFER_WRITE), so a kernel's stray access faults. */
 #define MK_BUFFER_READ 1          // device reads it
 #define MK_BUFFER_WRITE 2         // device writes it: mk_buffer_sync copies back if not zero-copy
 mk_status mk_buffer_wrap(mk_device *d, void *host, size_t nbytes, int flags, mk_buffer **out);
@@ -101,6 +102,11 @@ mk_status mk_buffer_alloc(mk_device *d, size_t nbytes, mk_buffer **out);   // de
 int mk_buffer_is_zero_copy(const mk_buffer *b);
 mk_status mk_buffer_sync(mk_buffer *b);   // make device writes visible in the host memory
 void mk_buffer_free(mk_buffer *b);
+/* host memory between inaccessible guard regions (1 GiB each side where the address space
+   allows): page-aligned, a whole number of pages (zero-copy on Metal and the simulator).
+   mpskern.empty's arrays. */
+mk_status mk_guarded_alloc(size_t nbytes, void **out);
+void mk_guarded_free(void *p);
 
 /* libraries and pipelines.
    Metal: mk_library_create compiles MSL source at run time (newLibraryWithSource:options:)

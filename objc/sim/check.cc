@@ -8,7 +8,8 @@
 //                       touching a word in one epoch, one of them writing, is a race; a
 //                       read of a never-written word reads uninitialised (NaN-poisoned) memory.
 //   device buffers      each mk_buffer is mirrored into a private mapping with red zones
-//                       before and after it (copied back after the dispatch), so accesses
+//                       before and after it (copied back after the dispatch, to where the
+//                       run keeps the buffer: guard.cc's guarded copy), so accesses
 //                       just out of bounds land in the red zone and are reported instead of
 //                       silently reading a neighbour. Shadow words record the threadgroup:
 //                       two threadgroups touching a word in one dispatch, one writing, is a
@@ -58,6 +59,7 @@ struct Region {
     std::vector<Word> shadow;
     // DEVICE mirror bookkeeping
     mk_buffer *buf = nullptr;
+    unsigned char *src = nullptr;   // where the run keeps the buffer (guard.cc's copy, or host)
     unsigned char *map = nullptr;
     size_t map_len = 0;
 };
@@ -109,7 +111,8 @@ Checker *checker_create(Job &j) {
             r.base = r.map + red + (body - b->nbytes) / 16 * 16;
             r.lo = r.map;
             r.hi = r.map + len;
-            memcpy(r.base, b->host, b->nbytes);
+            r.src = j.bases[i];
+            memcpy(r.base, r.src, b->nbytes);
             r.shadow.resize((b->nbytes + 3) / 4);
             c->regions.push_back(std::move(r));
             have = &c->regions.back();
@@ -134,7 +137,7 @@ void checker_free(Checker *c) {
         if (r.kind == Region::DEVICE) {
             // read-only host memory (a read-only numpy array may be an immutable mapping)
             // is never written back; the kernel's writes to it are lost, as they should be
-            if (r.buf->flags & MK_BUFFER_WRITE) memcpy(r.buf->host, r.base, r.size);
+            if (r.buf->flags & MK_BUFFER_WRITE) memcpy(r.src, r.base, r.size);
             munmap(r.map, r.map_len);
         }
     delete c;

@@ -1,5 +1,5 @@
 // mk_sim.cc: the simulator device behind the C ABI (objc/mpskern.h): the ops table
-// registered for MK_DEVICE_SIM, buffers (host memory used in place), libraries (shared
+// registered for MK_DEVICE_SIM, buffers (guarded, guard.cc), libraries (shared
 // objects built by mpskern/sim/, loaded with dlopen and handed the runtime's function
 // table), pipelines, dispatch validation and options. Execution: sched.cc.
 #include <dlfcn.h>
@@ -60,26 +60,27 @@ static mk_status sim_buffer_wrap(mk_device *d, void *host, size_t nbytes, int fl
     b->host = host;
     b->nbytes = nbytes;
     b->flags = flags;
-    b->zero_copy = 1;
+    b->zero_copy = !nbytes || is_guarded(host, nbytes);   // else a run works on a guarded copy
     retain(d);
     *out = b;
     return MK_OK;
 }
 
 static mk_status sim_buffer_alloc(mk_device *d, size_t nbytes, mk_buffer **out) {
-    void *p = calloc(1, nbytes ? nbytes : 1);
-    if (!p) return mk_set_error(MK_ERR_NOMEM, "mk_buffer_alloc: cannot allocate %zu bytes", nbytes);
+    void *p = nullptr;   // device scratch: guarded memory (zeroed), used in place
+    if (mk_guarded_alloc(nbytes, &p) != MK_OK)
+        return mk_set_error(MK_ERR_NOMEM, "mk_buffer_alloc: cannot allocate %zu bytes", nbytes);
     mk_status st = sim_buffer_wrap(d, p, nbytes, MK_BUFFER_READ | MK_BUFFER_WRITE, out);
-    if (st != MK_OK) { free(p); return st; }
+    if (st != MK_OK) { mk_guarded_free(p); return st; }
     (*out)->impl = p;   // owned
     return MK_OK;
 }
 
-static mk_status sim_buffer_sync(mk_buffer *) { return MK_OK; }   // host memory in place
+static mk_status sim_buffer_sync(mk_buffer *) { return MK_OK; }   // copied back by each run
 
 static void sim_buffer_free(mk_buffer *b) {
     mk_device *d = b->device;
-    free(b->impl);
+    mk_guarded_free(b->impl);
     free(b);
     release(d);
 }
@@ -153,7 +154,7 @@ static void sim_pipeline_free(mk_pipeline *p) {
 }
 
 // Turn one mk_dispatch into a Job, with the checks Metal's validation layer would make.
-static mk_status prepare(Device *dev, const mk_dispatch &ds, Job &j) {
+static mk_status prepare(Device *dev, const mk_dispatch &ds, const Mirrors &ms, Job &j) {
     Pipeline *p = (Pipeline *)ds.pipeline->impl;
     const mk_sim_kernel *k = p->k;
     j.k = k;
@@ -198,7 +199,8 @@ static mk_status prepare(Device *dev, const mk_dispatch &ds, Job &j) {
             if (b->offset > b->buffer->nbytes)
                 return mk_set_error(MK_ERR_INVALID, "kernel '%s': offset %llu of buffer %u is past its "
                                     "%zu bytes", k->name, (unsigned long long)b->offset, i, b->buffer->nbytes);
-            j.buffers[i] = (char *)b->buffer->host + b->offset;
+            j.bases[i] = mirrors_translate(ms, b->buffer);
+            j.buffers[i] = j.bases[i] + b->offset;
             j.bufs[i] = b->buffer;
             j.offsets[i] = b->offset;
             j.sizes[i] = b->buffer->nbytes - b->offset;
@@ -236,12 +238,14 @@ static mk_status prepare(Device *dev, const mk_dispatch &ds, Job &j) {
     return MK_OK;
 }
 
-static mk_status run_list(Device *dev, const mk_dispatch *list, uint32_t n, mk_timing *t) {
+static mk_status run_list(Device *dev, const mk_dispatch *list, uint32_t n, const Mirrors &ms,
+                          mk_timing *t) {
     auto t0 = std::chrono::steady_clock::now();
     double compute_ms = 0;
     for (uint32_t i = 0; i < n; i++) {
         Job j;
-        mk_status st = prepare(dev, list[i], j);
+        j.mirrors = &ms;
+        mk_status st = prepare(dev, list[i], ms, j);
         if (st != MK_OK) return st;
         if (j.ngroups == 0) continue;
         // A library built for checking always runs checked; check mode without one is an error.
@@ -254,6 +258,7 @@ static mk_status run_list(Device *dev, const mk_dispatch *list, uint32_t n, mk_t
         st = run_dispatch(dev, j);
         compute_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
         if (j.checker) checker_free(j.checker);
+        if (st == MK_OK) st = mirrors_check(ms, j);
         if (st != MK_OK) return st;
     }
     t->gpu_ms = compute_ms;
@@ -272,9 +277,15 @@ static mk_status sim_run_ex(mk_device *d, const mk_dispatch *list, uint32_t n,
     if (!(lim.limit_s >= 0) || lim.limit_s > 1e9)
         return mk_set_error(MK_ERR_INVALID, "mk_run: time limit %g s: expected 0 (none) or a "
                             "positive number of seconds", lim.limit_s);
+    // the run's buffers where a stray access faults (guard.cc); whatever the kernels wrote,
+    // also before a failure, goes back to the host memory
+    Mirrors ms;
+    mk_status st = mirrors_create(list, n, ms);
+    if (st != MK_OK) return st;
     run_begin(dev, lim);
-    mk_status st = run_list(dev, list, n, t);
+    st = run_list(dev, list, n, ms, t);
     run_end(dev, lim);
+    mirrors_finish(ms, true);
     return st;
 }
 

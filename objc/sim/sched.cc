@@ -9,6 +9,7 @@
 //      mode reports lanes that exited early or wait at different barriers).
 // Kernels without barriers or collectives run their lanes as a plain loop in one fiber.
 #include <signal.h>
+#include <ucontext.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -217,6 +218,31 @@ static struct sigaction old_segv, old_bus, old_fpe;
 static std::once_flag handlers_once;
 static thread_local bool tl_altstack;
 
+// ", byte offset 320 of [[buffer(1)]] (64 bytes)" for an address near a bound buffer (in
+// its guard regions, guard.cc), else ""
+static void near_buffer(const Job *j, const char *addr, char *out, size_t n) {
+    out[0] = 0;
+    long long best = -1;
+    for (int i = 0; i < MK_MAX_BINDINGS; i++) {
+        if (!j->bufs[i] || !j->bases[i]) continue;
+        const char *lo = (const char *)j->bases[i], *hi = lo + j->bufs[i]->nbytes;
+        long long d = addr < lo ? lo - addr : addr >= hi ? addr - hi + 1 : 0;
+        if (d > (1ll << 37) || (best >= 0 && d >= best)) continue;
+        best = d;
+        snprintf(out, n, ", byte offset %lld of [[buffer(%d)]] (%zu bytes)", (long long)(addr - lo),
+                 i, j->bufs[i]->nbytes);
+    }
+}
+
+static const char *access_kind(void *ctx) {
+#if defined(__linux__) && defined(__x86_64__)
+    return (((ucontext_t *)ctx)->uc_mcontext.gregs[REG_ERR] & 2) ? "write" : "read";
+#else
+    (void)ctx;
+    return "access";
+#endif
+}
+
 static void on_fault(int sig, siginfo_t *si, void *ctx) {
     Worker *w = tl_worker;
     if (w && w->job && w->in_lane) {
@@ -243,16 +269,19 @@ static void on_fault(int sig, siginfo_t *si, void *ctx) {
             snprintf(msg, sizeof msg, "kernel '%s' overflowed a GPU thread's stack of %zu KiB "
                      "(large per-thread arrays?); set MPSKERN_SIM_STACK_KB to raise it",
                      j->k->name, l.fiber.stack_size / 1024);
-        else
-            snprintf(msg, sizeof msg, "kernel '%s' made an invalid memory access at %p (%s) in thread "
-                     "(%u,%u,%u) of threadgroup (%u,%u,%u); run it with check=True to find the line",
-                     j->k->name, si->si_addr, sig == SIGBUS ? "SIGBUS" : "SIGSEGV",
+        else {
+            char where[160];
+            near_buffer(j, base, where, sizeof where);
+            snprintf(msg, sizeof msg, "kernel '%s' made an invalid memory access (%s, %s) at %p%s in "
+                     "thread (%u,%u,%u) of threadgroup (%u,%u,%u); run it with check=True to find the line",
+                     j->k->name, access_kind(ctx), sig == SIGBUS ? "SIGBUS" : "SIGSEGV", si->si_addr, where,
                      w->lanes[w->cur].b.thread_position_in_threadgroup[0],
                      w->lanes[w->cur].b.thread_position_in_threadgroup[1],
                      w->lanes[w->cur].b.thread_position_in_threadgroup[2],
                      w->lanes[w->cur].b.threadgroup_position_in_grid[0],
                      w->lanes[w->cur].b.threadgroup_position_in_grid[1],
                      w->lanes[w->cur].b.threadgroup_position_in_grid[2]);
+        }
         j->set_error(MK_ERR_RUNTIME, msg);
         w->in_kernel = 0;
         fiber_abandon(&l.fiber, &w->sched, true);   // never resumed

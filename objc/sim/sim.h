@@ -3,6 +3,7 @@
 //   sched.cc      threadgroups on a pool of OS threads; lanes as fibers; the runtime table
 //   check.cc      checking mode: shadow memory, races, bounds, uninitialised reads
 //   watchdog.cc   stopping a run: time limits, Ctrl-C (SIGINT), lanes stuck in kernel code
+//   guard.cc      buffers between inaccessible guard regions (stray accesses fault)
 //   fiber.cc      stacks and context switches
 #ifndef MK_SIM_H
 #define MK_SIM_H
@@ -48,6 +49,28 @@ struct Pipeline {
 
 struct Checker;   // check.cc
 
+// guard.cc: memory between PROT_NONE guards, and a run's guarded copies of host buffers
+struct GuardedMap {
+    unsigned char *map = nullptr, *body = nullptr;   // the whole reservation, the usable pages
+    size_t len = 0, body_len = 0, guard = 0;
+    size_t used = 0;                                  // bytes asked for (the rest: slack)
+};
+struct Mirror {
+    uintptr_t host = 0, host_end = 0;         // host bytes it copies (overlaps merged)
+    GuardedMap g;
+    unsigned char *base = nullptr;            // where host's first byte lives for the run
+};
+struct Mirrors {
+    std::vector<Mirror> maps;
+    std::vector<mk_buffer *> written;         // copied back after the run (MK_BUFFER_WRITE)
+};
+bool is_guarded(const void *p, size_t n);    // inside one mk_guarded_alloc block
+mk_status mirrors_create(const mk_dispatch *list, uint32_t n, Mirrors &out);
+unsigned char *mirrors_translate(const Mirrors &ms, const mk_buffer *b);
+void mirrors_finish(Mirrors &ms, bool copy_back);
+// MK_ERR_RUNTIME naming the kernel if a dispatch wrote into a mirror's page slack
+mk_status mirrors_check(const Mirrors &ms, const struct Job &j);
+
 // One dispatch being run: shared by the workers.
 struct Job {
     const mk_sim_kernel *k = nullptr;
@@ -58,6 +81,8 @@ struct Job {
     bool is_bytes[MK_MAX_BINDINGS] = {};
     mk_buffer *bufs[MK_MAX_BINDINGS] = {};  // the binding's buffer (NULL for bytes)
     uint64_t offsets[MK_MAX_BINDINGS] = {};
+    unsigned char *bases[MK_MAX_BINDINGS] = {};   // where the buffer's byte 0 is for the run
+    const Mirrors *mirrors = nullptr;
     std::vector<std::unique_ptr<unsigned char[]>> bytes_copies;
     uint32_t tg[3], groups[3], threads_per_grid[3];
     bool partial = false;                 // grid counts threads: edge groups may be partial

@@ -353,11 +353,11 @@ def test_pipeline_thread_limit_steps_down_unless_pinned():
     from mpskern.backends.gpu.context import pipelines
 
     class Fake:
-        info = APPLE8
-        compiled = []
+        limits = APPLE8
+        built = []
 
-        def pipeline(self, kernel, file, macros=None):
-            self.compiled.append((kernel, macros))
+        def compiled(self, kernel, file, macros=None):
+            self.built.append((kernel, macros))
             return SimpleNamespace(name=kernel, max_threads=64)
 
     ctx = Fake()
@@ -368,7 +368,7 @@ def test_pipeline_thread_limit_steps_down_unless_pinned():
     got, level, (pipe,) = pipelines(ctx, "gemm", np.float32, (1, 64, 64, 64), cfg, "family",
                                     kernels)
     assert level == "generic" and spaces.threads("gemm", got) <= 64
-    assert pipe.name == "gemm_simd_f32" and len(ctx.compiled) == 2
+    assert pipe.name == "gemm_simd_f32" and len(ctx.built) == 2
     with pytest.raises(ValueError, match="pipeline's 64"):
         pipelines(ctx, "gemm", np.float32, (1, 64, 64, 64), cfg, "forced", kernels)
 

@@ -29,26 +29,26 @@ class _Capped:
 class LimitedContext(Context):
     __slots__ = ("limit", "seen")
 
-    def __init__(self, backend, limit):
-        super().__init__(backend)
+    def __init__(self, kind, limit):
+        super().__init__(kind)
         self.limit, self.seen = limit, []
 
-    def pipeline(self, kernel, file, macros=None):
-        return _Capped(super().pipeline(kernel, file, macros), self.limit)
+    def compiled(self, kernel, file=None, macros=None, **kw):
+        return _Capped(super().compiled(kernel, file, macros, **kw), self.limit)
 
-    def run(self, dispatches, record, outputs=()):
+    def submit(self, dispatches, record=None, outputs=(), time_limit=None):
         for d in dispatches:
             tg = d["threadgroup"][0] * d["threadgroup"][1] * d["threadgroup"][2]
             assert tg <= d["pipeline"].max_threads, (d["pipeline"].name, tg, self.limit)
             self.seen.append((d["pipeline"].name, tg))
         real = [dict(d, pipeline=d["pipeline"].real) for d in dispatches]
-        return super().run(real, record, outputs)
+        return super().submit(real, record, outputs, time_limit)
 
 
 @pytest.fixture(params=[256, 64, 32])
 def limited(sim, request, monkeypatch, tmp_path):
     monkeypatch.setenv("MPSKERN_TUNING_DB", str(tmp_path / "none.json"))
-    ctx = LimitedContext(sim, request.param)
+    ctx = LimitedContext("sim", request.param)
     monkeypatch.setattr(sim, "_ctx", ctx)
     return ctx
 
@@ -113,7 +113,7 @@ def test_every_op_steps_down_to_the_pipeline_limit(sim, limited):
 
 
 def test_a_pinned_configuration_that_does_not_fit_is_refused(sim, monkeypatch):
-    monkeypatch.setattr(sim, "_ctx", LimitedContext(sim, 64))
+    monkeypatch.setattr(sim, "_ctx", LimitedContext("sim", 64))
     x = np.zeros((2, 300), np.float32)
     args = {"outer": 2, "n": 300, "inner": 1, "log": 0}
     with pytest.raises(ValueError, match="softmax_rows_f32 runs 256 threads per threadgroup "

@@ -30,15 +30,15 @@ def attention(ctx, args, dtype, q, k, v, mask, out, config=None):
     cfg, level = configure(ctx, SPACE, dtype, shape, config)
     cfg, level, (pipe,) = pipelines(ctx, SPACE, dtype, shape, cfg, level, lambda c: [
         (spaces.SPACES[SPACE].kernel(c, dtype), spaces.threads(SPACE, c))])
-    bo = ctx.wrap(out, writable=True)
-    bq = ctx.wrap(q) if q.size else bo          # E = 0 or S = 0: empty operands are never read
-    bk = ctx.wrap(k) if k.size else bq
-    bv = ctx.wrap(v) if v.size else bq
-    bm = ctx.wrap(mask) if mask is not None and mask.size else bq
+    bo = ctx.buffer(out, writable=True)
+    bq = ctx.buffer(q) if q.size else bo          # E = 0 or S = 0: empty operands are never read
+    bk = ctx.buffer(k) if k.size else bq
+    bv = ctx.buffer(v) if v.size else bq
+    bm = ctx.buffer(mask) if mask is not None and mask.size else bq
     kind = args["mask"]
     run = [dict(pipeline=pipe, grid=(cdiv(L, cfg["BQ"]), Hq, B),
                 threadgroup=(spaces.threads(SPACE, cfg), 1, 1),
                 bindings=[bq, bk, bv, bm if kind == MASK_BOOL else bq,
                           bm if kind == MASK_ADD else bq, bo,
                           _native.pack_args("attention", args)])]
-    return ctx.run(run, dict(cfg, kernel=pipe.name, level=level), outputs=[bo])
+    return ctx.submit(run, dict(cfg, kernel=pipe.name, level=level), outputs=[bo])

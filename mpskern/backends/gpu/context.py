@@ -1,8 +1,9 @@
 """What an encoder gets from its GPU backend, and the one rule for configurations.
 
-An encoder (gemm.py, conv2d.py, pool.py, softmax.py, norm.py) receives a Context, never
-the backend: the device's limits (`info`), compiled pipelines of metal/ files, buffers
-around numpy arrays, device scratch memory, and running a dispatch list. It returns
+An encoder (gemm.py, conv2d.py, pool.py, softmax.py, norm.py, attention.py) receives a
+Context, the device layer, never the backend: the device's `limits`, `compiled`
+pipelines of metal/ files, `buffer`s around numpy arrays, device `scratch` memory, and
+`submit` to run a dispatch list. It returns
 (timing, record): the (gpu_ms, wall_ms) of its command buffer (None when there was
 nothing to run) and what ran (configuration, kernel, lookup level); the backend keeps
 both for bench (Backend.last_timing / last_config).
@@ -18,7 +19,12 @@ maximum the choice assumed. Then, for any pipeline limit >= 32:
   - a helper kernel of no configuration (gemm's split-K reduction, batch_norm's finish)
     runs min(its size, the limit) threads per threadgroup (helper_threads).
 """
+import hashlib
+import threading
+
 from mpskern import _native
+from mpskern.backends.base import device_info
+from mpskern.paths import metal_source
 from mpskern.tuning import spaces
 
 MAX_GRID_YZ = 65535     # threadgroups along a grid's y and z that every Metal GPU takes
@@ -39,36 +45,91 @@ def suffix(dtype):
 
 
 class Context:
-    """The device-level operations an encoder may use (see the module docstring)."""
-    __slots__ = ("_backend",)
+    """The Metal (or simulated) device as the encoders use it: created on first use, kernels
+    compiled once (Metal: at run time from source; sim: mpskern.sim's front-end and host
+    compiler) into a pipeline cache keyed by (source, kernel, macros, check), buffers around
+    numpy memory, dispatch lists run in one command buffer. GpuBackend owns one; its
+    pipeline/wrap/run for users' own kernels (mpskern.kernel) come here too."""
 
-    def __init__(self, backend):
-        self._backend = backend     # the GpuBackend: encoders see only these members
+    def __init__(self, kind):
+        self.kind = kind                # "metal" or "sim"
+        self._native = None
+        self._pipelines = {}
+        self._libraries = {}
+        self._lock = threading.RLock()
+        self._check = False
 
     @property
-    def info(self):
-        """The device's limits and names (_native.Device.info())."""
-        return self._backend.info
+    def native(self):
+        """The _native.Device (created on first use)."""
+        if self._native is None:
+            with self._lock:
+                if self._native is None:
+                    self._native = _native.Device(self.kind)
+        return self._native
 
-    def pipeline(self, kernel, file, macros=None):
-        """The compiled pipeline of `kernel` in metal/`file` with `macros` (cached)."""
-        return self._backend.pipeline(kernel, file=file, macros=macros)
+    @property
+    def limits(self):
+        """The device's names and limits (Backend.info; a new dict each time:
+        set_sim_options may change the simulated family and limits)."""
+        return device_info(self.native)
 
-    def wrap(self, array, writable=False):
+    def set_sim_options(self, **options):
+        """Simulator options (see _native.Device.set_sim_options: check_mode, order, seed,
+        workers, family, limits, time_limit). check_mode=True also makes later pipelines
+        compile with the checking instrumentation, so every op runs checked until it is
+        turned off."""
+        self.native.set_sim_options(**options)
+        self._check = bool(options.get("check_mode", False)) and self.kind == "sim"
+
+    def compiled(self, kernel, file=None, macros=None, *, source=None, check=None):
+        """The compiled pipeline of `kernel` in metal/`file` (or in MSL `source` text) with
+        preprocessor `macros`; cached. check=None follows set_sim_options(check_mode=...)."""
+        if check is None:
+            check = self._check
+        if (file is None) == (source is None):
+            raise ValueError("give exactly one of file= or source=")
+        if file is not None:
+            source = metal_source(file)
+        macros = {k: macros[k] for k in sorted(macros or {})}
+        key = (hashlib.sha1(source.encode()).hexdigest(), kernel, tuple(macros.items()),
+               bool(check) and self.kind == "sim")
+        p = self._pipelines.get(key)
+        if p is None:
+            with self._lock:
+                p = self._pipelines.get(key)
+                if p is None:
+                    # one library per (source, macros, check): a file's kernels share it
+                    lkey = (key[0],) + key[2:]
+                    lib = self._libraries.get(lkey)
+                    if lib is None:
+                        if self.kind == "sim":
+                            from mpskern import sim
+                            lib = self.native.library_load(
+                                sim.build_library(source, macros, check=key[3], origin=file))
+                        else:
+                            lib = self.native.library_from_source(source, macros)
+                        self._libraries[lkey] = lib
+                    p = lib.pipeline(kernel)
+                    self._pipelines[key] = p
+        return p
+
+    def buffer(self, array, writable=False):
         """A device buffer over a C-contiguous numpy array (zero-copy where possible)."""
-        return self._backend.device.wrap(array, writable)
+        return self.native.wrap(array, writable)
 
-    def alloc(self, nbytes):
+    def scratch(self, nbytes):
         """Device scratch memory."""
-        return self._backend.device.alloc(nbytes)
+        return self.native.alloc(nbytes)
 
-    def run(self, dispatches, record, outputs=()):
+    def submit(self, dispatches, record=None, outputs=(), time_limit=None):
         """Run the dispatch list in one command buffer, make the `outputs` buffers' device
-        writes visible in their arrays, and return (timing, record + zero_copy)."""
-        t = self._backend.device.run(dispatches)
+        writes visible in their arrays, and return (timing, record + zero_copy).
+        time_limit: seconds (sim)."""
+        t = self.native.run(dispatches, time_limit)
         for b in outputs:
             b.sync()
-        return t, dict(record, zero_copy=_zero_copy(dispatches))
+        return t, None if record is None else dict(record, zero_copy=_zero_copy(dispatches))
 
 
 def nothing(record=None):
@@ -81,7 +142,7 @@ def configure(ctx, space, dtype, shape, config=None):
     """(config, lookup level) of a dispatch of `space` at the op's `shape` key: the caller's
     `config` checked against the device and the problem (level "forced"), else the Choice
     of spaces.select (forced by lookup.forced, tuned, family default or generic)."""
-    info = ctx.info
+    info = ctx.limits
     if config is not None:
         cfg = dict(config)
         spaces.require(space, cfg, info, shape=shape)
@@ -95,11 +156,11 @@ def pipelines(ctx, space, dtype, shape, cfg, level, kernels):
     threadgroup)], compiled from the space's metal file with the configuration's macros,
     each fitting its own pipeline's thread limit (the module docstring's rule)."""
     file = spaces.space(space).file
-    info = ctx.info
+    info = ctx.limits
     while True:
         wanted = kernels(cfg)
         macros = spaces.macros(space, cfg)
-        pipes = [ctx.pipeline(k, file, macros) for k, _ in wanted]
+        pipes = [ctx.compiled(k, file, macros) for k, _ in wanted]
         over = [(k, t, p.max_threads) for (k, t), p in zip(wanted, pipes)
                 if p.max_threads and t > p.max_threads]
         if not over:
@@ -115,7 +176,7 @@ def pipelines(ctx, space, dtype, shape, cfg, level, kernels):
                 continue
         k, t, m = over[0]
         raise ValueError(f"{space} configuration {cfg} is invalid on "
-                         f"{ctx.info.get('name', 'this device')}: {k} runs {t} threads per "
+                         f"{ctx.limits.get('name', 'this device')}: {k} runs {t} threads per "
                          f"threadgroup > the pipeline's {m}" + (
                              "; pin a smaller configuration (or let the lookup choose one)"
                              if level == "forced" else

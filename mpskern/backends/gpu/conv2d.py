@@ -71,12 +71,12 @@ def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
             raise Unsupported(f"conv2d: grid {grid} exceeds {MAX_GRID_YZ} threadgroups along "
                               "y or z; split the channels into smaller calls")
     record = dict(cfg, kernel=pipe.name, level=level)
-    by = ctx.wrap(y, writable=True)
+    by = ctx.buffer(y, writable=True)
     # C == 0 leaves x and w empty (never read; Metal has no zero-length buffers); a
     # missing bias is never read either
-    bx = ctx.wrap(x) if x.size else by
-    bw = ctx.wrap(w) if w.size else by
-    bb = ctx.wrap(bias) if bias is not None else by
+    bx = ctx.buffer(x) if x.size else by
+    bw = ctx.buffer(w) if w.size else by
+    bb = ctx.buffer(bias) if bias is not None else by
     packed = _native.pack_args("conv2d", args)
-    return ctx.run([dict(pipeline=pipe, grid=grid, threadgroup=(threads, 1, 1),
+    return ctx.submit([dict(pipeline=pipe, grid=grid, threadgroup=(threads, 1, 1),
                          bindings=[bx, bw, bb, by, packed])], record, outputs=[by])

@@ -38,20 +38,20 @@ def gemm(ctx, args, dtype, A, B, C, out, config=None):
                           f"{cdiv(M, cfg['BM'])} row tiles: a grid dimension exceeds "
                           f"{MAX_GRID_YZ} threadgroups; split the batch into smaller calls")
     packed = _native.pack_args("gemm", dict(args, split_k=split))
-    bO = ctx.wrap(out, writable=True)
+    bO = ctx.buffer(out, writable=True)
     # K == 0: A and B are empty and never read; bind something real (Metal has no
     # zero-length buffers)
-    bA = ctx.wrap(A) if A.size else bO
-    bB = ctx.wrap(B) if B.size else bO
-    bC = bO if C is None or C is out else ctx.wrap(C)
-    partial = ctx.alloc(4 * split * batch * M * N) if split > 1 else bO
+    bA = ctx.buffer(A) if A.size else bO
+    bB = ctx.buffer(B) if B.size else bO
+    bC = bO if C is None or C is out else ctx.buffer(C)
+    partial = ctx.scratch(4 * split * batch * M * N) if split > 1 else bO
     run = [dict(pipeline=pipe, grid=(cdiv(N, cfg["BN"]), cdiv(M, cfg["BM"]), batch * split),
                 threadgroup=(spaces.threads(SPACE, cfg), 1, 1),
                 bindings=[bA, bB, bC, bO, packed, partial])]
     if split > 1:
-        red = ctx.pipeline(f"gemm_splitk_reduce_{suffix(dtype)}", spaces.SPACES[SPACE].file,
+        red = ctx.compiled(f"gemm_splitk_reduce_{suffix(dtype)}", spaces.SPACES[SPACE].file,
                            spaces.macros(SPACE, cfg))
         t = helper_threads(red, REDUCE_THREADS)
         run.append(dict(pipeline=red, grid=(cdiv(batch * M * N, t), 1, 1), threadgroup=(t, 1, 1),
                         bindings=[partial, bC, bO, packed]))
-    return ctx.run(run, record, outputs=[bO])
+    return ctx.submit(run, record, outputs=[bO])

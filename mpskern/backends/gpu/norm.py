@@ -20,7 +20,7 @@ from mpskern.tuning import spaces
 def _optional(ctx, v, fallback):
     """Absent weight/bias: the kernel never reads it (has_weight/has_bias == 0), but the
     slot still needs a buffer."""
-    return fallback if v is None else ctx.wrap(v)
+    return fallback if v is None else ctx.buffer(v)
 
 
 def _rows_op(ctx, op, kind, args, dtype, x, weight, bias, y, rows, n, config):
@@ -29,10 +29,10 @@ def _rows_op(ctx, op, kind, args, dtype, x, weight, bias, y, rows, n, config):
     cfg, level = configure(ctx, op, dtype, (rows, n), config)
     cfg, level, (pipe,) = pipelines(ctx, op, dtype, (rows, n), cfg, level, lambda c: [
         (f"norm_{kind}_{c['variant']}_{suffix(dtype)}", R.row_threads(c))])
-    xb, yb = ctx.wrap(x), ctx.wrap(y, writable=True)
+    xb, yb = ctx.buffer(x), ctx.buffer(y, writable=True)
     binds = [xb, _optional(ctx, weight, xb), _optional(ctx, bias, xb), yb,
              _native.pack_args(op, args)]
-    return ctx.run([R.row_dispatch(pipe, cfg, rows, binds)],
+    return ctx.submit([R.row_dispatch(pipe, cfg, rows, binds)],
                    dict(cfg, kernel=pipe.name, level=level), outputs=[yb])
 
 
@@ -70,24 +70,25 @@ def batch_norm(ctx, args, dtype, x, running_mean, running_var, weight, bias, y, 
     cfg, level, pipes = pipelines(ctx, op, dtype, (N, C, HW), cfg, level, kernels)
     apply, threads = pipes[0], cfg.get("threads", 256)
     packed = _native.pack_args(op, args)
-    xb, yb = ctx.wrap(x), ctx.wrap(y, writable=True)
+    xb, yb = ctx.buffer(x), ctx.buffer(y, writable=True)
     wb, bb = _optional(ctx, weight, xb), _optional(ctx, bias, xb)
     outputs = [yb]
     if not training:
-        rm, rv = ctx.wrap(running_mean), ctx.wrap(running_var)
+        rm, rv = ctx.buffer(running_mean), ctx.buffer(running_var)
         run = [R.elementwise_dispatch(apply, threads, N * C * HW, [xb, rm, rv, wb, bb, yb, packed])]
     else:
         split = spaces.stats_split(cfg, N, C, HW)
-        partial = ctx.wrap(np.empty(3 * C * split, np.float32), writable=True)
-        stats = ctx.wrap(np.empty(2 * C, np.float32), writable=True)
+        partial = ctx.buffer(np.empty(3 * C * split, np.float32), writable=True)
+        stats = ctx.buffer(np.empty(2 * C, np.float32), writable=True)
         if args["has_running"]:
-            rm = ctx.wrap(running_mean, writable=True)
-            rv = ctx.wrap(running_var, writable=True)
+            rm = ctx.buffer(running_mean, writable=True)
+            rv = ctx.buffer(running_var, writable=True)
             outputs += [rm, rv]
         else:
             rm = rv = stats       # never touched: has_running == 0
         nsplit = np.int32(split).tobytes()
-        fin = ctx.pipeline("norm_batch_finish_f32", spaces.SPACES[op].file, spaces.macros(op, cfg))
+        fin = ctx.compiled("norm_batch_finish_f32", spaces.SPACES[op].file,
+                           spaces.macros(op, cfg))
         mean, var = (stats, 0), (stats, 4 * C)
         run = [R.row_dispatch(pipes[1], cfg, C * split, [xb, partial, packed, nsplit]),
                R.elementwise_dispatch(fin, helper_threads(fin, 32), C,
@@ -95,4 +96,4 @@ def batch_norm(ctx, args, dtype, x, running_mean, running_var, weight, bias, y, 
                R.elementwise_dispatch(apply, threads, N * C * HW,
                                       [xb, mean, var, wb, bb, yb, packed])]
         cfg = dict(cfg, split=split)
-    return ctx.run(run, dict(cfg, level=level), outputs=outputs)
+    return ctx.submit(run, dict(cfg, level=level), outputs=outputs)

@@ -22,7 +22,7 @@ def pool2d(ctx, args, dtype, x, y, config=None):
     kernel = f"pool_{mode}_{suffix(dtype)}"
     cfg, level, (pipe,) = pipelines(ctx, SPACE, dtype, shape, cfg, level,
                                     lambda c: [(kernel, c["threads"])])
-    xb, yb = ctx.wrap(x), ctx.wrap(y, writable=True)
+    xb, yb = ctx.buffer(x), ctx.buffer(y, writable=True)
     run = [R.elementwise_dispatch(pipe, cfg["threads"], shape[0] * shape[1] * shape[2] * shape[3],
                                   [xb, yb, _native.pack_args("pool2d", args)])]
-    return ctx.run(run, dict(cfg, kernel=kernel, level=level), outputs=[yb])
+    return ctx.submit(run, dict(cfg, kernel=kernel, level=level), outputs=[yb])

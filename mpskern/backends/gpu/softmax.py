@@ -33,11 +33,11 @@ def softmax(ctx, args, dtype, x, y, config=None):
     cols = op == "softmax_cols"
     cfg, level, (pipe,) = pipelines(ctx, op, dtype, shape, cfg, level, lambda c: [
         (f"softmax_{c['variant']}_{suffix(dtype)}", c["threads"] if cols else R.row_threads(c))])
-    xb, yb = ctx.wrap(x), ctx.wrap(y, writable=True)
+    xb, yb = ctx.buffer(x), ctx.buffer(y, writable=True)
     packed = _native.pack_args("softmax", args)
     rows = args["outer"] * args["inner"]
     if cols:
         run = [R.elementwise_dispatch(pipe, cfg["threads"], rows, [xb, yb, packed])]
     else:
         run = [R.row_dispatch(pipe, cfg, rows, [xb, yb, packed])]
-    return ctx.run(run, dict(cfg, kernel=pipe.name, level=level), outputs=[yb])
+    return ctx.submit(run, dict(cfg, kernel=pipe.name, level=level), outputs=[yb])

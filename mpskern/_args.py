@@ -76,17 +76,23 @@ def too_big(name, shape, op):
 
 
 def same_dtype(x, name, ref, ref_name, op):
-    """An array operand that must have the dtype of `ref` (e.g. conv weight vs x)."""
+    """An operand that must have the dtype of `ref` (e.g. conv weight vs x). THE MIXED-DTYPE
+    RULE, for every op: the operands (the arrays an op computes on: x, a, b, c, conv2d's
+    and linear's weight, query/key/value) share one dtype, which the result has; the
+    per-channel or per-feature vectors (biases, the norms' weight and bias, running
+    statistics: see vector()) may be float32 or float16 with either, and are used in float32."""
     y, _ = array(x, name, op)
     if y.dtype != ref.dtype:
-        raise TypeError(f"{op}: {name} has dtype {y.dtype} but {ref_name} has {ref.dtype}; "
-                        f"cast one so they match, e.g. {name}.astype({ref_name}.dtype)")
+        raise TypeError(f"{op}: {name} has dtype {y.dtype} but {ref_name} has {ref.dtype}; an "
+                        "op's operands share one dtype (only per-channel vectors such as biases "
+                        f"may be float32 with float16): pass {name}.astype(np.{ref.dtype.name})")
     return y
 
 
 def vector(v, name, n, what, op, writable=False):
     """A per-channel / per-feature parameter as a C-contiguous float32 array of shape
-    `n` (int or tuple). It may be given as float32 or float16. None stays None."""
+    `n` (int or tuple). It may be given as float32 or float16, whatever the operands'
+    dtype (same_dtype states the rule). None stays None."""
     if v is None:
         return None
     if type(v) is not _ndarray:
@@ -114,6 +120,15 @@ def axis(a, ndim, name, shape, op):
         raise ValueError(f"{op}: {name}={a} is out of range for an array with shape "
                          f"{tuple(shape)} (ndim {ndim}); use a value in {-ndim}..{ndim - 1}")
     return i + ndim if i < 0 else i
+
+
+def alias(value, name, own, own_name, default, op):
+    """The value of an option given by another library's name (torch's dim= for axis=):
+    `value`, unless the option was given under both names."""
+    if own is not default and own != value:
+        raise TypeError(f"{op}: {name}={value!r} and {own_name}={own!r} name the same option "
+                        f"({name} is torch's name for {own_name}); give only {own_name}=")
+    return value
 
 
 def real(v, name, op):

@@ -81,8 +81,11 @@ def matmul(a, b):
     return np.asarray(a @ b)
 
 
-def gemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
+def gemm(a, b, c=None, alpha=1.0, beta=None, trans_a=False, trans_b=False):
+    """beta=None: 1 with c, else 0 (torch.addmm); beta=0 ignores c (NaN in it too)."""
     a, b, c = f64(a, b, c)
+    if beta is None:
+        beta = 0.0 if c is None else 1.0
     if trans_a:
         a = np.swapaxes(a, -1, -2)
     if trans_b:
@@ -91,6 +94,13 @@ def gemm(a, b, c=None, alpha=1.0, beta=0.0, trans_a=False, trans_b=False):
     if c is not None and beta != 0:
         y = y + beta * c
     return y
+
+
+def linear(x, weight, bias=None):
+    """x @ weight.T + bias (torch.nn.functional.linear)."""
+    x, w, bias = f64(x, weight, bias)
+    y = x @ w.T
+    return y if bias is None else y + bias
 
 
 # -- conv2d -------------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ MASK = rng.random((3, 9, 9)) > 0.3
 
 CASES = {
     "matmul": lambda x: mpskern.matmul(x.reshape(6, 99)[:, :37], x.reshape(99, 6)[:37], backend="sim"),
+    "linear": lambda x: mpskern.linear(x[:, :, :5], W.reshape(12, 9)[:7, :2].repeat(
+        6, axis=1)[:, :11].astype(x.dtype), ONES3[:1].repeat(7), backend="sim"),
     "conv2d": lambda x: mpskern.conv2d(x, W.astype(x.dtype), stride=2, padding=1, backend="sim"),
     "softmax": lambda x: mpskern.softmax(x, axis=-1, backend="sim"),
     "softmax_axis1": lambda x: mpskern.softmax(x, axis=1, backend="sim"),

@@ -4,6 +4,7 @@ selftest` and the tests share. mpskern/__init__.py re-exports __all__."""
 from mpskern.ops.attention import ATTENTION, scaled_dot_product_attention
 from mpskern.ops.conv2d import CONV2D, conv2d
 from mpskern.ops.devices import Device, devices
+from mpskern.ops.linear import LINEAR, linear
 from mpskern.ops.matmul import GEMM, MATMUL, gemm, matmul
 from mpskern.ops.norm import (BATCH_NORM, GROUP_NORM, LAYER_NORM, RMS_NORM, batch_norm,
                               group_norm, layer_norm, rms_norm)
@@ -11,11 +12,11 @@ from mpskern.ops.pool import AVG_POOL2D, MAX_POOL2D, avg_pool2d, max_pool2d
 from mpskern.ops.softmax import LOG_SOFTMAX, SOFTMAX, log_softmax, softmax
 
 __all__ = ["avg_pool2d", "batch_norm", "conv2d", "Device", "devices", "gemm", "group_norm",
-           "layer_norm", "log_softmax", "matmul", "max_pool2d", "rms_norm",
+           "layer_norm", "linear", "log_softmax", "matmul", "max_pool2d", "rms_norm",
            "scaled_dot_product_attention", "softmax"]
 
 # the op table, in the order tools list the ops
-TABLE = {op.name: op for op in (CONV2D, MATMUL, GEMM, MAX_POOL2D, AVG_POOL2D, SOFTMAX,
+TABLE = {op.name: op for op in (CONV2D, MATMUL, GEMM, LINEAR, MAX_POOL2D, AVG_POOL2D, SOFTMAX,
                                 LOG_SOFTMAX, LAYER_NORM, RMS_NORM, BATCH_NORM, GROUP_NORM,
                                 ATTENTION)}
 

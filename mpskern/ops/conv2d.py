@@ -21,18 +21,22 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
     if w.ndim != 4:
         raise ValueError(f"{op}: weight has shape {w.shape}; conv2d takes weight "
                          "(K, C/groups, R, S)")
+    xshape = x.shape
     if unbatched:
         x = x.reshape((1,) + x.shape)
     N, C, H, W = x.shape
     K, Cg, R, S = w.shape
     g = _args.whole(groups, "groups", op, 1)
     if C % g or K % g:
-        raise ValueError(f"{op}: groups={g} must divide both the input channels (x.shape[1]={C}) "
-                         f"and the output channels (weight.shape[0]={K}); pick a common divisor")
+        raise ValueError(f"{op}: groups={g} must divide both the input channels "
+                         f"(x.shape[1]={C}) and the output channels (weight.shape[0]={K}); "
+                         "pick a common divisor"
+                         + _layout_hint(x.shape, w.shape, g, xshape))
     if Cg != C // g:
         raise ValueError(f"{op}: weight has shape {w.shape} but x has {C} channels "
-                         f"(x.shape={tuple(x.shape)}) and groups={g}, so weight.shape[1] must be "
-                         f"C/groups = {C // g}; fix weight or groups")
+                         f"(x.shape={xshape}) and groups={g}, so weight.shape[1] must be "
+                         f"C/groups = {C // g}; fix weight or groups"
+                         + _layout_hint(x.shape, w.shape, g, xshape))
     s = positive_pair(stride, "stride", op)
     d = positive_pair(dilation, "dilation", op)
     (ph, pw), (P, Q) = conv_padding(padding, (H, W), (R, S), s, d, op)
@@ -50,6 +54,24 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
                                has_bias=b is not None)
     be.conv2d(args, code, x, w, b, y)
     return _args.finish(y, out)
+
+
+def _layout_hint(xs, ws, g, given):
+    """What to add to a channel mismatch when x or weight looks channels-last (NHWC input,
+    TensorFlow's (R, S, C, K) or (K, R, S, C) weights): mpskern takes NCHW / (K, C/g, R, S)."""
+    cg = ws[1]
+    hint = ""
+    if xs[3] == cg * g and xs[1] != cg * g:
+        t = "x.transpose(2, 0, 1)" if len(given) == 3 else "x.transpose(0, 3, 1, 2)"
+        hint += (f"; x looks channels-last (NHWC: its last dimension, {xs[3]}, is the weight's "
+                 f"channel count): mpskern takes NCHW, pass np.ascontiguousarray({t})")
+    for layout, c, perm in (("(R, S, C, K)", ws[2], "(3, 2, 0, 1)"),
+                            ("(K, R, S, C)", ws[3], "(0, 3, 1, 2)")):
+        if c * g == xs[1] and cg * g != xs[1]:
+            hint += (f"; weight looks {layout} (channels-last): mpskern takes (K, C/groups, R, "
+                     f"S), pass np.ascontiguousarray(weight.transpose{perm})")
+            break
+    return hint
 
 
 # -- the op table's entry -------------------------------------------------------------------

@@ -81,11 +81,15 @@ def _result(y, out):
     return _args.finish(y, out)
 
 
-def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, backend="auto",
+def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, backend="auto",
          out=None):
     """alpha * op(a) @ op(b) + beta * c, where op transposes the last two dimensions when
     trans_a / trans_b is set. a and b are 2-D (M, K) / (K, N) or batched 3-D (a batch of 1
-    broadcasts); c broadcasts to the result's shape and has a's dtype."""
+    broadcasts); c broadcasts to the result's shape and has a's dtype.
+
+    beta=None (the default) means 1 when c is given and 0 without it, as torch.addmm: so
+    gemm(a, b, c) is a @ b + c. An explicit beta=0 with c ignores c entirely (NaN or Inf
+    in it do not reach the result, as torch.addmm documents); a nonzero beta needs c."""
     op = "gemm"
     a, code = _args.array(a, "a", op)
     b = _args.same_dtype(b, "b", a, "a", op)
@@ -94,7 +98,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, bac
             raise ValueError(f"{op}: {nm} has shape {x.shape}; gemm takes 2-D matrices or 3-D "
                              "batches of them (use matmul for other ranks)")
     alpha = _args.real(alpha, "alpha", op)
-    beta = _args.real(beta, "beta", op)
+    beta = (0.0 if c is None else 1.0) if beta is None else _args.real(beta, "beta", op)
     ta, tb = _args.flag(trans_a, "trans_a", op), _args.flag(trans_b, "trans_b", op)
     c_user = c
     M, K = a.shape[-1:-3:-1] if ta else a.shape[-2:]

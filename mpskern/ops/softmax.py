@@ -11,17 +11,21 @@ from mpskern.ops.op import Check, Field, Op, normal
 from mpskern.structs import softmax_args
 
 
-def softmax(x, axis=-1, *, backend="auto", out=None):
-    """exp(x - max) / sum(exp(x - max)) along `axis` (numerically stable)."""
-    return _softmax(x, axis, backend, out, 0, "softmax")
+def softmax(x, axis=-1, *, backend="auto", out=None, dim=None):
+    """exp(x - max) / sum(exp(x - max)) along `axis` (numerically stable). dim= is
+    torch's name for axis= and may be given instead of it."""
+    return _softmax(x, axis, backend, out, 0, "softmax", dim)
 
 
-def log_softmax(x, axis=-1, *, backend="auto", out=None):
-    """x - max - log(sum(exp(x - max))) along `axis` (numerically stable)."""
-    return _softmax(x, axis, backend, out, 1, "log_softmax")
+def log_softmax(x, axis=-1, *, backend="auto", out=None, dim=None):
+    """x - max - log(sum(exp(x - max))) along `axis` (numerically stable). dim= is
+    torch's name for axis= and may be given instead of it."""
+    return _softmax(x, axis, backend, out, 1, "log_softmax", dim)
 
 
-def _softmax(x, axis, backend, out, log, op):
+def _softmax(x, axis, backend, out, log, op, dim):
+    if dim is not None:
+        axis = _args.alias(dim, "dim", axis, "axis", -1, op)
     x, code = _args.array(x, "x", op)
     shape = x.shape
     nd = len(shape)

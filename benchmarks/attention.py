@@ -26,9 +26,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))          # a checkout's in-place build, without installing
 sys.path.insert(0, str(HERE))
-import cpu_vs_peers as P  # noqa: E402  (the timing protocol: bench, check, fmt_t, GAP)
+import cpu_vs_peers as P  # noqa: E402  (the timing protocol; puts a checkout's in-place build first)
 import mpskern  # noqa: E402
 import torch  # noqa: E402  (cpu_vs_peers exits with a hint when torch is missing)
 import torch.nn.functional as F  # noqa: E402

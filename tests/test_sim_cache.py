@@ -6,6 +6,7 @@ naming MPSKERN_CACHE_DIR. Every run is a fresh process with its own cache folder
 keeps what it loaded, so damage shows in the next one), for a built-in op and a user kernel."""
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -155,3 +156,36 @@ def test_unusable_cache_folder_names_mpskern_cache_dir(tmp_path):
     last = r.stderr.strip().splitlines()[-1]
     assert "MPSKERN_CACHE_DIR" in last and str(blocker / "cache") in last, r.stderr[-2000:]
     assert "Segmentation" not in r.stderr and "Bus error" not in r.stderr
+
+
+@pytest.mark.parametrize("to", ["the process", "its process group"])
+def test_ctrl_c_while_compiling_leaves_no_temporary_file(tmp_path, to):
+    """Ctrl-C while the compiler runs (a terminal sends SIGINT to the whole process group,
+    `kill -INT` to the process only) is a KeyboardInterrupt, not a compile error, and leaves
+    nothing half-made in the cache: the next run builds the entry and gets the answer."""
+    import signal
+    import time
+    code, want = PROGRAMS["user kernel"]
+    env = dict(os.environ, MPSKERN_CACHE_DIR=str(tmp_path))
+    p = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not glob.glob(str(tmp_path / "sim" / "*.cc")):    # the compiler's input
+            assert p.poll() is None and time.time() < deadline, "no compile seen"
+            time.sleep(0.02)
+        time.sleep(0.2)                                        # the compiler is running
+        if to == "the process":
+            p.send_signal(signal.SIGINT)
+        else:
+            os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == -signal.SIGINT, f"rc {p.returncode}\n{err[-2000:]}"
+    assert err.strip().splitlines()[-1] == "KeyboardInterrupt", err[-2000:]
+    leftovers = [f for f in os.listdir(tmp_path / "sim")
+                 if not f.endswith(".lock") and not re.fullmatch(r"stubs-[0-9a-f]+", f)]
+    assert not leftovers, f"left in the cache: {leftovers}"
+    _check(_run(code, tmp_path), want, "the run after the interrupted one")

@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -140,11 +141,11 @@ def _stub_dir():
             for name in os.listdir(SIM_INCLUDE_DIR):
                 if name.startswith("metal_"):
                     open(os.path.join(tmp, name), "w").close()
-        except OSError as e:
-            raise _cache_error(e, tmp) from None
-        try:
             os.rename(tmp, d)
-        except OSError:
+        except OSError as e:
+            if not os.path.isdir(d):          # (else another builder renamed first: fine)
+                raise _cache_error(e, tmp) from None
+        finally:                              # an error or Ctrl-C leaves no tmp folder
             shutil.rmtree(tmp, ignore_errors=True)
     return d
 
@@ -297,42 +298,44 @@ def _compile(source, macros, check, key, out):
     try:
         fd, tmp_cc = tempfile.mkstemp(suffix=".cc", prefix=key[:12] + "-",
                                       dir=os.path.dirname(out))
-        with os.fdopen(fd, "w") as f:
-            f.write(tr.text)
     except OSError as e:
         raise _cache_error(e, out) from None
-    tmp_so = tmp_cc[:-3] + ".so"
-    cmd = [cxx] + cxx_flags() + (CHECK_FLAGS if check else []) + ["-I", SIM_INCLUDE_DIR, tmp_cc,
-                                                                 "-o", tmp_so]
+    keep = os.environ.get("MPSKERN_SIM_KEEP")
+    stem = tmp_cc[:-3]
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(tr.text)
+        _run_compiler(cxx, check, tmp_cc, stem, keep)
+        if keep:
+            os.replace(tmp_cc, out[:-3] + ".cc")
+        _publish(stem + ".so", out)
+    except OSError as e:
+        raise _cache_error(e, out) from None
+    finally:
+        # whatever ends the build (an error, Ctrl-C) leaves no temporary file in the cache
+        for tmp in ([] if keep else [tmp_cc]) + [stem + x for x in (
+                ".o", ".so", ".so.sum")]:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _run_compiler(cxx, check, tmp_cc, stem, keep):
+    """Compile tmp_cc into stem.so (KernelCompileError with the compiler's log if it fails)."""
+    tmp_so = stem + ".so"
     if check:
         # instrument, but do not link libtsan: the library defines the hooks itself
-        obj = tmp_cc[:-3] + ".o"
+        obj = stem + ".o"
         r = _run([cxx] + [f for f in cxx_flags() if f != "-shared"] + CHECK_FLAGS +
                  ["-c", "-I", SIM_INCLUDE_DIR, tmp_cc, "-o", obj])
         if r.returncode == 0:
             r = _run([cxx, "-shared", obj, "-o", tmp_so, "-lm"])
-        if os.path.exists(obj):
-            os.unlink(obj)
     else:
-        r = _run(cmd + ["-lm"])
-    keep = os.environ.get("MPSKERN_SIM_KEEP")
+        r = _run([cxx] + cxx_flags() + ["-I", SIM_INCLUDE_DIR, tmp_cc, "-o", tmp_so, "-lm"])
+    if r.returncode == -signal.SIGINT:       # Ctrl-C reached the compiler too
+        raise KeyboardInterrupt
+    if r.returncode < 0:                # killed (out of memory?): not the source's fault
+        raise KernelCompileError(f"simulator: the compiler {cxx} was killed by signal "
+                                 f"{-r.returncode}:\n" + _log(r.stderr))
     if r.returncode != 0:
-        if not keep:
-            os.unlink(tmp_cc)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_so)
-        if r.returncode < 0:                # killed (out of memory?): not the source's fault
-            raise KernelCompileError(f"simulator: the compiler {cxx} was killed by signal "
-                                     f"{-r.returncode}:\n" + _log(r.stderr))
         raise KernelCompileError("simulator: the kernel source does not compile:\n" +
                                  _log(r.stderr) + (f"\n(generated C++: {tmp_cc})" if keep else ""))
-    try:
-        if keep:
-            os.replace(tmp_cc, out[:-3] + ".cc")
-        else:
-            os.unlink(tmp_cc)
-        _publish(tmp_so, out)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_so)
-        raise _cache_error(e, out) from None

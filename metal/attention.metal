@@ -186,6 +186,7 @@ inline void att_load_kv(threadgroup float* Ks, threadgroup float* Vs, const devi
     mk_load_tile(Vs, MK_D, 1, v + p.vo, a.Ev, false, MK_BK, MK_D, j0, 0, a.S, a.Ev, tid, ATT_NT);
 }
 
+#if !defined(MK_NO_SIMDGROUP_MATRIX)   // (GPUs without simdgroup matrices: the tiled kernel only)
 // ---------------------------------------------------------------- simdgroup_matrix kernel
 template <typename T>
 kernel void attention_simd(const device T* q [[buffer(0)]],
@@ -269,6 +270,8 @@ kernel void attention_simd(const device T* q [[buffer(0)]],
     att_store(o, l, out, a, p, i, c.col);
 }
 
+#endif  // !MK_NO_SIMDGROUP_MATRIX
+
 // ---------------------------------------------------------------- scalar (tiled) kernel
 #if ATT_TILED_FITS
 template <typename T>
@@ -339,6 +342,7 @@ kernel void attention_tiled(const device T* q [[buffer(0)]],
 #endif  // ATT_TILED_FITS
 
 // Explicit instantiations: the host names are the kernels' names (op_variant_dtype).
+#if !defined(MK_NO_SIMDGROUP_MATRIX)
 template [[host_name("attention_simd_f32")]] kernel void attention_simd<float>(
     const device float* q [[buffer(0)]], const device float* k [[buffer(1)]],
     const device float* v [[buffer(2)]], const device uchar* mbool [[buffer(3)]],
@@ -353,6 +357,7 @@ template [[host_name("attention_simd_f16")]] kernel void attention_simd<half>(
     constant mk_attention_args& a [[buffer(6)]],
     uint3 tgp [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
     uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]);
+#endif
 
 #if ATT_TILED_FITS
 template [[host_name("attention_tiled_f32")]] kernel void attention_tiled<float>(

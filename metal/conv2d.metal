@@ -98,7 +98,7 @@ struct mk_conv_col {
 #define MK_CONV_NO_ROW (-(1 << 28))
 static_assert(MK_AB_FLOATS * 4 + MK_BN * 12 <= 32768,
               "at most 32 KiB of threadgroup memory (tiles + column table)");
-#define MK_CONV_SIMD_FITS (MK_SMEM_FLOATS * 4 + MK_BN * 12 <= 32768)
+#define MK_CONV_SIMD_FITS (MK_SIMD_FITS && MK_SMEM_FLOATS * 4 + MK_BN * 12 <= 32768)
 
 inline void mk_conv_fill_cols(threadgroup mk_conv_col* cols, constant mk_conv2d_args& a,
                               thread const mk_conv_view& v, int j0, int tid)

@@ -36,7 +36,13 @@ static_assert(MK_AB_FLOATS * 4 <= 32768, "at most 32 KiB of threadgroup memory")
 // The simd kernels also hold the output tile, so a tile set that fits the tiled kernels may
 // not fit them: the .metal files compile the simd kernels only where they fit (32 KiB, the
 // threadgroup memory of every Apple GPU family).
+// MK_NO_SIMDGROUP_MATRIX (the Metal shim defines it on GPUs without simdgroup matrices,
+// family Apple6 and older): no simd kernels at all.
+#if defined(MK_NO_SIMDGROUP_MATRIX)
+#define MK_SIMD_FITS 0
+#else
 #define MK_SIMD_FITS (MK_SMEM_FLOATS * 4 <= 32768)
+#endif
 
 // ---------------------------------------------------------------- tiled (scalar) variant
 // A slice staged as As[k*BM + m], B slice as Bs[k*BN + n].
@@ -74,6 +80,7 @@ inline void mk_tiled_step(const threadgroup float* As, const threadgroup float* 
     }
 }
 
+#if !defined(MK_NO_SIMDGROUP_MATRIX)
 // ---------------------------------------------------------------- simdgroup_matrix variant
 // A slice staged row-major as As[m*BK + k], B slice as Bs[k*BN + n].
 struct mk_acc_simd {
@@ -120,5 +127,7 @@ inline void mk_simd_store(thread mk_acc_simd& acc, threadgroup float* Cs, int sr
         }
     }
 }
+
+#endif  // !MK_NO_SIMDGROUP_MATRIX
 
 #endif

@@ -19,7 +19,6 @@ from mpskern._errors import (BackendUnavailable, KernelCheckError, KernelCompile
 ABI_VERSION = MK_ABI_VERSION
 F32 = MK_F32
 F16 = MK_F16
-MAX_BINDINGS = MK_MAX_BINDINGS     # [[buffer(i)]] slots of one dispatch: 0 .. MAX_BINDINGS-1
 
 
 cdef int check(mk_status st) except -1:

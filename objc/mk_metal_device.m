@@ -24,16 +24,17 @@ static int supports_family(void *dev, int f) {
     return [(__bridge id<MTLDevice>)dev supportsFamily:(MTLGPUFamily)(1000 + f)] ? 1 : 0;
 }
 static int metal_family(id<MTLDevice> dev) {
-    return mk_shim_newest_family(supports_family, (__bridge void *)dev);
+    return mk_shim_newest_family(supports_family, (__bridge void *)dev, mk_shim_min_family());
 }
 
 // Apple silicon GPUs (Apple7 or newer): what mpskern's kernels are written for
-// (simdgroup_matrix, 32 KiB threadgroup memory, unified memory).
+// (simdgroup_matrix, 32 KiB threadgroup memory, unified memory); older families only with
+// MPSKERN_METAL_MIN_FAMILY (mk_shim_min_family).
 static NSArray<id<MTLDevice>> *metal_devices(NSArray<id<MTLDevice>> **all_out) {
     NSArray<id<MTLDevice>> *all = MTLCopyAllDevices();
     NSMutableArray<id<MTLDevice>> *ok = [NSMutableArray array];
     for (id<MTLDevice> dev in all)
-        if (metal_family(dev) >= 7) [ok addObject:dev];
+        if (metal_family(dev)) [ok addObject:dev];
     if (all_out) *all_out = all;
     return ok;
 }

@@ -30,6 +30,8 @@ mk_status mk_metal_library_create(mk_device *d, const char *source, const char *
             MTLCompileOptions *opt = [MTLCompileOptions new];
             NSMutableDictionary<NSString *, NSObject *> *dict = [NSMutableDictionary dictionary];
             if ((st = mk_shim_each_macro(macros, add_macro, (__bridge void *)dict)) != MK_OK) return st;
+            const char *family_macro[2] = {mk_shim_family_macro(mk_metal_device(d).family), NULL};
+            if ((st = mk_shim_each_macro(family_macro, add_macro, (__bridge void *)dict)) != MK_OK) return st;
             opt.preprocessorMacros = dict;
             // IEEE semantics, as the simulator runs them: fast math may fold isnan() and infinity
             // comparisons away (max pooling propagates NaN like torch; softmax's -inf masks).

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 mk_status mk_shim_out(void *out, const char *op) {
     if (!out) return mk_set_error(MK_ERR_INVALID, "%s: out is NULL", op);
@@ -91,10 +92,23 @@ void mk_shim_fill_info(mk_device_info *out, const char *name, int family, uint32
     out->page_size = page;
 }
 
-int mk_shim_newest_family(int (*supports)(void *ctx, int family), void *ctx) {
-    for (int f = 10; f >= 7; f--)
+int mk_shim_min_family(void) {
+    const char *e = getenv("MPSKERN_METAL_MIN_FAMILY");
+    if (!e || !*e) return 7;
+    if (strncasecmp(e, "apple", 5) == 0) e += 5;
+    char *end = NULL;
+    long f = strtol(e, &end, 10);
+    return end && *end == 0 && f >= 5 && f <= 7 ? (int)f : 7;
+}
+
+int mk_shim_newest_family(int (*supports)(void *ctx, int family), void *ctx, int lowest) {
+    for (int f = 10; f >= lowest; f--)
         if (supports(ctx, f)) return f;
     return 0;
+}
+
+const char *mk_shim_family_macro(int family) {
+    return family < 7 ? "MK_NO_SIMDGROUP_MATRIX=1" : NULL;
 }
 
 void mk_shim_no_device_why(char *why, size_t why_len, int n_all, const char *const *names) {
@@ -103,7 +117,8 @@ void mk_shim_no_device_why(char *why, size_t why_len, int n_all, const char *con
         snprintf(why, why_len, "no Metal device found (metal needs macOS on Apple silicon)");
         return;
     }
-    int n = snprintf(why, why_len, "metal needs an Apple silicon GPU (family Apple7, M1, or newer); this Mac has: ");
+    int n = snprintf(why, why_len, "metal needs an Apple silicon GPU (family Apple7, M1, or newer; "
+                     "MPSKERN_METAL_MIN_FAMILY=5 admits Apple5/6 without simdgroup matrices); this Mac has: ");
     for (int i = 0; i < n_all && n >= 0 && (size_t)n < why_len; i++)
         n += snprintf(why + n, why_len - (size_t)n, "%s%s", i ? ", " : "", names[i] ? names[i] : "?");
 }

@@ -36,8 +36,15 @@ void mk_shim_fill_info(mk_device_info *out, const char *name, int family, uint32
 
 /* ---------------------------------------------------------------- devices (mk_shim_device.c) */
 
-// The newest Apple GPU family (10 .. 7) `supports(ctx, family)` answers yes for, else 0.
-int mk_shim_newest_family(int (*supports)(void *ctx, int family), void *ctx);
+// The oldest GPU family mpskern uses: Apple7 (simdgroup matrices, 32 KiB threadgroup
+// memory), or what MPSKERN_METAL_MIN_FAMILY says (5 or 6: e.g. the paravirtual Apple5 GPU
+// of hosted CI runners; the kernels then leave out simdgroup matrices).
+int mk_shim_min_family(void);
+// The newest Apple GPU family (10 .. `lowest`) `supports(ctx, family)` answers yes for, else 0.
+int mk_shim_newest_family(int (*supports)(void *ctx, int family), void *ctx, int lowest);
+// The preprocessor macro kernels compile with on a GPU of `family` ("NAME=VALUE"), or NULL:
+// MK_NO_SIMDGROUP_MATRIX=1 below Apple7.
+const char *mk_shim_family_macro(int family);
 // Why no device is usable: the Metal devices there are (none when n == 0) are `names`.
 void mk_shim_no_device_why(char *why, size_t why_len, int n, const char *const *names);
 

@@ -146,7 +146,9 @@ SIGS = {
     "mk_last_error": (ctypes.c_char_p, []),
     "mk_check_binding_sizes": (ctypes.c_int, [P(Dispatch)]),
     "mk_shim_newest_family": (ctypes.c_int, [ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int),
-                                             ctypes.c_void_p]),
+                                             ctypes.c_void_p, ctypes.c_int]),
+    "mk_shim_min_family": (ctypes.c_int, []),
+    "mk_shim_family_macro": (ctypes.c_char_p, [ctypes.c_int]),
     "mk_shim_no_device_why": (None, [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, P(ctypes.c_char_p)]),
     "mk_shim_page_span": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, P(PageSpan)]),
     "mk_shim_zero_copy_allowed": (ctypes.c_int, []),
@@ -320,7 +322,22 @@ def test_newest_family(lib):
     cb = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
     for supported, want in (({7, 8}, 8), ({7}, 7), (set(), 0), ({10, 7}, 10), ({6}, 0), ({9, 8, 7}, 9)):
         f = cb(lambda ctx, fam, s=supported: int(fam in s))
-        assert lib.mk_shim_newest_family(f, None) == want, supported
+        assert lib.mk_shim_newest_family(f, None, 7) == want, supported
+    apple5 = cb(lambda ctx, fam: int(fam == 5))           # a paravirtual CI GPU
+    assert lib.mk_shim_newest_family(apple5, None, 7) == 0
+    assert lib.mk_shim_newest_family(apple5, None, 5) == 5
+
+
+def test_min_family_override_and_kernel_macro(lib, monkeypatch):
+    for env, want in ((None, 7), ("5", 5), ("apple6", 6), ("Apple5", 5), ("4", 7), ("8", 7), ("x", 7), ("", 7)):
+        if env is None:
+            monkeypatch.delenv("MPSKERN_METAL_MIN_FAMILY", raising=False)
+        else:
+            monkeypatch.setenv("MPSKERN_METAL_MIN_FAMILY", env)
+        assert lib.mk_shim_min_family() == want, env
+    assert lib.mk_shim_family_macro(5) == b"MK_NO_SIMDGROUP_MATRIX=1"
+    assert lib.mk_shim_family_macro(6) == b"MK_NO_SIMDGROUP_MATRIX=1"
+    assert lib.mk_shim_family_macro(7) is None and lib.mk_shim_family_macro(10) is None
 
 
 def test_no_device_message(lib):
@@ -330,6 +347,7 @@ def test_no_device_message(lib):
     names = (ctypes.c_char_p * 2)(b"AMD Radeon Pro 5500M", b"Intel UHD Graphics 630")
     lib.mk_shim_no_device_why(buf, 256, 2, names)
     assert buf.value.endswith(b"this Mac has: AMD Radeon Pro 5500M, Intel UHD Graphics 630")
+    assert b"MPSKERN_METAL_MIN_FAMILY=5" in buf.value                # the way to use an older GPU
     small = ctypes.create_string_buffer(b"\xff" * 40, 40)
     lib.mk_shim_no_device_why(small, 30, 2, names)               # truncated, terminated, in bounds
     assert len(small.value) == 29 and small.raw[30:] == b"\xff" * 10

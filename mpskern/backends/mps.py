@@ -14,6 +14,7 @@ import threading
 
 from mpskern import _native
 from mpskern._errors import BackendUnavailable
+from mpskern.backends import mps_quirks
 from mpskern.backends.base import Backend, device_info
 from mpskern.memory import is_page_aligned
 
@@ -56,7 +57,8 @@ class MpsBackend(Backend):
         why = unavailable_reason(self.native)
         if why:
             return False, why
-        return True, f"Metal Performance Shaders on {self.info['name']}"
+        routed = mps_quirks.summary()
+        return True, f"Metal Performance Shaders on {self.info['name']}" + (f"; {routed}" if routed else "")
 
     @property
     def info(self):
@@ -93,7 +95,20 @@ class MpsBackend(Backend):
         self._run("gemm", self.native.mps_gemm, args, dtype, A, B, C, out)
 
     def conv2d(self, args, dtype, x, w, bias, y):
+        quirk = mps_quirks.conv2d_quirk(args, dtype)
+        if quirk is not None:        # a known MPSGraph bug on this macOS: mpskern's own kernels
+            metal = self.routed_to()
+            metal.conv2d(args, dtype, x, w, bias, y)
+            self._record(metal.last_timing, dict(metal.last_config or {},
+                                                   primitive=f"mpskern metal kernels (MPSGraph bug "
+                                                             f"{quirk.name}, docs/macos.md)"))
+            return
         self._run("conv2d", self.native.mps_conv2d, args, dtype, x, w, bias, y)
+
+    def routed_to(self):
+        """The backend that computes the cases MPSGraph gets wrong (mps_quirks)."""
+        from mpskern import backends
+        return backends.get("metal")
 
     def pool2d(self, args, dtype, x, y):
         self._run("pool2d", self.native.mps_pool2d, args, dtype, x, y)

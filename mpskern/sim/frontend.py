@@ -20,10 +20,8 @@ file:line.
 import re
 from dataclasses import dataclass, field
 
-from mpskern._native import MAX_BINDINGS
-
 FRONTEND_VERSION = 3
-MAX_BUFFER_INDEX = MAX_BINDINGS - 1     # Metal: [[buffer(0)]] .. [[buffer(30)]] (objc/mpskern.h)
+MAX_BUFFER_INDEX = 30     # Metal: [[buffer(0)]] .. [[buffer(30)]]
 
 
 class TranslateError(Exception):

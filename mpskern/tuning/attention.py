@@ -46,8 +46,11 @@ def _ladder(shape):
 
 
 def _defaults(dtype, shape=None):
-    """The ladder's blocks that fit the 32 KiB of threadgroup memory every Apple GPU has."""
-    return [c for c in _ladder(shape) if _tg_memory(c) <= 32768]
+    """The ladder's blocks that fit the 32 KiB of threadgroup memory every Apple GPU has
+    (the tiled variant's last, for GPUs without simdgroup matrices)."""
+    simd = [c for c in _ladder(shape) if _tg_memory(c) <= 32768]
+    tiled = [dict(c, variant="tiled") for c in _ladder(shape)]       # no simdgroup matrices
+    return simd + [c for c in tiled if _tg_memory(c) <= 32768]
 
 
 SPACES = {

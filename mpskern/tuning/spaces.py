@@ -75,6 +75,9 @@ def problems(op, config, device_info, *, pipeline_max_threads=None, shape=None):
     if "split_k" in config and config["split_k"] not in sp.runtime.get("split_k", ()):
         out.append(f"split_k={config['split_k']} is not one of {list(sp.runtime['split_k'])}")
     out += sp.rules(config)
+    family = device_info.get("family") or 7
+    if config["variant"] == "simd" and family < 7:
+        out.append(f"variant 'simd' needs simdgroup matrices (Apple7 or newer); this GPU is Apple{family}")
     t = threads(op, config)
     simd = device_info.get("simd_width") or 32
     max_t = device_info.get("max_threads_per_threadgroup") or 1024

@@ -46,7 +46,9 @@ def _first(dtype):
 
 
 def _defaults(dtype, shape=None):
-    return [{"variant": "simd", **t} for t in (_first(dtype),) + _FALLBACKS]
+    # the tiled variant last: for GPUs without simdgroup matrices (spaces.problems)
+    tiles = (_first(dtype),) + _FALLBACKS
+    return [{"variant": "simd", **t} for t in tiles] + [{"variant": "tiled", **t} for t in tiles]
 
 
 _SHIPPED = tuple([{"variant": "simd", **_first(dt)} for dt in ("float32", "float16")]

@@ -311,12 +311,14 @@ def _home():
     return os.path.dirname(os.path.dirname(os.path.abspath(mpskern.__file__)))
 
 
-def _synopsis(doc):
-    """A command shape with placeholders: the subcommand and options exist in its --help."""
+def _synopsis(doc, cwd):
+    """A command shape with placeholders: the subcommand and options exist in its --help
+    (run from cwd, a scratch folder: from the checkout root `python -m` would import the
+    source tree, which has no extension when mpskern is installed, as in CI)."""
     argv = doc.argv
     assert argv[0] == "mpskern", doc.text
     sub = argv[1]
-    r = _run(_mpskern_argv() + [sub, "--help"], ROOT)
+    r = _run(_mpskern_argv() + [sub, "--help"], cwd)
     _ok(r, f"{doc.where}: mpskern {sub} --help")
     for t in argv[2:]:
         opt = t.lstrip("[").split("=")[0].rstrip("]")
@@ -337,7 +339,7 @@ def test_documented_command_works(doc, scratch):
         r = _run([sys.executable, "-c", doc.text], scratch, {"PYTHONPATH": _home()})
         _ok(r, f"{doc.where}: python block")
     elif doc.kind == "synopsis":
-        _synopsis(doc)
+        _synopsis(doc, scratch)
     elif doc.argv[0] == "mpskern":
         _run_mpskern(doc, scratch)
     else:

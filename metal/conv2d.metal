@@ -13,8 +13,11 @@
 //   conv2d_depthwise_<t>                groups == C: one thread per output element, no
 //        threadgroup memory, no tile macros (grid: ceil(N*K*P*Q / threads) threadgroups).
 // 1x1 stride-1 convolutions without bias run as a GEMM (gemm.metal); see gpu_ops/conv2d.py.
+// Every kernel applies the fused activation (MK_ACT, mk_activation.h) after the bias, in its
+// own store.
 #include "mk_common.h"
 #include "mk_args.h"
+#include "mk_activation.h"
 
 template <typename T>
 kernel void conv2d_depthwise(const device T* x [[buffer(0)]],
@@ -53,7 +56,7 @@ kernel void conv2d_depthwise(const device T* x [[buffer(0)]],
         if (a.has_bias != 0) {
             acc += bias[k];
         }
-        y[i] = T(acc);
+        y[i] = T(mk_act(acc));
     }
 }
 
@@ -160,7 +163,7 @@ inline void mk_conv_store(float acc, int m, int j, const device float* bias, dev
     if (a.has_bias != 0) {
         acc += bias[k];
     }
-    y[(n * a.K + k) * v.PQ + pq] = T(acc);
+    y[(n * a.K + k) * v.PQ + pq] = T(mk_act(acc));
 }
 
 template <typename T>

@@ -14,8 +14,10 @@
 #include "mk_common.h"
 #include "mk_args.h"
 #include "mk_gemm_tile.h"
+#include "mk_activation.h"
 
-// The final value of one output element.
+// The final value of one output element: alpha*acc + beta*C, then the fused activation
+// (MK_ACT, mk_activation.h; the encoder compiles it from args.activation).
 template <typename T>
 inline void mk_gemm_finish(float v, int m, int n, const device T* Cb, device T* Ob,
                            constant mk_gemm_args& args)
@@ -25,7 +27,7 @@ inline void mk_gemm_finish(float v, int m, int n, const device T* Cb, device T* 
     if (args.has_c != 0 && args.beta != 0.0f) {
         r += args.beta * float(Cb[o]);
     }
-    Ob[o] = T(r);
+    Ob[o] = T(mk_act(r));
 }
 
 // Where this threadgroup works: batch b, K split s, and the K range [k_begin, k_end).

@@ -37,6 +37,7 @@ typedef struct mk_gemm_args {
     mk_i32 has_c;                  // beta*C term present (C may alias out)
     mk_f32 alpha, beta;
     mk_i32 split_k;                // >1: K split over that many partial sums (GPU only)
+    mk_i32 activation;             // MK_ACT_*, applied to every final output element
 } mk_gemm_args;
 
 // NCHW input, weight (K, C/groups, R, S), output (N, K, P, Q).
@@ -48,6 +49,7 @@ typedef struct mk_conv2d_args {
     mk_i32 P, Q;
     mk_i32 stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
     mk_i32 groups, has_bias;
+    mk_i32 activation;             // MK_ACT_*, applied after the bias
 } mk_conv2d_args;
 
 #define MK_POOL_MAX 0

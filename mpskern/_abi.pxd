@@ -7,10 +7,10 @@ cdef extern from "mk_args.h":
         int32_t batch, M, N, K, lda, ldb, ldc
         int32_t stride_a, stride_b, stride_c, stride_out, trans_a, trans_b, has_c
         float alpha, beta
-        int32_t split_k
+        int32_t split_k, activation
     ctypedef struct mk_conv2d_args:
         int32_t N, C, H, W, K, R, S, P, Q
-        int32_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, has_bias
+        int32_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, has_bias, activation
     ctypedef struct mk_pool2d_args:
         int32_t N, C, H, W, P, Q, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w
         int32_t mode, count_include_pad, divisor, pad_h_end, pad_w_end

@@ -198,6 +198,17 @@ def flag(v, name, op):
     raise TypeError(f"{op}: {name} must be True or False, got {v!r}")
 
 
+def activation(v, op):
+    """The MK_ACT_* code of a fused activation name (None: none); ValueError listing the
+    choices for anything else."""
+    from mpskern.structs import ACTIVATIONS
+    try:
+        return ACTIVATIONS[v]
+    except (KeyError, TypeError):
+        raise ValueError(f"{op}: activation={v!r} is not one of "
+                         f"{', '.join(map(repr, ACTIVATIONS))}") from None
+
+
 def check_size(shape, name, op):
     n = 1
     for s in shape:

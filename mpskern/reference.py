@@ -57,7 +57,7 @@ ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
-def activation(y, name):
+def activate(y, name):
     """torch's relu, gelu (erf), gelu(approximate="tanh") and silu of float64 `y` (NaN stays
     NaN, relu included; -inf gives NaN for the three smooth ones, as torch)."""
     y = np.asarray(y, np.float64)
@@ -81,7 +81,7 @@ def matmul(a, b):
     return np.asarray(a @ b)
 
 
-def gemm(a, b, c=None, alpha=1.0, beta=None, trans_a=False, trans_b=False):
+def gemm(a, b, c=None, alpha=1.0, beta=None, trans_a=False, trans_b=False, activation=None):
     """beta=None: 1 with c, else 0 (torch.addmm); beta=0 ignores c (NaN in it too)."""
     a, b, c = f64(a, b, c)
     if beta is None:
@@ -93,18 +93,18 @@ def gemm(a, b, c=None, alpha=1.0, beta=None, trans_a=False, trans_b=False):
     y = alpha * (a @ b)
     if c is not None and beta != 0:
         y = y + beta * c
-    return y
+    return activate(y, activation)
 
 
-def linear(x, weight, bias=None):
-    """x @ weight.T + bias (torch.nn.functional.linear)."""
+def linear(x, weight, bias=None, activation=None):
+    """x @ weight.T + bias (torch.nn.functional.linear), then the activation."""
     x, w, bias = f64(x, weight, bias)
     y = x @ w.T
-    return y if bias is None else y + bias
+    return activate(y if bias is None else y + bias, activation)
 
 
 # -- conv2d -------------------------------------------------------------------------------------
-def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1):
+def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, activation=None):
     x, w, bias = f64(x, w, bias)
     unbatched = x.ndim == 3
     if unbatched:
@@ -138,6 +138,7 @@ def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1):
                                                     optimize=True)
     if bias is not None:
         y += bias[None, :, None, None]
+    y = activate(y, activation)
     return y[0] if unbatched else y
 
 

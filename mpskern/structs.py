@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 F32 = 4
 POOL_MAX, POOL_AVG = 0, 1       # MK_POOL_MAX / MK_POOL_AVG
+# MK_ACT_*: the fused activations of gemm and conv2d, by the public name (None: none)
+ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 NORM_LAYER, NORM_RMS = 0, 1     # MK_NORM_LAYER / MK_NORM_RMS
 
 
@@ -40,7 +42,7 @@ class Cost:
 # -- mk_gemm_args: out[b] = alpha*op(A[b]) @ op(B[b]) + beta*C[b], row-major -----------------
 def gemm_args(M, N, K, *, batch=1, trans_a=0, trans_b=0, lda=None, ldb=None, ldc=None,
               stride_a=0, stride_b=0, stride_c=0, stride_out=None, has_c=0, alpha=1.0,
-              beta=0.0, split_k=0):
+              beta=0.0, split_k=0, activation=0):
     """Leading dimensions default to the dense ones of op(A) (M x K), op(B) (K x N) and the
     M x N output; batch strides default to 0 (broadcast), the output's to M*N. Flags may be
     bools (a bool is an int: the struct gets 0/1)."""
@@ -52,7 +54,7 @@ def gemm_args(M, N, K, *, batch=1, trans_a=0, trans_b=0, lda=None, ldb=None, ldc
             "ldc": N if ldc is None else ldc, "stride_a": stride_a, "stride_b": stride_b,
             "stride_c": stride_c, "stride_out": M * N if stride_out is None else stride_out,
             "trans_a": trans_a, "trans_b": trans_b, "has_c": has_c, "alpha": alpha,
-            "beta": beta, "split_k": split_k}
+            "beta": beta, "split_k": split_k, "activation": activation}
 
 
 def gemm_cost(*, batch, M, N, K, itemsize, has_c=0, **_):
@@ -64,11 +66,12 @@ def gemm_cost(*, batch, M, N, K, itemsize, has_c=0, **_):
 
 # -- mk_conv2d_args: NCHW x, weight (K, C/groups, R, S), y (N, K, P, Q) ----------------------
 def conv2d_args(N, C, H, W, K, R, S, P, Q, *, stride_h=1, stride_w=1, pad_h=0, pad_w=0,
-                dil_h=1, dil_w=1, groups=1, has_bias=0):
+                dil_h=1, dil_w=1, groups=1, has_bias=0, activation=0):
     """pad_h/pad_w are the top/left padding; the bottom/right padding is implied by P/Q."""
     return {"N": N, "C": C, "H": H, "W": W, "K": K, "R": R, "S": S, "P": P, "Q": Q,
             "stride_h": stride_h, "stride_w": stride_w, "pad_h": pad_h, "pad_w": pad_w,
-            "dil_h": dil_h, "dil_w": dil_w, "groups": groups, "has_bias": has_bias}
+            "dil_h": dil_h, "dil_w": dil_w, "groups": groups, "has_bias": has_bias,
+            "activation": activation}
 
 
 def conv2d_cost(*, N, C, H, W, K, R, S, P, Q, itemsize, groups=1, has_bias=0, **_):

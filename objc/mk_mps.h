@@ -35,6 +35,10 @@ MKGraph *mk_mps_graph_get(mk_device *d, const char *op, int dtype, const void *a
 mk_status mk_mps_graph_run(mk_device *d, MKGraph *g, mk_buffer *const *in, mk_buffer *const *out,
                            mk_timing *t, const char *op);
 
+// The fused activation MK_ACT_* of gemm / conv2d on a float32 tensor, in the same graph
+// (torch's formulas: relu keeps NaN, gelu with erf, gelu_tanh as x * sigmoid(2u), silu).
+MPSGraphTensor *mk_mps_activation(MPSGraph *G, MPSGraphTensor *x, int act);
+
 // The shape as an MPSShape.
 MPSShape *mk_mps_shape(int n, const int64_t *dims);
 #define MK_SHAPE(...) mk_mps_shape((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \

@@ -40,6 +40,40 @@ MKGraph *mk_mps_graph_get(mk_device *d, const char *op, int dtype, const void *a
     }
 }
 
+MPSGraphTensor *mk_mps_activation(MPSGraph *G, MPSGraphTensor *x, int act) {
+    MPSDataType f = MPSDataTypeFloat32;
+    switch (act) {
+    case MK_ACT_RELU:       // select, not reLU: NaN stays NaN as in torch
+        return [G selectWithPredicateTensor:[G lessThanWithPrimaryTensor:x
+                                                          secondaryTensor:[G constantWithScalar:0 dataType:f] name:nil]
+                        truePredicateTensor:[G constantWithScalar:0 dataType:f] falsePredicateTensor:x name:@"relu"];
+    case MK_ACT_GELU: {     // 0.5 x (1 + erf(x / sqrt 2))
+        MPSGraphTensor *e = [G erfWithTensor:[G multiplicationWithPrimaryTensor:x
+                                                                secondaryTensor:[G constantWithScalar:0.7071067811865476 dataType:f]
+                                                                           name:nil] name:nil];
+        MPSGraphTensor *h = [G multiplicationWithPrimaryTensor:x secondaryTensor:[G constantWithScalar:0.5 dataType:f] name:nil];
+        return [G multiplicationWithPrimaryTensor:h
+                                  secondaryTensor:[G additionWithPrimaryTensor:e secondaryTensor:[G constantWithScalar:1 dataType:f] name:nil]
+                                             name:@"gelu"];
+    }
+    case MK_ACT_GELU_TANH: {   // x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)
+        MPSGraphTensor *x3 = [G multiplicationWithPrimaryTensor:[G multiplicationWithPrimaryTensor:x secondaryTensor:x name:nil]
+                                                secondaryTensor:x name:nil];
+        MPSGraphTensor *in = [G additionWithPrimaryTensor:x
+                                          secondaryTensor:[G multiplicationWithPrimaryTensor:x3
+                                                                             secondaryTensor:[G constantWithScalar:0.044715 dataType:f]
+                                                                                        name:nil] name:nil];
+        MPSGraphTensor *u2 = [G multiplicationWithPrimaryTensor:in secondaryTensor:[G constantWithScalar:1.5957691216057308 dataType:f]
+                                                           name:nil];
+        return [G multiplicationWithPrimaryTensor:x secondaryTensor:[G sigmoidWithTensor:u2 name:nil] name:@"gelu_tanh"];
+    }
+    case MK_ACT_SILU:
+        return [G multiplicationWithPrimaryTensor:x secondaryTensor:[G sigmoidWithTensor:x name:nil] name:@"silu"];
+    default:
+        return x;
+    }
+}
+
 static size_t tensor_bytes(MPSGraphTensor *x) {
     int64_t dims[16];
     NSUInteger n = 0;

@@ -40,6 +40,8 @@ mk_status mk_mps_gemm_check(const mk_gemm_args *a, int dtype, mk_mps_gemm_need *
     if (a->stride_a < 0 || a->stride_b < 0 || a->stride_c < 0 || a->stride_out < 0)
         return mk_set_error(MK_ERR_INVALID, GEMM ": negative batch stride (A %d, B %d, C %d, out %d)",
                             a->stride_a, a->stride_b, a->stride_c, a->stride_out);
+    if (a->activation)
+        return mk_set_error(MK_ERR_UNSUPPORTED, GEMM ": fused activation %d: not on mps yet", a->activation);
     int ra = a->trans_a ? a->K : a->M, ca = a->trans_a ? a->M : a->K;
     int rb = a->trans_b ? a->N : a->K, cb = a->trans_b ? a->K : a->N;
     if (a->lda < ca || a->ldb < cb || a->ldc < a->N)
@@ -153,6 +155,8 @@ mk_status mk_mps_conv2d_check(const mk_conv2d_args *a, const mk_buffer *bias, in
                             a->dil_h, a->dil_w, a->pad_h, a->pad_w);
     if (a->has_bias && !bias)
         return mk_set_error(MK_ERR_INVALID, CONV ": has_bias is set but bias is NULL");
+    if (a->activation)
+        return mk_set_error(MK_ERR_UNSUPPORTED, CONV ": fused activation %d: not on mps yet", a->activation);
     *empty = (int64_t)a->N * a->K * a->P * a->Q == 0;
     return MK_OK;
 }

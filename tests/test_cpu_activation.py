@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpskern.reference import activation
+from mpskern.reference import activate as activation
 
 ROOT = Path(__file__).resolve().parent.parent
 CODES = {"relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}

@@ -41,7 +41,7 @@ def threads(request):
 def gemm_args(batch, M, N, K, ta, tb, has_c, alpha, beta, sa, sb, sc):
     return dict(batch=batch, M=M, N=N, K=K, lda=M if ta else K, ldb=K if tb else N, ldc=N,
                 stride_a=sa, stride_b=sb, stride_c=sc, stride_out=M * N, trans_a=ta,
-                trans_b=tb, has_c=has_c, alpha=alpha, beta=beta, split_k=1)
+                trans_b=tb, has_c=has_c, alpha=alpha, beta=beta, split_k=1, activation=0)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
@@ -118,7 +118,7 @@ def test_conv2d(dtype, case, with_bias, threads):
     y = np.full((N, K, P, Q), np.nan, dtype)
     args = dict(N=N, C=C, H=H, W=W, K=K, R=R, S=S, P=P, Q=Q, stride_h=stride[0],
                 stride_w=stride[1], pad_h=pad[0], pad_w=pad[1], dil_h=dil[0], dil_w=dil[1],
-                groups=groups, has_bias=int(with_bias))
+                groups=groups, has_bias=int(with_bias), activation=0)
     _native.cpu_conv2d(args, DT[dtype], x, w, bias, y)
     ref = conv_ref(x, w, bias, stride, pad, dil, groups)
     close(y, ref, dtype, scale=np.sqrt(C // groups * R * S))
@@ -143,7 +143,8 @@ def test_conv2d_large_im2col_blocks():
 
 def test_conv2d_bad_groups():
     args = dict(N=1, C=3, H=4, W=4, K=4, R=1, S=1, P=4, Q=4, stride_h=1, stride_w=1,
-                pad_h=0, pad_w=0, dil_h=1, dil_w=1, groups=2, has_bias=0)
+                pad_h=0, pad_w=0, dil_h=1, dil_w=1, groups=2, has_bias=0,
+                activation=0)
     x = np.zeros((1, 3, 4, 4), np.float32)
     with pytest.raises(ValueError, match="groups=2 must divide C=3"):
         _native.cpu_conv2d(args, F32, x, np.zeros((4, 1, 1, 1), np.float32), None,
@@ -431,8 +432,8 @@ def test_concurrent_calls_from_python_threads():
                 yc = np.empty((2, 8, 20, 20), np.float32)
                 _native.cpu_conv2d(dict(N=2, C=8, H=20, W=20, K=8, R=3, S=3, P=20, Q=20,
                                         stride_h=1, stride_w=1, pad_h=1, pad_w=1, dil_h=1,
-                                        dil_w=1, groups=1, has_bias=0), F32, conv_x, conv_w,
-                                   None, yc)
+                                        dil_w=1, groups=1, has_bias=0, activation=0),
+                                   F32, conv_x, conv_w, None, yc)
                 close(yc, conv_refv, np.float32, 9)
         except Exception as e:  # reported below: assertion errors in threads are otherwise lost
             errors.append(e)

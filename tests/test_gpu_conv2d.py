@@ -36,7 +36,7 @@ def make_args(x, w, bias, stride, padding, dilation, groups):
         Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
     return dict(N=N, C=C, H=H, W=W, K=K, R=R, S=S, P=P, Q=Q, stride_h=sh, stride_w=sw,
                 pad_h=ph, pad_w=pw, dil_h=dh, dil_w=dw, groups=groups,
-                has_bias=int(bias is not None))
+                has_bias=int(bias is not None), activation=0)
 
 
 def run(be, x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, config=None):

@@ -56,7 +56,8 @@ def make_args(A, B, C, alpha, beta, trans_a, trans_b, out_shape):
                 stride_b=rb * cb if B.shape[0] > 1 else 0,
                 stride_c=M * N if C is not None and C.shape[0] > 1 else 0,
                 stride_out=M * N, trans_a=int(trans_a), trans_b=int(trans_b),
-                has_c=int(C is not None), alpha=float(alpha), beta=float(beta), split_k=1)
+                has_c=int(C is not None), alpha=float(alpha), beta=float(beta), split_k=1,
+                activation=0)
 
 
 def run(be, A, B, C=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, config=None,

@@ -101,7 +101,8 @@ def test_gemm_buffer_order_writeback_and_records(fake):
     C = rng.standard_normal((5, 4)).astype(np.float32)
     out = np.zeros((5, 4), np.float32)
     args = dict(batch=1, M=5, N=4, K=3, lda=3, ldb=4, ldc=4, stride_a=0, stride_b=0, stride_c=0,
-                stride_out=0, trans_a=0, trans_b=0, has_c=1, alpha=2.0, beta=0.5, split_k=1)
+                stride_out=0, trans_a=0, trans_b=0, has_c=1, alpha=2.0, beta=0.5, split_k=1,
+                activation=0)
     fake.gemm(args, 0, A, B, C, out)
     np.testing.assert_allclose(out, 2 * A @ B + 0.5 * C, rtol=1e-5)
     assert fake.native.calls[-1] == ("gemm", [False, False, False, True])
@@ -133,7 +134,8 @@ def test_gemm_is_in_place_at_any_offset(fake):
     A = np.ascontiguousarray(A)
     B, out = np.ones((1024, 2), np.float32), np.zeros((4, 2), np.float32)
     args = dict(batch=1, M=4, N=2, K=1024, lda=1024, ldb=2, ldc=2, stride_a=0, stride_b=0,
-                stride_c=0, stride_out=0, trans_a=0, trans_b=0, has_c=0, alpha=1.0, beta=0.0, split_k=1)
+                stride_c=0, stride_out=0, trans_a=0, trans_b=0, has_c=0, alpha=1.0, beta=0.0, split_k=1,
+                activation=0)
     fake.gemm(args, 0, A, B, None, out)
     assert np.all(out == 1024) and fake.last_config["zero_copy"] is True
 

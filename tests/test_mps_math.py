@@ -266,7 +266,8 @@ def test_gemm_plan_matches_cpu(mps, ta, tb, alpha, beta, with_c):
 
 def test_batched_plan_only_where_mps_can_express_it(cmath):
     base = dict(batch=4, M=3, N=2, K=5, lda=5, ldb=2, ldc=2, stride_a=15, stride_b=10, stride_c=6,
-                stride_out=6, trans_a=0, trans_b=0, has_c=0, alpha=1.0, beta=0.0, split_k=1)
+                stride_out=6, trans_a=0, trans_b=0, has_c=0, alpha=1.0, beta=0.0, split_k=1,
+                activation=0)
     plan = GemmPlan()
     for change, batched in (({}, 1), ({"stride_b": 0}, 0), ({"stride_a": 16}, 0), ({"batch": 1, "stride_a": 0}, 1)):
         cmath.mk_mps_gemm_plan_make(ctypes.byref(GemmArgs(**{**base, **change})), ctypes.byref(plan))

@@ -262,7 +262,8 @@ FUZZ = textwrap.dedent(r'''
         x = rng.standard_normal((1, C, H, W)).astype(dt)
         w = rng.standard_normal((K, C // groups, R, S)).astype(dt)
         a = dict(N=1, C=C, H=H, W=W, K=K, R=R, S=S, P=P, Q=Q, stride_h=sh, stride_w=sw,
-                 pad_h=ph, pad_w=pw, dil_h=dh, dil_w=dw, groups=groups, has_bias=0)
+                 pad_h=ph, pad_w=pw, dil_h=dh, dil_w=dw, groups=groups, has_bias=0,
+                 activation=0)
         y = np.full((1, K, P, Q), np.nan, dt)
         _native.cpu_conv2d(a, _native.F16 if dt == np.float16 else _native.F32, x, w, None, y)
         ref = np.zeros((1, K, P, Q))

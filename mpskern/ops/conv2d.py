@@ -1,17 +1,22 @@
 """conv2d (torch.nn.functional.conv2d semantics, NCHW) on the backend's conv2d
 (mk_conv2d_args), and its entry in the op table (CONV2D: shape fields, inputs, reference,
 cost, bench presets, tune shapes, selftest cases)."""
+import numpy as np
+
 from mpskern import _args
+from mpskern import reference as ref
 from mpskern import structs
-from mpskern.ops.op import Check, Field, Op, normal
+from mpskern.ops.op import (ACT_FIELD, ACT_NAMES, Check, Field, Op, act_label, normal,
+                            torch_activation)
 from mpskern.shapes import conv_padding, positive_pair
 
 
-def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, backend="auto",
-           out=None):
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, activation=None,
+           backend="auto", out=None):
     """2-D convolution (cross-correlation, as torch) of x (N, C, H, W) or (C, H, W) with
-    weight (K, C/groups, R, S) plus bias (K,). stride, padding and dilation are an int or a
-    pair; padding may also be "same" (stride 1) or "valid"."""
+    weight (K, C/groups, R, S) plus bias (K,), then `activation` (None, "relu", "gelu" (erf),
+    "gelu_tanh" or "silu", fused into the kernel's output pass). stride, padding and
+    dilation are an int or a pair; padding may also be "same" (stride 1) or "valid"."""
     op = "conv2d"
     x, code = _args.array(x, "x", op)
     w = _args.same_dtype(weight, "weight", x, "x", op)
@@ -27,6 +32,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
     N, C, H, W = x.shape
     K, Cg, R, S = w.shape
     g = _args.whole(groups, "groups", op, 1)
+    act = _args.activation(activation, op)
     if C % g or K % g:
         raise ValueError(f"{op}: groups={g} must divide both the input channels "
                          f"(x.shape[1]={C}) and the output channels (weight.shape[0]={K}); "
@@ -46,12 +52,12 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, b
     _args.check_size(shape, "the result", op)
     be = _args.backend(backend)
     y, out = _args.output(out, shape[1:] if unbatched else shape, x.dtype, op, (x, w, b))
-    if y.size == 0 or C == 0:
-        y[...] = 0 if b is None else b.reshape(-1, 1, 1)  # C == 0: an empty sum
+    if y.size == 0 or C == 0:   # C == 0: an empty sum, activation(bias)
+        y[...] = ref.activate(np.zeros(K) if b is None else b, activation).reshape(-1, 1, 1)
         return _args.finish(y, out)
     args = structs.conv2d_args(N, C, H, W, K, R, S, P, Q, stride_h=s[0], stride_w=s[1],
                                pad_h=ph, pad_w=pw, dil_h=d[0], dil_w=d[1], groups=g,
-                               has_bias=b is not None)
+                               has_bias=b is not None, activation=act)
     be.conv2d(args, code, x, w, b, y)
     return _args.finish(y, out)
 
@@ -116,15 +122,23 @@ class Conv2d(Op):
               Field("H", None, "height"), Field("W", "H", "width (default H)"),
               Field("K", None, "output channels"), Field("R", None, "kernel height"),
               Field("S", "R", "kernel width (default R)"), Field("stride", 1),
-              Field("pad", 0), Field("dil", 1), Field("groups", 1), Field("bias", 1, "0/1"))
+              Field("pad", 0), Field("dil", 1), Field("groups", 1), Field("bias", 1, "0/1"),
+              ACT_FIELD)
     example = "1,64,56,56,64,3,pad=1"
-    zero_ok = frozenset({"pad", "bias"})
+    zero_ok = frozenset({"pad", "bias", "act"})
+    later = {"act": 0}
     presets = {
         "small": [e for e in _RESNET50 if e[0] in _SMALL],
         "resnet50": _RESNET50,
         "mobilenet-dw": _MOBILENET_DW,
         "tiny": [("tiny 3x3 16", dict(C=16, H=16, K=16, R=3, pad=1)),
                  ("tiny 1x1 32>16", dict(C=32, H=8, K=16, R=1))],
+        # ResNet's res3 3x3 (Winograd on cpu) and a 1x1 expansion (im2col-free GEMM), batch 8,
+        # with each activation
+        "activations": [(f"{lbl}{act_label(a)}", dict(N=8, C=c, H=h, K=k, R=r, pad=r // 2, act=a))
+                        for lbl, c, h, k, r in (("res3 3x3 128 b8", 128, 28, 128, 3),
+                                                ("res3 1x1 128>512 b8", 128, 28, 512, 1))
+                        for a in ACT_NAMES],
     }
     tune = {"metal": dict(N=8, C=64, H=56, K=64, R=3, bias=0),
             "sim": dict(N=1, C=8, H=10, K=16, R=3, bias=0)}
@@ -139,6 +153,12 @@ class Conv2d(Op):
         Check("x(1,3,7,8) w(2,3,2,4) pad same", _check((1, 3, 7, 8), (2, 3, 2, 4),
                                                       padding="same")),
         Check("x(0,3,5,5) w(4,3,3,3) empty batch", _check((0, 3, 5, 5), (4, 3, 3, 3), True)),
+        Check("x(2,3,9,11) w(4,3,3,3) pad 1 +bias relu", _check((2, 3, 9, 11), (4, 3, 3, 3), True,
+                                                               padding=1, activation="relu")),
+        Check("x(1,6,12,12) w(8,6,3,3) pad 1 +bias gelu_tanh",
+              _check((1, 6, 12, 12), (8, 6, 3, 3), True, padding=1, activation="gelu_tanh")),
+        Check("x(2,5,8,7) w(5,1,3,3) depthwise +bias silu",
+              _check((2, 5, 8, 7), (5, 1, 3, 3), True, padding=1, groups=5, activation="silu")),
     )
 
     def validate(self, s):
@@ -154,7 +174,7 @@ class Conv2d(Op):
         g = f" g{s['groups']}" if s["groups"] > 1 else ""
         d = f" d{s['dil']}" if s["dil"] > 1 else ""
         return (f"{s['N']}x{s['C']}x{s['H']}x{s['W']} {s['R']}x{s['S']}->{s['K']} "
-                f"s{s['stride']}p{s['pad']}{d}{g}")
+                f"s{s['stride']}p{s['pad']}{d}{g}{act_label(s['act'])}")
 
     def inputs(self, s, dtype, rng):
         fan = s["C"] // s["groups"] * s["R"] * s["S"]
@@ -163,7 +183,7 @@ class Conv2d(Op):
                              fan ** -0.5),
                     b=normal(rng, s["K"], dtype) if s["bias"] else None,
                     p=dict(stride=s["stride"], padding=s["pad"], dilation=s["dil"],
-                           groups=s["groups"]))
+                           groups=s["groups"], activation=ACT_NAMES[s["act"]]))
 
     arrays = ("x", "w", "b")
 
@@ -172,7 +192,9 @@ class Conv2d(Op):
         return ns.conv2d
 
     def torch_call(self, F, t):
-        return F.conv2d(t["x"], t["w"], t["b"], **t["p"])
+        p = dict(t["p"])
+        act = p.pop("activation", None)
+        return torch_activation(F, F.conv2d(t["x"], t["w"], t["b"], **p), act)
 
     def reduction(self, i):
         _, cg, r, s_ = i["w"].shape
@@ -181,7 +203,7 @@ class Conv2d(Op):
     def struct(self, s, out_shape):
         return structs.conv2d_args(s["N"], s["C"], s["H"], s["W"], s["K"], s["R"], s["S"],
                                    out_shape[2], out_shape[3], groups=s["groups"],
-                                   has_bias=s["bias"])
+                                   has_bias=s["bias"], activation=s["act"])
 
 
 CONV2D = Conv2d()

@@ -3,15 +3,19 @@
 from math import prod
 
 from mpskern import _args
+from mpskern import reference as ref
 from mpskern import structs
-from mpskern.ops.op import Check, Field, Op, normal, vector
+from mpskern.ops.op import (ACT_FIELD, ACT_NAMES, Check, Field, Op, act_label, normal,
+                            torch_activation, vector)
 
 
-def linear(x, weight, bias=None, *, backend="auto", out=None):
+def linear(x, weight, bias=None, *, activation=None, backend="auto", out=None):
     """x @ weight.T + bias, as torch.nn.functional.linear: x (..., in_features), weight
     (out_features, in_features) -> (..., out_features); a 1-D weight (in_features,) gives
-    (...). bias (out_features,) is a per-feature vector: float32 or x's dtype. The leading dimensions of x are one GEMM's rows (no copy); the bias is
-    written into the result first and added by the GEMM (beta=1), as torch's addmm."""
+    (...). bias (out_features,) is a per-feature vector: float32 or x's dtype. The leading dimensions of x are one GEMM's rows
+    (no copy); the bias is written into the result first and added by the GEMM (beta=1), as torch's addmm.
+    activation: None, "relu", "gelu" (erf), "gelu_tanh" or "silu" after the bias, fused
+    into the GEMM's output pass."""
     op = "linear"
     x, code = _args.array(x, "x", op)
     w = _args.same_dtype(weight, "weight", x, "x", op)
@@ -34,6 +38,7 @@ def linear(x, weight, bias=None, *, backend="auto", out=None):
                          f"shape {w.shape} (as torch refuses too): pass weight[None] and a "
                          "bias of shape (1,)")
     b = _args.vector(bias, "bias", N, f"weight has {N} output features", op)
+    act = _args.activation(activation, op)
     be = _args.backend(backend)
     y, out = _args.output(out, shape, x.dtype, op, (x, w, b))
     if y.size == 0:
@@ -42,9 +47,12 @@ def linear(x, weight, bias=None, *, backend="auto", out=None):
         y[...] = b.astype(y.dtype, copy=False)   # C of the GEMM (beta=1), aliasing its output
     elif K == 0:
         y[...] = 0                                # an empty sum
-    if K:
+    if K == 0:
+        y[...] = ref.activate(y, activation)      # activation(bias), as the kernel would
+    else:
         M = prod(lead)
-        be.gemm(structs.gemm_args(M, N, K, trans_b=True, has_c=b is not None, beta=1.0),
+        be.gemm(structs.gemm_args(M, N, K, trans_b=True, has_c=b is not None, beta=1.0,
+                                  activation=act),
                 code, x, w, y if b is not None else None, y)
     return _args.finish(y, out)
 
@@ -58,11 +66,11 @@ _TRANSFORMER = [  # BERT-base / GPT-2-small layers at batch 1 x 512 tokens (x: (
 ]
 
 
-def _features(xs, n, bias=True):
-    """A selftest case: x of shape xs, weight (n, xs[-1]), a bias when `bias`."""
+def _features(xs, n, bias=True, act=None):
+    """A selftest case: x of shape xs, weight (n, xs[-1]), a bias when `bias`, then `act`."""
     def inputs(rng, dt):
         return dict(x=normal(rng, xs, dt), w=normal(rng, (n, xs[-1]), dt),
-                    b=vector(rng, n) if bias else None)
+                    b=vector(rng, n) if bias else None, p=dict(activation=act))
     return inputs
 
 
@@ -70,24 +78,30 @@ class Linear(Op):
     name = "linear"
     kernel, cost, metric, work_done = "gemm", staticmethod(structs.gemm_cost), "gflops", True
     fields = (Field("M", None, "rows of x (tokens)"), Field("N", None, "out_features"),
-              Field("K", None, "in_features"), Field("bias", 1, "0/1"))
+              Field("K", None, "in_features"), Field("bias", 1, "0/1"), ACT_FIELD)
     example = "512,3072,768"
-    zero_ok = frozenset({"bias"})
+    zero_ok = frozenset({"bias", "act"})
+    later = {"act": 0}
     presets = {"small": _TRANSFORMER[:2], "transformer": _TRANSFORMER,
-               "tiny": [("tiny 33 tok 20->17", dict(M=33, N=17, K=20))]}
+               "tiny": [("tiny 33 tok 20->17", dict(M=33, N=17, K=20))],
+               # GPT-2 small's MLP up projection (512 tokens) with each activation
+               "activations": [(f"mlp-up 512 tok 768->3072{act_label(a)}",
+                                dict(M=512, N=3072, K=768, act=a)) for a in ACT_NAMES]}
     tune = {"metal": dict(M=512, N=3072, K=768, bias=0), "sim": dict(M=64, N=48, K=32, bias=0)}
     checks = (Check("x(7,5) w(3,5) +bias", _features((7, 5), 3)),
               Check("x(2,3,9,17) w(13,17) batched", _features((2, 3, 9, 17), 13, bias=False)),
-              Check("x(0,4) w(6,4) empty", _features((0, 4), 6)))
+              Check("x(0,4) w(6,4) empty", _features((0, 4), 6)),
+              Check("x(2,9,17) w(13,17) +bias gelu", _features((2, 9, 17), 13, act="gelu")))
 
     def label(self, s):
-        return f"{s['M']}x{s['K']} -> {s['N']}{' +bias' if s['bias'] else ''}"
+        return f"{s['M']}x{s['K']} -> {s['N']}{' +bias' if s['bias'] else ''}{act_label(s['act'])}"
 
     def inputs(self, s, dtype, rng):
         sc = s["K"] ** -0.25
         return dict(x=normal(rng, (s["M"], s["K"]), dtype, sc),
                     w=normal(rng, (s["N"], s["K"]), dtype, sc),
-                    b=normal(rng, s["N"], dtype) if s["bias"] else None)   # torch: x's dtype
+                    b=normal(rng, s["N"], dtype) if s["bias"] else None,   # torch: x's dtype
+                    p=dict(activation=ACT_NAMES[s["act"]]))
 
     arrays = ("x", "w", "b")
 
@@ -96,13 +110,13 @@ class Linear(Op):
         return ns.linear
 
     def torch_call(self, F, t):
-        return F.linear(t["x"], t["w"], t["b"])
+        return torch_activation(F, F.linear(t["x"], t["w"], t["b"]), t.get("p", {}).get("activation"))
 
     def reduction(self, i):
         return i["x"].shape[-1]
 
     def struct(self, s, out_shape):
-        return structs.gemm_args(s["M"], s["N"], s["K"], trans_b=True)
+        return structs.gemm_args(s["M"], s["N"], s["K"], trans_b=True, activation=s["act"])
 
     def costs(self, s, out_shape, itemsize):
         """The GEMM's, plus the bias: N elements read and one add per output (the bias

@@ -5,8 +5,10 @@ from math import prod
 import numpy as np
 
 from mpskern import _args
+from mpskern import reference as ref
 from mpskern import structs
-from mpskern.ops.op import Check, Field, Op, normal
+from mpskern.ops.op import (ACT_FIELD, ACT_NAMES, Check, Field, Op, act_label, normal,
+                            torch_activation)
 from mpskern.shapes import broadcast_batch
 
 
@@ -81,15 +83,17 @@ def _result(y, out):
     return _args.finish(y, out)
 
 
-def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, backend="auto",
-         out=None):
-    """alpha * op(a) @ op(b) + beta * c, where op transposes the last two dimensions when
-    trans_a / trans_b is set. a and b are 2-D (M, K) / (K, N) or batched 3-D (a batch of 1
-    broadcasts); c broadcasts to the result's shape and has a's dtype.
+def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, activation=None,
+         backend="auto", out=None):
+    """activation(alpha * op(a) @ op(b) + beta * c), where op transposes the last two
+    dimensions when trans_a / trans_b is set. a and b are 2-D (M, K) / (K, N) or batched 3-D
+    (a batch of 1 broadcasts); c broadcasts to the result's shape and has a's dtype.
 
     beta=None (the default) means 1 when c is given and 0 without it, as torch.addmm: so
     gemm(a, b, c) is a @ b + c. An explicit beta=0 with c ignores c entirely (NaN or Inf
-    in it do not reach the result, as torch.addmm documents); a nonzero beta needs c."""
+    in it do not reach the result, as torch.addmm documents); a nonzero beta needs c.
+    activation: None, "relu", "gelu" (erf), "gelu_tanh" or "silu", fused into the kernel's
+    output pass."""
     op = "gemm"
     a, code = _args.array(a, "a", op)
     b = _args.same_dtype(b, "b", a, "a", op)
@@ -100,6 +104,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, ba
     alpha = _args.real(alpha, "alpha", op)
     beta = (0.0 if c is None else 1.0) if beta is None else _args.real(beta, "beta", op)
     ta, tb = _args.flag(trans_a, "trans_a", op), _args.flag(trans_b, "trans_b", op)
+    act = _args.activation(activation, op)
     c_user = c
     M, K = a.shape[-1:-3:-1] if ta else a.shape[-2:]
     K2, N = b.shape[-1:-3:-1] if tb else b.shape[-2:]
@@ -143,12 +148,12 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, ba
     y, out = _args.output(out, shape, a.dtype, op, inputs)
     if y.size == 0:
         return _args.finish(y, out)
-    if K == 0:
-        y[...] = beta * c.astype(np.float32) if has_c else 0
+    if K == 0:                  # an empty product: activation(beta * c)
+        y[...] = ref.activate(beta * c.astype(np.float32), activation) if has_c else 0
         return _args.finish(y, out)
     args = structs.gemm_args(M, N, K, batch=nb, trans_a=ta, trans_b=tb,
                              stride_a=0 if na == 1 else M * K, stride_b=0 if nbb == 1 else K * N,
-                             stride_c=sc, has_c=has_c, alpha=alpha, beta=beta)
+                             stride_c=sc, has_c=has_c, alpha=alpha, beta=beta, activation=act)
     be.gemm(args, code, a, b, c if has_c else None, y)
     return _args.finish(y, out)
 
@@ -221,25 +226,32 @@ class Gemm(Op):
     kernel, cost, metric, work_done = "gemm", staticmethod(structs.gemm_cost), "gflops", True
     fields = (Field("M", None), Field("N", "M", "(default M)"), Field("K", "M", "(default M)"),
               Field("ta", 0, "A transposed 0/1"), Field("tb", 0, "B transposed 0/1"),
-              Field("c", 1, "add beta*C 0/1"))
+              Field("c", 1, "add beta*C 0/1"), ACT_FIELD)
     example = "512,256,1024,tb=1"
-    zero_ok = frozenset({"ta", "tb", "c"})
+    zero_ok = frozenset({"ta", "tb", "c", "act"})
+    later = {"act": 0}
     presets = {
         "small": [(f"{n}^3 +C", dict(M=n)) for n in (128, 256, 512, 1024)],
         "square": [(f"{n}^3 +C", dict(M=n)) for n in (64, 128, 256, 512, 1024, 2048, 4096)],
         "transposed": [(f"1024^3 {a}{b}", dict(M=1024, ta=int(a == "T"), tb=int(b == "T")))
                        for a in "NT" for b in "NT"],
         "tiny": [("32^3 +C", dict(M=32)), ("48x40x72 TN", dict(M=48, N=40, K=72, ta=1, c=0))],
+        # a transformer MLP's up projection (GPT-2 small, 512 tokens) with each activation
+        "activations": [(f"mlp-up 512x3072x768{act_label(a)}", dict(M=512, N=3072, K=768, c=0, act=a))
+                        for a in ACT_NAMES],
     }
     tune = {"metal": dict(M=1024, c=0), "sim": dict(M=64, c=0)}
     checks = (Check("M33 N31 K65", _operands((33, 65), (65, 31), alpha=1.0, beta=0.0)),
               Check("M6 N9 K11 A^T B^T alpha .5 beta 2 +C",
                     _operands((11, 6), (9, 11), (6, 9), alpha=0.5, beta=2.0, trans_a=True,
-                              trans_b=True)))
+                              trans_b=True)),
+              Check("M19 N37 K23 +C gelu", _operands((19, 23), (23, 37), (19, 37), beta=1.0,
+                                                    activation="gelu")),
+              Check("M8 N70 K9 silu", _operands((8, 9), (9, 70), activation="silu")))
 
     def label(self, s):
         t = "".join(("T" if s["ta"] else "N", "T" if s["tb"] else "N"))
-        return f"{s['M']}x{s['N']}x{s['K']} {t}{' +C' if s['c'] else ''}"
+        return f"{s['M']}x{s['N']}x{s['K']} {t}{' +C' if s['c'] else ''}{act_label(s['act'])}"
 
     def inputs(self, s, dtype, rng):
         M, N, K = s["M"], s["N"], s["K"]
@@ -248,7 +260,7 @@ class Gemm(Op):
                     b=normal(rng, (N, K) if s["tb"] else (K, N), dtype, sc),
                     c=normal(rng, (M, N), dtype) if s["c"] else None,
                     p=dict(alpha=1.0, beta=0.5 if s["c"] else 0.0, trans_a=bool(s["ta"]),
-                           trans_b=bool(s["tb"])))
+                           trans_b=bool(s["tb"]), activation=ACT_NAMES[s["act"]]))
 
     arrays = ("a", "b", "c")
 
@@ -262,14 +274,16 @@ class Gemm(Op):
         a = t["a"].T if p.get("trans_a") else t["a"]
         b = t["b"].T if p.get("trans_b") else t["b"]
         if t["c"] is None:
-            return torch.mm(a, b) * p.get("alpha", 1.0)
-        return torch.addmm(t["c"], a, b, beta=p.get("beta", 0.0), alpha=p.get("alpha", 1.0))
+            y = torch.mm(a, b) * p.get("alpha", 1.0)
+        else:
+            y = torch.addmm(t["c"], a, b, beta=p.get("beta", 0.0), alpha=p.get("alpha", 1.0))
+        return torch_activation(F, y, p.get("activation"))
 
     def reduction(self, i):
         return i["a"].shape[-2 if i["p"].get("trans_a") else -1]
 
     def struct(self, s, out_shape):
-        return structs.gemm_args(s["M"], s["N"], s["K"], has_c=s["c"])
+        return structs.gemm_args(s["M"], s["N"], s["K"], has_c=s["c"], activation=s["act"])
 
 
 MATMUL, GEMM = Matmul(), Gemm()

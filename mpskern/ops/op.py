@@ -31,6 +31,7 @@ import numpy as np
 
 import mpskern
 from mpskern import reference as ref
+from mpskern import structs
 
 GRAMMAR = ("positional in this order or NAME=VALUE, separated by commas, spaces or x; "
            "fields left out take the default shown")
@@ -53,6 +54,24 @@ class Check:
 def normal(rng, shape, dtype, scale=1.0):
     """The inputs' distribution: standard normal times `scale`, in `dtype`."""
     return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+# the fused activations' shape-field codes (`act=`): structs.ACTIVATIONS by number
+ACT_NAMES = {code: name for name, code in structs.ACTIVATIONS.items()}
+ACT_FIELD = Field("act", 0, "fused activation: 0 none, 1 relu, 2 gelu, 3 gelu_tanh, 4 silu")
+
+
+def act_label(code):
+    return f" +{ACT_NAMES[code]}" if code else ""
+
+
+def torch_activation(F, y, name):
+    """torch's function for a fused activation name (the peers of gemm / conv2d)."""
+    if name is None:
+        return y
+    if name == "gelu_tanh":
+        return F.gelu(y, approximate="tanh")
+    return {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[name](y)
 
 
 def vector(rng, n, lo=0.5, hi=1.5):
@@ -128,6 +147,9 @@ class Op:
         return out
 
     def validate(self, s):
+        if "act" in s and s["act"] not in ACT_NAMES:
+            raise ValueError(f"{self.name}: act={s['act']} is not one of {sorted(ACT_NAMES)} "
+                             f"({', '.join(f'{k} {v}' for k, v in ACT_NAMES.items())})")
         for k, v in s.items():
             if v < 0 or (v == 0 and k not in self.zero_ok):
                 raise ValueError(f"{self.name}: shape field {k}={v} must be "

@@ -43,6 +43,17 @@ void mk_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const 
 /* ---- the same, cut into tiles over our thread pool (mk_cpu_gemm_par.c) */
 void mk_sgemm_par(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                   int lda, const float *B, int ldb, float beta, float *C, int ldc);
+// The same with an epilogue: ep(ep_ctx, tile, ldc, rows, cols) runs on each output tile
+// right after its BLAS call, on the same thread, while the tile is in cache (gemm and
+// conv2d apply their fused activation this way); when the GEMM is one call (one thread or
+// a small GEMM), the tile is the whole output. ep may be NULL.
+typedef void (*mk_tile_fn)(void *ep_ctx, float *C, int ldc, int rows, int cols);
+void mk_sgemm_par_ep(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc, mk_tile_fn ep, void *ep_ctx);
+// An mk_tile_fn applying mk_activate to every row of the tile; ep_ctx points at the
+// MK_ACT_* code (an int).
+void mk_activate_tile(void *ep_ctx, float *C, int ldc, int rows, int cols);
 
 /* ---- fused activations (mk_cpu_activation.c): y[i] = act(y[i]) in place, act = MK_ACT_*
    (MK_ACT_NONE: nothing); for the pass that writes a gemm / conv2d output. */

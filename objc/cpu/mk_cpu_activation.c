@@ -86,3 +86,8 @@ void mk_activate(float *y, long n, int act) {
     default: break;
     }
 }
+
+void mk_activate_tile(void *ep_ctx, float *C, int ldc, int rows, int cols) {
+    int act = *(const int *)ep_ctx;
+    for (int r = 0; r < rows; r++) mk_activate(C + (long)r * ldc, cols, act);
+}

@@ -125,6 +125,7 @@ static void conv_task(gemm_conv_ctx *t, long task, float *col, float *slab, floa
             float v = t->bias[g * Kg + k];
             for (long i = 0; i < ncol; i++) row[i] += v;
         }
+        mk_activate(row, ncol, a->activation);   // fused: the row is still in cache
         if (in_place) continue;
         for (long n = n0; n < n1; n++) {
             long dst = (n * a->K + (long)g * Kg + k) * PQ + (long)p0 * Q;
@@ -251,6 +252,7 @@ static void dw_range(void *vc, long b, long e) {
             mk_h2f((const mk_half *)t->x + xoff, xs, HW);
             dw_plane(a, xs, wsrc, bias, yo);
         }
+        mk_activate(yo, PQ, a->activation);   // the plane just written, in cache
         if (t->dtype == MK_F16) mk_f2h(ys, (mk_half *)t->y + i * PQ, PQ);
     }
 done:
@@ -288,6 +290,23 @@ static int winograd_choice(const mk_conv2d_args *a) {
     return channels && Kg >= 8 && saved >= 2.5 && im2col >= 5e6 ? 4 : 0;
 }
 
+// small_images' output pass, per GEMM tile while it is in cache: bias, then activation.
+// The tile's rows are output channels; its first one follows from its offset in the image.
+typedef struct { const float *bias; int act; const float *base; } bias_act;
+
+static void bias_act_tile(void *ctx, float *C, int ldc, int rows, int cols) {
+    const bias_act *t = ctx;
+    long k0 = (C - t->base) / ldc;
+    for (int r = 0; r < rows; r++) {
+        float *row = C + (long)r * ldc;
+        if (t->bias) {
+            float v = t->bias[k0 + r];
+            for (int i = 0; i < cols; i++) row[i] += v;
+        }
+        mk_activate(row, cols, t->act);
+    }
+}
+
 // Fewer images than threads, each with too few output pixels to give every thread a wide
 // GEMM (late layers at batch 1): cutting pixels would leave each thread a narrow GEMM that
 // packs all the weights again (512->512 3x3 @7: 14 columns a task, 2.2x slower than
@@ -302,11 +321,9 @@ static mk_status small_images(const mk_conv2d_args *a, int pointwise, const void
         const float *xn = (const float *)x + n * a->C * HW;
         float *yn = (float *)y + n * a->K * PQ;
         if (!pointwise) im2col(a, xn, HW, 0, a->C, 0, a->P, col, PQ);
-        mk_sgemm_par(0, 0, a->K, (int)PQ, (int)CRS, 1.0f, w, (int)CRS, pointwise ? xn : col,
-                     (int)PQ, 0.0f, yn, (int)PQ);
-        if (bias)
-            for (int k = 0; k < a->K; k++)
-                for (long i = 0; i < PQ; i++) yn[k * PQ + i] += bias[k];
+        bias_act ba = {bias, a->activation, yn};
+        mk_sgemm_par_ep(0, 0, a->K, (int)PQ, (int)CRS, 1.0f, w, (int)CRS, pointwise ? xn : col,
+                        (int)PQ, 0.0f, yn, (int)PQ, bias || ba.act ? bias_act_tile : NULL, &ba);
     }
     mk_free(col);
     return MK_OK;
@@ -322,6 +339,8 @@ static mk_status check_args(const mk_conv2d_args *a) {
     if (a->C % a->groups || a->K % a->groups)
         return mk_set_error(MK_ERR_INVALID, "mk_cpu_conv2d: groups=%d must divide C=%d and K=%d",
                             a->groups, a->C, a->K);
+    if (a->activation < MK_ACT_NONE || a->activation > MK_ACT_SILU)
+        return mk_set_error(MK_ERR_INVALID, "mk_cpu_conv2d: activation %d is not MK_ACT_*", a->activation);
     return MK_OK;
 }
 
@@ -348,9 +367,10 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
 
     long CRS = (long)Cg * a->R * a->S;
     int Kg = a->K / a->groups;
-    if (CRS == 0) {              // no input channels: the output is the bias
+    if (CRS == 0) {              // no input channels: the output is act(bias)
         for (long i = 0; i < (long)a->N * a->K; i++) {
             float v = bias ? bias[i % a->K] : 0.0f;
+            mk_activate(&v, 1, a->activation);
             for (long j = 0; j < PQ; j++) {
                 if (dtype == MK_F32) ((float *)y)[i * PQ + j] = v;
                 else ((mk_half *)y)[i * PQ + j] = (mk_half)v;

@@ -1,5 +1,7 @@
 // mk_cpu_gemm.c: batched C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b] through BLAS.
 // float16 operands are converted to float32 one batch item at a time (float32 accumulation).
+// The fused activation (a->activation) is applied by the pass that writes the output: to each
+// tile right after its BLAS call (mk_sgemm_par_ep), or to each row before float16 conversion.
 #include "mk_cpu.h"
 #include <string.h>
 
@@ -8,7 +10,7 @@ static void copy_block_f32(const float *s, int lds, float *d, int ldd, int r, in
     for (int i = 0; i < r; i++) memcpy(d + (long)i * ldd, s + (long)i * lds, (size_t)c * 4);
 }
 
-typedef struct { const mk_half *hs; const float *fs; int lds; float *fd; mk_half *hd; int ldd, c; } blk_ctx;
+typedef struct { const mk_half *hs; float *fs; int lds; float *fd; mk_half *hd; int ldd, c, act; } blk_ctx;
 
 static void h2f_rows(void *vc, long b, long e) {
     const blk_ctx *t = vc;
@@ -17,18 +19,21 @@ static void h2f_rows(void *vc, long b, long e) {
 
 static void f2h_rows(void *vc, long b, long e) {
     const blk_ctx *t = vc;
-    for (long i = b; i < e; i++) mk_f2h(t->fs + i * t->lds, t->hd + i * t->ldd, t->c);
+    for (long i = b; i < e; i++) {
+        mk_activate(t->fs + i * t->lds, t->c, t->act);   // the row is in L1 for the conversion
+        mk_f2h(t->fs + i * t->lds, t->hd + i * t->ldd, t->c);
+    }
 }
 
 // r x c float16 block (leading dim lds) -> packed float32, rows over the pool
 static void h2f_block(const mk_half *s, int lds, float *d, int r, int c) {
-    blk_ctx t = {s, NULL, lds, d, NULL, c, c};
+    blk_ctx t = {s, NULL, lds, d, NULL, c, c, MK_ACT_NONE};
     mk_parallel_for(r, 1 + (1 << 15) / (c + 1), h2f_rows, &t);
 }
 
-// packed r x c float32 -> float16 block with leading dim ldd
-static void f2h_block(const float *s, mk_half *d, int ldd, int r, int c) {
-    blk_ctx t = {NULL, s, c, NULL, d, ldd, c};
+// packed r x c float32 -> float16 block with leading dim ldd, activated first (in place)
+static void f2h_block(float *s, mk_half *d, int ldd, int r, int c, int act) {
+    blk_ctx t = {NULL, s, c, NULL, d, ldd, c, act};
     mk_parallel_for(r, 1 + (1 << 15) / (c + 1), f2h_rows, &t);
 }
 
@@ -52,15 +57,23 @@ typedef struct {
 static void gemm_item_f32(const gemm_ctx *t, long b, int par) {
     const mk_gemm_args *a = t->a;
     float *o = (float *)t->out + b * a->stride_out;
+    int act = a->activation;
     if (a->has_c && t->beta != 0.0f) {
         const float *c = (const float *)t->C + b * a->stride_c;
         if (c != o) copy_block_f32(c, a->ldc, o, a->ldc, a->M, a->N);
     }
-    if (a->K == 0) { scale_block(o, a->ldc, a->M, a->N, t->beta); return; }
-    (par ? mk_sgemm_par : mk_sgemm)(a->trans_a, a->trans_b, a->M, a->N, a->K, a->alpha,
-                                    (const float *)t->A + b * a->stride_a, a->lda,
-                                    (const float *)t->B + b * a->stride_b, a->ldb, t->beta,
-                                    o, a->ldc);
+    const float *A = (const float *)t->A + b * a->stride_a, *B = (const float *)t->B + b * a->stride_b;
+    if (a->K == 0) {
+        scale_block(o, a->ldc, a->M, a->N, t->beta);
+        mk_activate_tile(&act, o, a->ldc, a->M, a->N);
+    } else if (par) {
+        mk_sgemm_par_ep(a->trans_a, a->trans_b, a->M, a->N, a->K, a->alpha, A, a->lda, B, a->ldb,
+                        t->beta, o, a->ldc, act ? mk_activate_tile : NULL, &act);
+    } else {                             // one of many small items: the item is the tile
+        mk_sgemm(a->trans_a, a->trans_b, a->M, a->N, a->K, a->alpha, A, a->lda, B, a->ldb,
+                 t->beta, o, a->ldc);
+        if (act) mk_activate_tile(&act, o, a->ldc, a->M, a->N);
+    }
 }
 
 static void gemm_items_f32(void *vc, long b, long e) {
@@ -77,6 +90,8 @@ static mk_status check_args(const mk_gemm_args *a) {
             "trans_a=%d trans_b=%d", a->lda, a->ldb, a->ldc, a->M, a->N, a->K, a->trans_a, a->trans_b);
     if (a->stride_a < 0 || a->stride_b < 0 || a->stride_c < 0 || a->stride_out < 0)
         return mk_set_error(MK_ERR_INVALID, "mk_cpu_gemm: negative batch stride");
+    if (a->activation < MK_ACT_NONE || a->activation > MK_ACT_SILU)
+        return mk_set_error(MK_ERR_INVALID, "mk_cpu_gemm: activation %d is not MK_ACT_*", a->activation);
     return MK_OK;
 }
 
@@ -123,7 +138,7 @@ mk_status mk_cpu_gemm(const mk_gemm_args *a, int dtype, const void *A, const voi
             h2f_block((const mk_half *)C + (long)b * a->stride_c, a->ldc, fo, M, N);
         if (K == 0) scale_block(fo, N, M, N, beta);
         else mk_sgemm_par(a->trans_a, a->trans_b, M, N, K, a->alpha, fa, ca, fb, cb, beta, fo, N);
-        f2h_block(fo, o, a->ldc, M, N);
+        f2h_block(fo, o, a->ldc, M, N, a->activation);
     }
     mk_free(fa); mk_free(fb); mk_free(fo);
     return MK_OK;

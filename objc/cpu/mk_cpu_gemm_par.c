@@ -28,6 +28,8 @@ typedef struct {
     float alpha, beta;
     const float *A, *B;
     float *C;
+    mk_tile_fn ep;          // the caller's epilogue per tile (NULL: none)
+    void *ep_ctx;
 } tile_ctx;
 
 // start of part i when `len` is cut into `parts` of whole `align` units, as even as they
@@ -47,8 +49,10 @@ static void tile_range(void *vc, long b, long e) {
         if (m1 <= m0 || n1 <= n0) continue;
         const float *a = t->ta ? t->A + m0 : t->A + (long)m0 * t->lda;
         const float *bb = t->tb ? t->B + (long)n0 * t->ldb : t->B + n0;
+        float *c = t->C + (long)m0 * t->ldc + n0;
         mk_sgemm(t->ta, t->tb, m1 - m0, n1 - n0, t->K, t->alpha, a, t->lda, bb, t->ldb,
-                 t->beta, t->C + (long)m0 * t->ldc + n0, t->ldc);
+                 t->beta, c, t->ldc);
+        if (t->ep) t->ep(t->ep_ctx, c, t->ldc, m1 - m0, n1 - n0);
     }
 }
 
@@ -78,15 +82,23 @@ static void gemm_grid(int M, int N, int K, int threads, int *pm, int *pn) {
     }
 }
 
-void mk_sgemm_par(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
-                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+void mk_sgemm_par_ep(int trans_a, int trans_b, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc, mk_tile_fn ep, void *ep_ctx) {
     int threads = mk_cpu_threads();
     int pm = 1, pn = 1;
     if (threads > 1 && 2.0 * M * N * K >= MIN_PAR_FLOPS) gemm_grid(M, N, K, threads, &pm, &pn);
     if (pm * pn <= 1) {
         mk_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        if (ep) ep(ep_ctx, C, ldc, M, N);
         return;
     }
-    tile_ctx t = {trans_a, trans_b, M, N, K, lda, ldb, ldc, pm, pn, alpha, beta, A, B, C};
+    tile_ctx t = {trans_a, trans_b, M, N, K, lda, ldb, ldc, pm, pn, alpha, beta, A, B, C,
+                  ep, ep_ctx};
     mk_parallel_for((long)pm * pn, 1, tile_range, &t);
+}
+
+void mk_sgemm_par(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                  int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    mk_sgemm_par_ep(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, NULL);
 }

@@ -309,6 +309,7 @@ output_block(const wino_ctx *t, int m, int al, tf1d at, int g, long u0, long u1,
             float *yrow = f32 ? (float *)t->y + yoff + (long)p * Q : NULL;
             float *dst = direct ? yrow : orow;
             scatter_row(m, O + r * m * T + tile0, T, TW, bias, dst);
+            mk_activate(dst, Q, a->activation);   // fused: the row just written, in L1
             if (direct) continue;
             if (f32) memcpy(yrow, orow, (size_t)Q * 4);
             else mk_f2h(orow, (mk_half *)t->y + yoff + (long)p * Q, Q);

@@ -151,15 +151,17 @@ def configure(ctx, space, dtype, shape, config=None):
     return dict(choice.config), choice.level
 
 
-def pipelines(ctx, space, dtype, shape, cfg, level, kernels):
+def pipelines(ctx, space, dtype, shape, cfg, level, kernels, extra=None):
     """(cfg, level, pipelines): the pipelines `kernels(cfg)` names, [(kernel, threads per
-    threadgroup)], compiled from the space's metal file with the configuration's macros,
-    each fitting its own pipeline's thread limit (the module docstring's rule)."""
+    threadgroup)], compiled from the space's metal file with the configuration's macros
+    (plus `extra` macros that are part of the problem, not of the configuration: gemm and
+    conv2d's fused activation), each fitting its own pipeline's thread limit (the module
+    docstring's rule)."""
     file = spaces.space(space).file
     info = ctx.limits
     while True:
         wanted = kernels(cfg)
-        macros = spaces.macros(space, cfg)
+        macros = dict(spaces.macros(space, cfg), **(extra or {}))
         pipes = [ctx.compiled(k, file, macros) for k, _ in wanted]
         over = [(k, t, p.max_threads) for (k, t), p in zip(wanted, pipes)
                 if p.max_threads and t > p.max_threads]
@@ -181,6 +183,13 @@ def pipelines(ctx, space, dtype, shape, cfg, level, kernels):
                              "; pin a smaller configuration (or let the lookup choose one)"
                              if level == "forced" else
                              f"; no configuration of {space} fits {limit} threads"))
+
+
+def activation_macros(args):
+    """The macros that compile the fused activation of an args dict (gemm / conv2d) into
+    the kernels' stores: {} without one, so those pipelines stay the ones without."""
+    act = args.get("activation", 0)
+    return {"MK_ACT": act} if act else {}
 
 
 def helper_threads(pipe, threads):

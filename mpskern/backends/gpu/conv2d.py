@@ -10,7 +10,8 @@ Three paths, by the problem (route() says which, and so which tuning space appli
 from mpskern import _native, structs
 from mpskern._errors import Unsupported
 from mpskern.backends.gpu import gemm as _gemm
-from mpskern.backends.gpu.context import MAX_GRID_YZ, cdiv, configure, nothing, pipelines
+from mpskern.backends.gpu.context import (MAX_GRID_YZ, activation_macros, cdiv, configure,
+                                          nothing, pipelines)
 from mpskern.tuning import spaces
 
 FILE = "conv2d.metal"
@@ -32,7 +33,8 @@ def gemm_args(args):
     """The batched GEMM a 1x1 stride-1 convolution is: w (K x C) shared, x[n] (C x H*W)."""
     a = args
     hw = a["H"] * a["W"]
-    return structs.gemm_args(a["K"], hw, a["C"], batch=a["N"], stride_b=a["C"] * hw)
+    return structs.gemm_args(a["K"], hw, a["C"], batch=a["N"], stride_b=a["C"] * hw,
+                             activation=a["activation"])
 
 
 def key(args, op):
@@ -60,7 +62,7 @@ def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
     if total == 0:
         return nothing(dict(cfg, kernel=spaces.SPACES[op].kernel(cfg, dtype), level=level))
     cfg, level, (pipe,) = pipelines(ctx, op, dtype, shape, cfg, level, lambda c: [
-        (spaces.SPACES[op].kernel(c, dtype), spaces.threads(op, c))])
+        (spaces.SPACES[op].kernel(c, dtype), spaces.threads(op, c))], activation_macros(a))
     threads = spaces.threads(op, cfg)
     if op == "conv2d_depthwise":
         grid = (cdiv(total, threads), 1, 1)

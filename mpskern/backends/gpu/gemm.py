@@ -9,8 +9,8 @@ command buffer.
 """
 from mpskern import _native
 from mpskern._errors import Unsupported
-from mpskern.backends.gpu.context import (MAX_GRID_YZ, cdiv, configure, helper_threads,
-                                          nothing, pipelines, suffix)
+from mpskern.backends.gpu.context import (MAX_GRID_YZ, activation_macros, cdiv, configure,
+                                          helper_threads, nothing, pipelines, suffix)
 from mpskern.tuning import spaces
 
 SPACE = "gemm"
@@ -27,8 +27,9 @@ def gemm(ctx, args, dtype, A, B, C, out, config=None):
     cfg, level = configure(ctx, SPACE, dtype, shape, config)
     if batch == 0 or M == 0 or N == 0:
         return nothing(dict(cfg, kernel=spaces.SPACES[SPACE].kernel(cfg, dtype), level=level))
+    act = activation_macros(args)        # the fused activation, in the kernels' own stores
     cfg, level, (pipe,) = pipelines(ctx, SPACE, dtype, shape, cfg, level, lambda c: [
-        (spaces.SPACES[SPACE].kernel(c, dtype), spaces.threads(SPACE, c))])
+        (spaces.SPACES[SPACE].kernel(c, dtype), spaces.threads(SPACE, c))], act)
     split = spaces.split_k(cfg, batch, M, N, K)
     if split * batch * M * N >= INT32_LIMIT:
         split = 1
@@ -50,7 +51,7 @@ def gemm(ctx, args, dtype, A, B, C, out, config=None):
                 bindings=[bA, bB, bC, bO, packed, partial])]
     if split > 1:
         red = ctx.compiled(f"gemm_splitk_reduce_{suffix(dtype)}", spaces.SPACES[SPACE].file,
-                           spaces.macros(SPACE, cfg))
+                           dict(spaces.macros(SPACE, cfg), **act))
         t = helper_threads(red, REDUCE_THREADS)
         run.append(dict(pipeline=red, grid=(cdiv(batch * M * N, t), 1, 1), threadgroup=(t, 1, 1),
                         bindings=[partial, bC, bO, packed]))

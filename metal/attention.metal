@@ -23,7 +23,7 @@
 //
 // Semantics (as torch): scores are scale * q.k plus an additive mask, plus -inf for a key
 // hidden by a false bool mask or by causal (key j > query i): its weight is exactly 0.
-// A row with no visible key gives 0 @ v (sum 0, then out = O, not O / 0). NaN in a score makes
+// A row with no visible key gives 0 @ v (sum 0: weights 0, the output never rescaled). NaN in a score makes
 // its row NaN; +inf makes it NaN (inf - inf). Running maxima start at -FLT_MAX, not -inf, so
 // no expression forms -inf - -inf and nothing compares with infinities (fast math).
 #include "mk_common.h"
@@ -140,7 +140,11 @@ inline float att_row_sum(float x)
 }
 
 // Folds one key block's scores into the row's running maximum m and sum l; leaves the
-// weights exp(s - m) in s and returns the factor by which the output so far must be scaled.
+// normalised weights exp(s - m) / l in s and returns the factor by which the output so far
+// must be scaled (l_old exp(m_old - m) / l). The output stays a convex combination of value
+// rows, so values near FLT_MAX give their representable weighted mean (an unnormalised sum
+// of exp(s - m) v divided by l at the end overflowed). A row with no visible key yet (l = 0)
+// keeps its output (0 @ v) and weights 0.
 inline float att_online(thread float* s, thread float& m, thread float& l)
 {
     float bm = s[0];
@@ -154,23 +158,27 @@ inline float att_online(thread float* s, thread float& m, thread float& l)
         s[n] = exp(s[n] - mn);
         sum += s[n];
     }
-    l = l * f + att_row_sum(sum);
+    const float kept = l * f;
+    l = kept + att_row_sum(sum);
     m = mn;
-    return f;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int n = 0; n < ATT_NS; ++n) {
+        s[n] *= inv;
+    }
+    return l > 0.0f ? kept * inv : 1.0f;
 }
 
-// The lane's outputs o[n] (row i, column att_col(col, n)) divided by the row sum; a row that
-// saw no key (l = 0) keeps o, which is 0 @ v.
+// The lane's outputs o[n] (row i, column att_col(col, n)), normalised already (att_online);
+// a row that saw no key is 0 @ v.
 template <typename T>
-inline void att_store(thread const float* o, float l, device T* out, constant mk_attention_args& a,
+inline void att_store(thread const float* o, device T* out, constant mk_attention_args& a,
                       thread const att_place& p, int i, int col)
 {
     if (i < a.L) {
-        const float inv = l > 0.0f ? 1.0f / l : 1.0f;
         for (int n = 0; n < ATT_NO; ++n) {
             const int c = att_col(col, n);
             if (c < a.Ev) {
-                out[p.oo + i * a.Ev + c] = T(o[n] * inv);
+                out[p.oo + i * a.Ev + c] = T(o[n]);
             }
         }
     }
@@ -267,7 +275,7 @@ kernel void attention_simd(const device T* q [[buffer(0)]],
         o[2 * e] = O[e].thread_elements()[0];
         o[2 * e + 1] = O[e].thread_elements()[1];
     }
-    att_store(o, l, out, a, p, i, c.col);
+    att_store(o, out, a, p, i, c.col);
 }
 
 #endif  // !MK_NO_SIMDGROUP_MATRIX
@@ -337,7 +345,7 @@ kernel void attention_tiled(const device T* q [[buffer(0)]],
             o[n] = acc;
         }
     }
-    att_store(o, l, out, a, p, i, c.col);
+    att_store(o, out, a, p, i, c.col);
 }
 #endif  // ATT_TILED_FITS
 

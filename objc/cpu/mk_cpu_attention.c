@@ -6,12 +6,20 @@
 // by exp(m_old - m)), O += S V. Scratch is S, the rows' m and l, and for float16 the
 // converted Q, K and V blocks: O(QB * KB), never O(L * S); float32 output rows accumulate in
 // place in `out`. docs/attention.md says why the blocks are these sizes.
+// The output rows stay normalised (O = sum of weights/l times V rows, a convex combination):
+// per key block P is divided by the new l and O rescaled by l_old*f/l_new, so values near
+// FLT_MAX give their (representable) weighted mean; an unnormalised sum of exp(s - m) * v
+// divided by l at the end overflowed there.
 //
 // Semantics (as torch, see metal/mk_args.h): hidden keys (false bool mask, causal j > i)
-// get -inf added, as torch adds its masks (a NaN score stays NaN), so exp gives exactly 0; a row that has seen no key yet keeps m = -inf and its
-// weights are set to 0 directly (exp(-inf - -inf) would be NaN); at the end a row with l = 0
-// (nothing visible) is 0 @ v, the rest O / l. NaN scores propagate through the max and the
-// sums. With causal, key blocks past a task's last row are not visited at all.
+// get -inf added, as torch adds its masks (a NaN or +Inf score gives NaN), so exp gives
+// exactly 0; a row that has seen no key yet keeps m = -inf and its weights are set to 0
+// directly (exp(-inf - -inf) would be NaN), so a row with nothing visible is 0 @ v. NaN
+// scores propagate through the max and the sums. With causal, key blocks past a task's last
+// row are not visited when that cannot change the result (skippable()): torch multiplies
+// their weight 0 with the values (0 * Inf/NaN = NaN) and adds -inf to their scores (+Inf or
+// NaN + -inf = NaN), so a non-finite value or key there, or scores that may overflow, make
+// the task visit every key.
 #include "mk_cpu.h"
 #include "mk_cpu_rowvec.h"
 #include <math.h>
@@ -64,6 +72,40 @@ MK_MULTIVERSION static void mask_row(const at_ctx *t, float *row, long n, int b,
     }
 }
 
+// Sum of squares of n floats at p (float32 or float16, converted through `tmp` of `room`
+// floats); Inf/NaN when any is non-finite (or the sum overflows).
+static float sumsq(const void *p, long n, int f16, float *tmp, long room) {
+    const mk_rowvec_t *rv = mk_rowvec();
+    if (!f16) return rv->sumsq_dev((const float *)p, n, 0.0f);
+    float s = 0.0f;
+    for (long i = 0; i < n; i += room) {
+        long c = n - i < room ? n - i : room;
+        mk_h2f((const mk_half *)p + i, tmp, c);
+        s += rv->sumsq_dev(tmp, c, 0.0f);
+    }
+    return s;
+}
+
+// Whether a causal task of rows i0..i0+nq-1 may leave out keys kend..S-1: only when every
+// value there is finite (torch's weight 0 times them is 0) and no score of theirs can be
+// +Inf or NaN: |scale q.k| <= |scale| |q| |k| (Cauchy-Schwarz) with finite keys and query
+// rows bounds every score; 1e30 leaves room for float rounding. O((S - kend) (E + Ev)) reads,
+// next to the O(nq kend (E + Ev)) of the visited keys.
+static int skippable(const at_ctx *t, const at_scratch *w, const float *Q, const char *kb,
+                     const char *vb, int nq, int kend) {
+    const mk_attention_args *a = t->a;
+    const int f16 = t->dtype == MK_F16;
+    const size_t es = esize(t->dtype);
+    long n = a->S - kend;
+    if (a->mask != MK_ATTN_MASK_NONE) return 0;     // (torch refuses a mask with is_causal)
+    float vv = sumsq(vb + (size_t)kend * a->Ev * es, n * a->Ev, f16, w->V, (long)t->kb * a->Ev);
+    if (!(vv < INFINITY)) return 0;
+    if (a->E == 0) return 1;
+    float kk = sumsq(kb + (size_t)kend * a->E * es, n * a->E, f16, w->K, (long)t->kb * a->E);
+    float qq = mk_rowvec()->sumsq_dev(Q, (long)nq * a->E, 0.0f);   // (float32 already)
+    return fabsf(a->scale) * sqrtf(kk) * sqrtf(qq) < 1e30f;
+}
+
 // One query block: rows i0..i0+nq-1 of (b, h).
 static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int i0, int nq) {
     const mk_attention_args *a = t->a;
@@ -82,6 +124,7 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
 
     const int ld = t->kb;                                 // of the score block
     int kend = a->causal && i0 + nq < a->S ? i0 + nq : a->S;
+    if (kend < a->S && !skippable(t, w, Q, kb, vb, nq, kend)) kend = a->S;
     for (int j0 = 0; j0 < kend; j0 += ld) {
         int nk = kend - j0 < ld ? kend - j0 : ld;
         const float *K = (const float *)(kb + (size_t)j0 * E * es);
@@ -105,14 +148,15 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
                 continue;
             }
             float f = expf(m - mn);          // 0 when m = -inf; NaN when mn is NaN
-            w->l[r] = w->l[r] * f + rv->exp_sum(row, row, nk, mn);
+            float kept = w->l[r] * f;        // the old weights' share, before normalising
+            float l = kept + rv->exp_sum(row, row, nk, mn);   // >= 1: the max gives exp(0)
+            w->l[r] = l;
             w->m[r] = mn;
-            if (f != 1.0f && Ev > 0) rv->scale(O + (long)r * Ev, Ev, f);
+            rv->scale(row, nk, 1.0f / l);    // this block's weights / l
+            if (kept != l && Ev > 0) rv->scale(O + (long)r * Ev, Ev, kept / l);
         }
         if (Ev > 0) mk_sgemm(0, 0, nq, Ev, nk, 1.0f, w->S, ld, V, Ev, 1.0f, O, Ev);
     }
-    for (int r = 0; r < nq; r++)
-        if (w->l[r] > 0.0f && Ev > 0) rv->scale(O + (long)r * Ev, Ev, 1.0f / w->l[r]);
     if (f16) mk_f2h(O, (mk_half *)t->out + orow * Ev, (long)nq * Ev);
 }
 

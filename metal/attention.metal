@@ -101,6 +101,64 @@ inline int att_key_end(constant mk_attention_args& a, int q0)
     return a.causal != 0 ? min(a.S, q0 + MK_BQ) : a.S;
 }
 
+// |x| as bits, ordered as the magnitudes; >= 0x7f800000 for Inf and NaN (compared as
+// integers: fast math may drop isfinite and x * 0).
+inline uint att_mag(float x)
+{
+    return as_type<uint>(x) & 0x7fffffffu;
+}
+
+// The keys this threadgroup visits: past att_key_end only when leaving them out cannot
+// change the result (mk_cpu_attention.c's skippable()): torch adds -inf to their scores
+// (+Inf or NaN + -inf = NaN) and multiplies their weight 0 with their values (0 * Inf/NaN =
+// NaN). So every value there must be finite, and E max|q| max|k| |scale| < 1e30 (no score
+// of theirs can reach +Inf). All threads scan a share of the block's q rows and of those
+// keys' k and v rows (no more reads than visiting them, and no arithmetic); the SIMD-groups'
+// maxima meet in `red` (Ks, unused until the first key block's barrier).
+template <typename T>
+inline int att_visit_end(const device T* q, const device T* k, const device T* v,
+                         constant mk_attention_args& a, thread const att_place& p,
+                         threadgroup float* red, uint tid, uint sg, uint lane)
+{
+    const int kend = att_key_end(a, p.q0);
+    if (kend >= a.S) {
+        return a.S;
+    }
+    const int nq = min(MK_BQ, a.L - p.q0) * a.E;
+    const int nk = (a.S - kend) * a.E;
+    const int nv = (a.S - kend) * a.Ev;
+    uint mq = 0u, mk = 0u, mv = 0u;
+    for (int e = int(tid); e < nq; e += ATT_NT) {
+        mq = max(mq, att_mag(float(q[p.qo + p.q0 * a.E + e])));
+    }
+    for (int e = int(tid); e < nk; e += ATT_NT) {
+        mk = max(mk, att_mag(float(k[p.ko + kend * a.E + e])));
+    }
+    for (int e = int(tid); e < nv; e += ATT_NT) {
+        mv = max(mv, att_mag(float(v[p.vo + kend * a.Ev + e])));
+    }
+    mq = simd_max(mq);
+    mk = simd_max(mk);
+    mv = simd_max(mv);
+    if (lane == 0u) {
+        red[3 * sg] = as_type<float>(mq);
+        red[3 * sg + 1] = as_type<float>(mk);
+        red[3 * sg + 2] = as_type<float>(mv);
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    for (int g = 0; g < ATT_NT / 32; ++g) {
+        mq = max(mq, as_type<uint>(red[3 * g]));
+        mk = max(mk, as_type<uint>(red[3 * g + 1]));
+        mv = max(mv, as_type<uint>(red[3 * g + 2]));
+    }
+    const uint inf = 0x7f800000u;
+    if (mq >= inf || mk >= inf || mv >= inf) {
+        return a.S;
+    }
+    const float bound = abs(a.scale) * float(a.E) * as_type<float>(mq) * as_type<float>(mk);
+    return bound < 1e30f ? kend : a.S;
+}
+
 // s[n] holds q.k for (query i, key j0 + att_col(col, n)): scale it, add a float mask, and
 // add -inf where the key is hidden (false bool mask, causal), as torch adds its masks, so a
 // NaN score stays NaN; keys past S and rows past L (which read no mask) are -inf outright.
@@ -226,7 +284,7 @@ kernel void attention_simd(const device T* q [[buffer(0)]],
     }
     float m = ATT_LOWEST;
     float l = 0.0f;
-    const int kend = att_key_end(a, p.q0);
+    const int kend = att_visit_end(q, k, v, a, p, Ks, tid, sg, lane);
     for (int j0 = 0; j0 < kend; j0 += MK_BK) {
         threadgroup_barrier(mem_flags::mem_threadgroup);   // Qs written / last block's K, V read
         att_load_kv(Ks, Vs, k, v, a, p, j0, int(tid));
@@ -313,7 +371,7 @@ kernel void attention_tiled(const device T* q [[buffer(0)]],
     float l = 0.0f;
     const threadgroup float* qrow = Qs + c.row * MK_D;
     threadgroup float* prow = Ps + c.row * MK_BK;
-    const int kend = att_key_end(a, p.q0);
+    const int kend = att_visit_end(q, k, v, a, p, Ks, tid, sg, lane);
     for (int j0 = 0; j0 < kend; j0 += MK_BK) {
         threadgroup_barrier(mem_flags::mem_threadgroup);   // Qs written / last block's K, V, P read
         att_load_kv(Ks, Vs, k, v, a, p, j0, int(tid));

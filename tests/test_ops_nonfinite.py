@@ -244,12 +244,6 @@ _known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_nor
 _known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_norm",
         "batch_norm-training"], [F32], ["big"], ["sim"],
        "reliab-files (norm.metal): float32 sums of squares overflow for |x| > ~1e19")
-_METAL_CAUSAL = ("attn (attention.metal): with is_causal, a threadgroup's rows leave out the keys "
-                 "past its last row, so a NaN/Inf value or key there gives a finite output where "
-                 "torch gives NaN")
-_known(["attention-value-causal-long"], [F32, F16], ["nan", "inf", "-inf", "inf-inf"], ["sim"],
-       _METAL_CAUSAL)
-_known(["attention-key-causal-long"], [F32, F16], ["inf", "-inf", "inf-inf"], ["sim"], _METAL_CAUSAL)
 _known(["conv2d-weights-padding-depthwise"], [F32, F16], ["nan", "inf", "-inf", "inf-inf"],
        ["sim"],
        "natives (conv2d.metal, found by the property tests): the grouped/depthwise kernel "

@@ -59,7 +59,7 @@ def test_shape_grammar_positional_keys_defaults():
     assert s == dict(N=2, C=64, H=56, W=56, K=128, R=3, S=3, stride=1, pad=1, dil=1, groups=1,
                      bias=1, act=0)
     assert sp.parse("c=8 h=10 k=4 r=1") == dict(N=1, C=8, H=10, W=10, K=4, R=1, S=1, stride=1,
-                                                 pad=0, dil=1, groups=1, bias=1)
+                                                 pad=0, dil=1, groups=1, bias=1, act=0)
     assert ops.get("matmul").parse("512") == dict(M=512, N=512, K=512, batch=1)
 
 

@@ -148,4 +148,4 @@ def test_real_run_on_sim_when_asked():
                             "--op", "gemm", "-d", "float32"])
     assert r.exit_code == 0, r.output
     assert "backend sim: available (tested)" in r.output
-    assert "16 passed, 0 failed, 0 unsupported (cpu, sim; float32)" in r.output   # with the NaN/Inf cases
+    assert "20 passed, 0 failed, 0 unsupported (cpu, sim; float32)" in r.output   # NaN/Inf and activation cases

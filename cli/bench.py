@@ -1,6 +1,8 @@
-"""`mpskern bench OP`: time an op on every backend (and installed peers) against the CPU,
-after checking each case against a float64 reference. Rows are appended to
-OUT/bench.jsonl; a table goes to stdout (or JSON with --json); progress to stderr."""
+"""`mpskern bench OP` / `mpskern bench --model NAME`: time an op or a whole network
+(mpskern/models) on every backend (and installed peers) against the CPU, after checking
+each case against a float64 reference. Rows are appended to OUT/bench.jsonl (a network's
+rows carry its name as the op); a table goes to stdout (or JSON with --json); progress to
+stderr."""
 import json
 import sys
 from enum import Enum
@@ -10,12 +12,13 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from mpskern import ops
+from mpskern import models, ops
 from mpskern.bench import runner, schema, targets
 from mpskern.cli import console as tty
 from mpskern.cli.app import app
 
 Op = Enum("Op", {n: n for n in ops.TABLE}, type=str)
+Model = Enum("Model", {n: n for n in models.MODELS}, type=str)
 
 
 def _help():
@@ -30,6 +33,13 @@ def _help():
         fields = ",".join(f.name if f.default is None else f"{f.name}={f.default}"
                           for f in sp.fields)
         lines.append(f"{name}: {fields} (e.g. {sp.example!r}); presets: {', '.join(sp.presets)}")
+    lines.append("--model NAME times a whole network instead of an op (mpskern's ops with "
+                 "numpy for glue; peers: the same network in torch.nn.functional, eval, "
+                 "no_grad; random weights, fixed seed). Its --shape fields (defaults: the "
+                 "real network; preset 'small': a reduced variant):")
+    for name, m in models.MODELS.items():
+        fields = ",".join(f"{f.name}={f.default}" for f in m.fields)
+        lines.append(f"{name}: {m.about}; {fields}")
     return "\n\n".join(lines)
 
 
@@ -72,8 +82,13 @@ def _table(op, rows):
 
 @app.command(help=_help())
 def bench(
-    op: Op = typer.Argument(..., help="The op to time."),
-    preset: str = typer.Option("small", "--preset", "-p", help="Named shape set (see above)."),
+    op: Optional[Op] = typer.Argument(None, help="The op to time (or give --model)."),
+    model: Optional[Model] = typer.Option(None, "--model", "-m",
+                                          help="A whole network to time instead of an op."),
+    batch: Optional[int] = typer.Option(None, "--batch", help="--model's batch size [default: 1]."),
+    preset: Optional[str] = typer.Option(None, "--preset", "-p",
+                                         help="Named shape set (see above) [default: small; "
+                                         "--model: default, the real network]."),
     shape: Optional[List[str]] = typer.Option(None, "--shape", "-s",
                                               help="Your own shape (repeatable); replaces --preset."),
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", "-d",
@@ -89,9 +104,14 @@ def bench(
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON (only) on stdout."),
 ):
     err = tty.console(stderr=True)
-    name = op.value
-    sp = ops.get(name)
     fail = tty.error
+    if (op is None) == (model is None):
+        fail("give an op (mpskern bench softmax) or --model NAME (mpskern bench --model "
+             f"resnet50), not {'both' if op else 'neither'}; networks: {', '.join(models.MODELS)}")
+    if batch is not None and model is None:
+        fail("--batch is --model's option; for an op give its batch field in --shape")
+    name = (op or model).value
+    sp = ops.get(name) if op else models.get(name)
 
     if not 0 < budget < float("inf"):         # (also refuses nan)
         fail(f"--budget must be > 0 seconds (and finite), got {budget}")
@@ -99,7 +119,11 @@ def bench(
         if shape:
             cases, preset = [(sp.label(s), s) for s in (sp.parse(t) for t in shape)], "custom"
         else:
+            preset = preset or ("default" if model else "small")
             cases = sp.preset(preset)
+        if batch is not None:
+            cases = [(sp.label(s), s) for s in
+                     (sp.complete({**s, "batch": batch}, f"--batch {batch}") for _, s in cases)]
     except ValueError as e:
         fail(str(e))
     dtypes = dtype or ["float32"]
@@ -142,7 +166,7 @@ def bench(
                 schema.append_jsonl(path, [r])
 
         try:
-            rows = runner.run(name, cases, dtypes, tgs, budget=budget, run_id=run_id,
+            rows = runner.run(sp, cases, dtypes, tgs, budget=budget, run_id=run_id,
                               preset=preset, on_row=on_row, on_case=on_case)
         except runner.CaseTooBig as e:
             fail(str(e))

@@ -186,8 +186,14 @@ def _drop(argv, *names):
 
 
 def _bench_variant(args):
-    """bench: --preset/--shape validated, then the op's tiny preset; budget capped."""
-    from mpskern import ops
+    """bench: --preset/--shape validated, then the op's tiny preset (a --model: its small
+    one); budget capped."""
+    from mpskern import models, ops
+    _, model = _option(args, "--model", "-m")
+    if model:
+        models.get(model)                             # the documented network exists
+        out = _drop(args, "--preset", "-p", "--shape", "-s", "--budget")
+        return out + ["--preset", "small", "--budget", "0.01"]
     op = args[1]
     _, preset = _option(args, "--preset", "-p")
     ops.get(op).preset(preset or "small")             # the documented preset exists
@@ -266,9 +272,12 @@ def _run_checkout(doc):
         _pytest_args_exist(doc, argv[1:])
         pytest.skip("pytest: .ci/run runs `pytest -q` in the checkout; markers and paths "
                     "checked")
-    assert argv[0] == "python" and argv[1].startswith("benchmarks/"), doc.text
+    assert argv[0] == "python" and argv[1].startswith(("benchmarks/", "examples/")), doc.text
     script = os.path.basename(argv[1])
     argv = [sys.executable] + argv[1:]
+    if argv[1].startswith("examples/"):               # the reduced networks; torch optional
+        _ok(_run(argv + ["--small"], ROOT, dict(env, PYTHONPATH=_home())), doc.where)
+        return
     quick, only = BENCHMARKS.get(script, ([], None))
     argv = _drop(argv, "--rounds", "--gap", "--target") + quick
     if only and "--only" not in argv:
@@ -289,7 +298,8 @@ def _run_checkout(doc):
 # benchmark script -> (options that make it a smoke run, the --only group when none is given)
 _ONE_ROUND = ["--rounds", "1", "--gap", "0", "--target", "0.001"]
 BENCHMARKS = {"cpu_vs_peers.py": (["--quick"] + _ONE_ROUND, "tiny"),
-              "attention.py": (_ONE_ROUND, "attention")}
+              "attention.py": (_ONE_ROUND, "attention"),
+              "networks.py": (["--small"] + _ONE_ROUND, "gpt2")}
 
 
 def _pytest_args_exist(doc, args):

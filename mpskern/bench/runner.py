@@ -33,10 +33,13 @@ def _rng(op, key, dtype):
 
 def run(op, shapes, dtypes, targets, *, budget=0.5, run_id=None, preset="custom",
         on_row=None, on_case=None, min_samples=10):
-    """Run `shapes` ([(label, shape dict)]) x `dtypes` x `targets`; returns the rows.
+    """Run `shapes` ([(label, shape dict)]) x `dtypes` x `targets` of `op` (a name in the op
+    table, or an entry of it or of mpskern.models: anything with the op table's interface);
+    returns the rows.
     on_row(row) is called as each case's rows are complete (for appending to a file);
     on_case(label, dtype, target_name) before each target runs (for progress)."""
-    sp = ops.get(op)
+    sp = ops.get(op) if isinstance(op, str) else op
+    op = sp.name
     run_id = run_id or new_run_id()
     mach = provenance.machine()
     rows = []

@@ -1,0 +1,190 @@
+"""What the networks of mpskern/models are written in: mpskern's public ops with numpy for
+glue (residual adds, reshapes, head splits). One Kit runs one network on one backend:
+
+    Kit("cpu")          mpskern's ops on that backend (any of mpskern.backends' names)
+    Kit("reference")    the float64 twins of mpskern/reference.py, glue in float64: the
+                        bench's reference for a whole network (no torch needed)
+
+It is also the one place that says how an activation is applied and where per-layer time
+is recorded (Kit(..., profile={}) fills {layer label: [seconds, calls]}; the labels name
+the op and its shapes, so equal layers add up)."""
+import math
+import time
+
+import numpy as np
+
+import mpskern
+from mpskern import reference as ref
+
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+
+
+class Kit:
+    def __init__(self, backend="cpu", profile=None):
+        self.backend = backend
+        self.exact = backend == "reference"
+        self.profile = profile
+
+    # -- ops --------------------------------------------------------------------------------
+    def conv(self, x, w, b=None, stride=1, padding=0, act=None):
+        if self.exact:
+            return self.act(ref.conv2d(x, w, b, stride, padding), act)
+        t = self._start()
+        y = mpskern.conv2d(x, w, b, stride, padding, backend=self.backend)
+        if t is not None:
+            K, C, R, S = w.shape
+            self._stop(t, f"conv2d {R}x{S}/{stride} {C}->{K} @{x.shape[-1]}")
+        return self.act(y, act)
+
+    def linear(self, x, w, b=None, act=None):
+        if self.exact:
+            return self.act(ref.linear(x, w, b), act)
+        t = self._start()
+        y = mpskern.linear(x, w, b, backend=self.backend)
+        if t is not None:
+            self._stop(t, f"linear {math.prod(x.shape[:-1])} x {w.shape[1]}->{w.shape[0]}")
+        return self.act(y, act)
+
+    def attention(self, q, k, v, causal=False):
+        """(B, H, L, E) heads; the float64 reference runs one (batch, head) at a time, so
+        its L x S score matrix stays one head's."""
+        if self.exact:
+            out = np.empty(q.shape[:-1] + v.shape[-1:])
+            for i in np.ndindex(q.shape[:-2]):
+                out[i] = ref.scaled_dot_product_attention(q[i], k[i], v[i], is_causal=causal)
+            return out
+        t = self._start()
+        y = mpskern.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                 backend=self.backend)
+        if t is not None:
+            B, H, L, E = q.shape
+            self._stop(t, f"attention {B}x{H} heads {L}x{k.shape[-2]} d{E}"
+                          f"{' causal' if causal else ''}")
+        return y
+
+    def layer_norm(self, x, w, b, eps=1e-5):
+        if self.exact:
+            return ref.layer_norm(x, w.shape, w, b, eps)
+        t = self._start()
+        y = mpskern.layer_norm(x, w.shape, w, b, eps, backend=self.backend)
+        if t is not None:
+            self._stop(t, f"layer_norm {math.prod(x.shape[:-1])} x {x.shape[-1]}")
+        return y
+
+    def group_norm(self, x, groups, w, b, eps=1e-5, act=None):
+        if self.exact:
+            return self.act(ref.group_norm(x, groups, w, b, eps), act)
+        t = self._start()
+        y = mpskern.group_norm(x, groups, w, b, eps, backend=self.backend)
+        if t is not None:
+            self._stop(t, f"group_norm {x.shape[1]}/{groups} @{x.shape[-1]}")
+        return self.act(y, act)
+
+    def max_pool(self, x, kernel, stride, padding):
+        if self.exact:
+            return ref.max_pool2d(x, kernel, stride, padding)
+        t = self._start()
+        y = mpskern.max_pool2d(x, kernel, stride, padding, backend=self.backend)
+        if t is not None:
+            self._stop(t, f"max_pool2d {kernel}/{stride} {x.shape[1]} @{x.shape[-1]}")
+        return y
+
+    def mean_pool(self, x):
+        """(N, C, H, W) -> (N, C): the global average pool."""
+        if self.exact:
+            return x.mean(axis=(2, 3))
+        t = self._start()
+        y = mpskern.avg_pool2d(x, x.shape[2:], backend=self.backend).reshape(x.shape[:2])
+        if t is not None:
+            self._stop(t, f"avg_pool2d global {x.shape[1]} @{x.shape[-1]}")
+        return y
+
+    # -- glue -------------------------------------------------------------------------------
+    def add(self, x, y):
+        """x += y (a residual), in place on a result the network owns."""
+        t = self._start()
+        np.add(x, y, out=x)
+        if t is not None:
+            self._stop(t, "numpy: residual add")
+        return x
+
+    def glue(self, label, f, *args):
+        """f(*args): a numpy step (reshape/transpose copies, gathers), timed under label."""
+        t = self._start()
+        y = f(*args)
+        if t is not None:
+            self._stop(t, f"numpy: {label}")
+        return y
+
+    # -- activations ------------------------------------------------------------------------
+    def act(self, y, act):
+        if act is None:
+            return y
+        if self.exact:
+            return ref.activation(y, act)
+        # UNFUSED until activation= lands on conv2d/gemm/linear (issue 13): a numpy pass
+        # over the result, in place. Then conv()/linear() pass activation= and only
+        # group_norm's SiLU (no fused form) stays here.
+        t = self._start()
+        unfused(y, act)
+        if t is not None:
+            self._stop(t, f"numpy: {act} (unfused)")
+        return y
+
+    # -- profile ----------------------------------------------------------------------------
+    def _start(self):
+        return None if self.profile is None else time.perf_counter()
+
+    def _stop(self, t0, label):
+        e = self.profile.setdefault(label, [0.0, 0])
+        e[0] += time.perf_counter() - t0
+        e[1] += 1
+
+
+_GELU_C = math.sqrt(2.0 / math.pi)
+# erfc(z) = t exp(-z^2 + P(t)), t = 1 / (1 + z/2): relative error < 1.2e-7 for every z >= 0
+# (Numerical Recipes' erfcc Chebyshev fit; numpy has no erf). P's coefficients, t^0 first:
+_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
+         -1.13520398, 1.48851587, -0.82215223, 0.17087277)
+
+
+def unfused(y, act):
+    """torch's relu / gelu (erf) / gelu(approximate="tanh") / silu of y, in place (numpy
+    passes, one thread; float16 is computed in float32). NaN stays NaN; -inf gives NaN for
+    the three smooth ones, as torch; the forms below do not cancel for negative y."""
+    if act == "relu":
+        return np.maximum(y, 0, out=y)
+    if act not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {act!r}")
+    x = y if y.dtype == np.float32 else y.astype(np.float32)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        if act == "silu":                         # x / (1 + exp(-x))
+            t = np.negative(x)
+        elif act == "gelu_tanh":                  # x/2 (1 + tanh u) = x / (1 + exp(-2u)),
+            t = x * x                             # u = sqrt(2/pi) (x + 0.044715 x^3)
+            t *= -2 * _GELU_C * 0.044715
+            t -= 2 * _GELU_C
+            t *= x
+        if act != "gelu":
+            np.exp(t, out=t)
+            t += 1
+            np.divide(x, t, out=x)
+        else:                                     # x/2 (1 + erf(x / sqrt 2)), with
+            z = np.abs(x) * (1 / math.sqrt(2))    # q = erfc(z), z = |x| / sqrt 2
+            t = 1 / (1 + 0.5 * z)
+            e = _ERFC[-1] * t
+            for c in _ERFC[-2:0:-1]:
+                e += c
+                e *= t
+            e += _ERFC[0]
+            z *= z
+            e -= z
+            np.exp(e, out=e)
+            q = e
+            q *= t
+            q *= 0.5                              # x >= 0: x (1 - q/2); x < 0: x q/2
+            np.subtract(1, q, out=q, where=x >= 0)
+            x *= q
+    if x is not y:
+        y[...] = x
+    return y

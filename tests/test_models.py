@@ -1,0 +1,221 @@
+"""Whole networks (mpskern/models): each reduced variant through mpskern's ops on cpu and
+sim against the same network in torch.nn.functional (float64) with the same weights; the
+float64 references agree with each other; the FLOP counts are torch's; the unfused
+activations are torch's; `mpskern bench --model` and the examples run."""
+import json
+import math
+import runpy
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mpskern import backends, models
+from mpskern.bench import schema
+from mpskern.models.kit import unfused
+from mpskern.reference import max_error, tolerance
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+NETS = list(models.MODELS.values())
+
+
+def small(m, seed=0, dtype="float32", **fields):
+    s = m.shape(**{**m.small, **fields})
+    return m.inputs(s, dtype, np.random.default_rng(seed))
+
+
+def tensors(m, inp, dtype=torch.float64):
+    t = {"params": {k: torch.from_numpy(v).to(dtype) for k, v in inp["params"].items()},
+         "p": inp["p"]}
+    for k in m._names(inp):
+        v = torch.from_numpy(inp[k])
+        t[k] = v.to(dtype) if v.is_floating_point() else v
+    return t
+
+
+@pytest.mark.parametrize("backend", ["cpu", "sim"])
+@pytest.mark.parametrize("m", NETS, ids=lambda m: m.name)
+def test_network_matches_torch_functional(m, backend):
+    ok, why = backends.availability(backend)
+    if not ok:
+        pytest.skip(why)
+    inp = small(m, batch=2)
+    want = m.torch_call(F, tensors(m, inp)).numpy()            # the torch twin, float64
+    got = m.call(inp, backend)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    tol = tolerance("float32", m.reduction(inp))
+    err = max_error(got, want)
+    assert err <= tol, f"{m.name} on {backend}: max error {err:.3g} > {tol:.3g}"
+    # not trivially close: the output varies, and another seed's weights give another one
+    assert np.std(want) > 1e-3 * np.max(np.abs(want))
+    assert max_error(m.call(small(m, seed=1, batch=2), "cpu"), want) > 100 * tol
+
+
+@pytest.mark.parametrize("m", NETS, ids=lambda m: m.name)
+def test_float64_references_agree(m):
+    """The bench's reference: torch's float64 twin, or (no torch) the same forward() on
+    mpskern/reference.py's ops; both are the same network."""
+    inp = small(m)
+    a, b = m.reference(inp, torch=True), m.reference(inp, torch=False)
+    assert max_error(b, a) < 1e-12
+
+
+def test_resnet_fold_is_batch_norm():
+    """fold() is exact in float64: the folded network equals the unfolded one for every
+    depth-14 conv + BN pair (checked end to end above, here with strong BN statistics)."""
+    m = models.RESNET50
+    inp = small(m)
+    P = inp["params"]
+    for k in P:
+        if k.endswith("running_var"):
+            P[k] = P[k] * 5
+    assert max_error(m.reference(inp, torch=False), m.reference(inp, torch=True)) < 1e-12
+
+
+class CountingF:
+    """torch.nn.functional whose scaled_dot_product_attention adds its two products'
+    FLOPs (torch's FlopCounterMode does not count the CPU attention)."""
+
+    def __init__(self):
+        self.attention = 0
+
+    def __getattr__(self, name):
+        return getattr(F, name)
+
+    def scaled_dot_product_attention(self, q, k, v, **kw):
+        self.attention += 2 * q.shape[:-1].numel() * k.shape[-2] * (q.shape[-1] + v.shape[-1])
+        return F.scaled_dot_product_attention(q, k, v, **kw)
+
+
+@pytest.mark.parametrize("m", NETS, ids=lambda m: m.name)
+def test_flops_are_torch_flop_counters(m):
+    from torch.utils.flop_counter import FlopCounterMode
+    inp = small(m, batch=3)
+    cf = CountingF()
+    with FlopCounterMode(display=False) as fc:
+        m.torch_call(cf, tensors(m, inp, torch.float32))
+    assert m.module.flops(inp["p"]) == fc.get_total_flops() + cf.attention
+
+
+def _exact(y, act):
+    """Forms of the activations that do not cancel in float64 (reference.activation's
+    1 + tanh / 1 + erf lose the tail for negative y)."""
+    erfc = np.vectorize(math.erfc, otypes=[np.float64])
+    if act == "relu":
+        return np.where(y < 0, 0.0, y)
+    if act == "silu":
+        return y / (1 + np.exp(-y))
+    if act == "gelu_tanh":
+        return y / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (y + 0.044715 * y ** 3)))
+    return np.where(np.isneginf(y), np.nan, 0.5 * y * erfc(-y / math.sqrt(2)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("act", ["relu", "silu", "gelu_tanh", "gelu"])
+def test_unfused_activations_are_torchs(act, dtype):
+    y = np.concatenate([np.linspace(-12, 12, 20001), [0, -0.0, 1e-30, -1e-30, 3e38, -3e38,
+                                                       np.inf, -np.inf, np.nan, 88, -88]])
+    with np.errstate(over="ignore"):
+        x = y.astype(dtype)
+    with np.errstate(all="ignore"):
+        want = _exact(x.astype(np.float64), act).astype(dtype).astype(np.float64)
+        got = unfused(x.copy(), act)
+    assert got.dtype == dtype
+    got = got.astype(np.float64)
+    fin = np.isfinite(want)
+    assert np.array_equal(np.isfinite(got), fin)
+    assert np.array_equal(got[~fin], want[~fin], equal_nan=True)
+    eps = np.finfo(dtype).eps
+    big = fin & (np.abs(want) > (1e-30 if dtype == np.float32 else 1e-3))
+    rel = np.abs(got[big] - want[big]) / np.abs(want[big])
+    # a few ulp times exp's condition number |argument| (the float32 argument's own rounding
+    # grows by it; the erfc fit's own relative error is below 1.2e-7)
+    xs = x[big].astype(np.float64)
+    arg = {"relu": 0 * xs, "silu": xs, "gelu": xs * xs / 2,
+           "gelu_tanh": 2 * math.sqrt(2 / math.pi) * (xs + 0.044715 * xs ** 3)}[act]
+    bound = 4 * eps * (1 + np.abs(arg))
+    assert np.all(rel <= bound), f"{act}: worst relative error {rel.max():.3g}"
+    with pytest.raises(ValueError, match="activation must be one of"):
+        unfused(x.copy(), "tanh")
+
+
+def test_profile_names_the_layers():
+    m = models.GPT2
+    inp = small(m)
+    prof = {}
+    m.run(models.Kit("cpu", prof), inp)
+    s = inp["p"]
+    assert prof[f"layer_norm {s['seq']} x {s['width']}"][1] == 2 * s["layers"] + 1
+    assert prof[f"attention 1x{s['heads']} heads {s['seq']}x{s['seq']} d16 causal"][1] == 2
+    assert all(sec >= 0 for sec, _ in prof.values())
+
+
+@pytest.mark.parametrize("fields,msg", [
+    (dict(depth=13), "use one of [14, 26, 50, 101, 152]"),
+])
+def test_bad_network_shapes(fields, msg):
+    with pytest.raises(ValueError, match=msg.replace("[", r"\[")):
+        models.RESNET50.shape(**fields)
+    with pytest.raises(ValueError, match="GPT-2 has 1024 positions"):
+        models.GPT2.shape(seq=1025)
+    with pytest.raises(ValueError, match="must divide width"):
+        models.GPT2.shape(heads=5)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        models.UNET_BLOCK.shape(channels=48)
+
+
+# -- mpskern bench --model ---------------------------------------------------------------------
+def bench(*args):
+    from typer.testing import CliRunner
+
+    from mpskern.cli.main import app
+    r = CliRunner().invoke(app, ["bench", *args])
+    r.returncode = r.exit_code
+    return r
+
+
+def test_cli_bench_model_rows_like_an_op(tmp_path):
+    out = tmp_path / "r.jsonl"
+    r = bench("--model", "gpt2", "--preset", "small", "--batch", "2", "-b", "cpu", "-b",
+              "torch-cpu", "--budget", "0.02", "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)
+    assert [(x["op"], x["backend"], x["status"]) for x in rows] == [
+        ("gpt2", "cpu", "ok"), ("gpt2", "torch-cpu", "ok")]
+    for x in rows:
+        assert x["shape"]["batch"] == 2 and x["shape"]["layers"] == 2
+        assert x["shape_label"].startswith("gpt2 b2") and x["gflops"] > 0
+        assert x["max_err"] <= x["tolerance"] and x["n_samples"] >= 3
+    assert rows[1]["speedup_vs_cpu"] > 0
+    assert schema.read_jsonl([out]) == schema.clean(rows)
+    r = bench("--model", "resnet50", "--shape", "image=32,depth=14,width=8,classes=5",
+              "-b", "cpu", "--budget", "0.02", "--no-save")
+    assert r.returncode == 0, r.stderr
+    assert "resnet50 b1 (image=32,width=8,classes=5,depth=14)" in r.stdout.replace("\n", "") or \
+        "resnet50 b1" in r.stdout
+
+
+@pytest.mark.parametrize("args,msg", [
+    ([], "give an op"),
+    (["softmax", "--model", "gpt2"], "not both"),
+    (["softmax", "--batch", "2"], "--batch is --model's option"),
+    (["--model", "resnet50", "--shape", "depth=13"], "use one of"),
+    (["--model", "resnet50", "--batch", "0"], "batch=0 must be > 0"),
+    (["--model", "vgg"], "vgg"),
+])
+def test_cli_bench_model_errors(args, msg):
+    r = bench(*args, "--no-save")
+    assert r.returncode == 2 and msg in " ".join(r.stderr.split()), r.stderr
+
+
+@pytest.mark.parametrize("script", ["resnet50.py", "gpt2.py", "unet_block.py"])
+def test_examples_run(script, monkeypatch, capsys):
+    """Each example as `python examples/X.py --small --batch 2` (in this process: the
+    interpreter and torch are loaded already)."""
+    monkeypatch.setattr(sys, "argv", [script, "--small", "--batch", "2"])
+    runpy.run_path(str(EXAMPLES / script), run_name="__main__")   # SystemExit on a mismatch
+    out = capsys.readouterr().out
+    assert "max error vs the float64 reference" in out and "batch 2" in out

@@ -238,3 +238,44 @@ def test_examples_run(script, monkeypatch, capsys):
     runpy.run_path(str(EXAMPLES / script), run_name="__main__")   # SystemExit on a mismatch
     out = capsys.readouterr().out
     assert "max error vs the float64 reference" in out and "batch 2" in out
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (1, 1, 3, 1000), (2, 3, 1), (0, 50), (64,), (1, 1, 1, 1)])
+def test_split_glue_is_numpys(shape, monkeypatch):
+    """The glue's thread split (kit.split): every piece written once, broadcasting kept,
+    float16 activations included, on pieces as small as 16 elements and 3 threads."""
+    import mpskern
+    from mpskern.models import kit
+    monkeypatch.setattr(kit, "SPLIT_MIN", 4)
+    old = mpskern.get_num_threads()
+    mpskern.set_num_threads(3)
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(shape).astype(np.float32)
+        y = rng.standard_normal(shape[-1:] if shape else ()).astype(np.float32)
+        k = models.Kit("cpu")
+        assert np.array_equal(k.add(x.copy(), y), x + y)
+        assert np.array_equal(k.mul(x.copy(), y), x * y)
+        for act in ("relu", "silu"):
+            h = x.astype(np.float16)
+            assert np.array_equal(k.act(h.copy(), act), unfused(h.copy(), act))
+        t = x.T if x.ndim == 2 else x[..., ::-1]
+        got = kit.contiguous(t)
+        assert got.flags.c_contiguous and np.array_equal(got, t)
+    finally:
+        mpskern.set_num_threads(old)
+
+
+def test_networks_with_split_glue(monkeypatch):
+    import mpskern
+    from mpskern.models import kit
+    monkeypatch.setattr(kit, "SPLIT_MIN", 16)
+    old = mpskern.get_num_threads()
+    mpskern.set_num_threads(3)
+    try:
+        for m in NETS:
+            inp = small(m, batch=2)
+            want = m.reference(inp, torch=False)
+            assert max_error(m.call(inp, "cpu"), want) <= tolerance("float32", m.reduction(inp))
+    finally:
+        mpskern.set_num_threads(old)

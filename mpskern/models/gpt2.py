@@ -6,6 +6,8 @@ but its Conv1D weights are stored as torch.nn.Linear's (out, in), the layout
 mpskern.linear and F.linear take (transpose HF's to load them)."""
 import numpy as np
 
+from mpskern.models.kit import contiguous
+
 POSITIONS = 1024
 EPS = 1e-5
 
@@ -57,12 +59,12 @@ def _split_heads(qkv, H):
     """(B, T, 3C) -> q, k, v each (B, H, T, C/H), C order (the attention reads them so)."""
     B, T, C3 = qkv.shape
     t = qkv.reshape(B, T, 3, H, C3 // (3 * H)).transpose(2, 0, 3, 1, 4)
-    return [np.ascontiguousarray(a) for a in t]
+    return [contiguous(a) for a in t]
 
 
 def _merge_heads(o):
     B, H, T, D = o.shape
-    return np.ascontiguousarray(o.transpose(0, 2, 1, 3)).reshape(B, T, H * D)
+    return contiguous(o.transpose(0, 2, 1, 3)).reshape(B, T, H * D)
 
 
 def forward(kit, P, ids, s):

@@ -9,7 +9,9 @@ It is also the one place that says how an activation is applied and where per-la
 is recorded (Kit(..., profile={}) fills {layer label: [seconds, calls]}; the labels name
 the op and its shapes, so equal layers add up)."""
 import math
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -101,11 +103,23 @@ class Kit:
 
     # -- glue -------------------------------------------------------------------------------
     def add(self, x, y):
-        """x += y (a residual), in place on a result the network owns."""
+        """x += y (a residual; y may broadcast), in place on a result the network owns."""
         t = self._start()
-        np.add(x, y, out=x)
+        if self.exact:
+            np.add(x, y, out=x)
+        else:
+            y = np.broadcast_to(y, x.shape)
+            split(lambda a, b: np.add(a, b, out=a), x, y)
         if t is not None:
             self._stop(t, "numpy: residual add")
+        return x
+
+    def mul(self, x, y):
+        """x *= y, in place (GEGLU's value times its activated gate)."""
+        t = self._start()
+        split(lambda a, b: np.multiply(a, b, out=a), x, np.broadcast_to(y, x.shape))
+        if t is not None:
+            self._stop(t, "numpy: product")
         return x
 
     def glue(self, label, f, *args):
@@ -126,7 +140,7 @@ class Kit:
         # over the result, in place. Then conv()/linear() pass activation= and only
         # group_norm's SiLU (no fused form) stays here.
         t = self._start()
-        unfused(y, act)
+        split(unfused, y, act=act)
         if t is not None:
             self._stop(t, f"numpy: {act} (unfused)")
         return y
@@ -139,6 +153,52 @@ class Kit:
         e = self.profile.setdefault(label, [0.0, 0])
         e[0] += time.perf_counter() - t0
         e[1] += 1
+
+
+# -- numpy glue on the cpu backend's threads ---------------------------------------------------
+SPLIT_MIN = 1 << 18         # elements per piece: below it a thread hand-off costs more than it saves
+_pool, _pool_size, _pool_lock = None, 0, threading.Lock()
+
+
+def _executor(n):
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool_size < n:
+            if _pool is not None:
+                _pool.shutdown(wait=False)
+            _pool, _pool_size = ThreadPoolExecutor(n, thread_name_prefix="mpskern-glue"), n
+        return _pool
+
+
+def split(f, *arrays, **kw):
+    """f(*pieces, **kw) over pieces of `arrays` (equal shapes, the first one written in place)
+    on as many threads as the cpu backend uses: numpy's element-wise loops release the GIL,
+    so the glue between mpskern's ops is no single-threaded tail (Amdahl) at 16 threads."""
+    x = arrays[0]
+    n = min(mpskern.get_num_threads(), x.size // SPLIT_MIN)
+    if n < 2:
+        return f(*arrays, **kw)
+    axis = next((i for i, d in enumerate(x.shape) if d >= n), None)
+    if axis is None:
+        return f(*arrays, **kw)
+    cuts = np.linspace(0, x.shape[axis], n + 1).astype(int)
+    pieces = [tuple(a[(slice(None),) * axis + (slice(lo, hi),)] for a in arrays)
+              for lo, hi in zip(cuts[:-1], cuts[1:])]
+    futures = [_executor(n - 1).submit(f, *p, **kw) for p in pieces[1:]]
+    f(*pieces[0], **kw)
+    for fu in futures:
+        fu.result()
+    return x
+
+
+def contiguous(a):
+    """np.ascontiguousarray(a) (a transposed view: head splits, token <-> image layouts),
+    copied on split()'s threads."""
+    if a.flags.c_contiguous:
+        return a
+    out = np.empty(a.shape, a.dtype)
+    split(np.copyto, out, a)
+    return out
 
 
 _GELU_C = math.sqrt(2.0 / math.pi)

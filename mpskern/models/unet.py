@@ -9,6 +9,8 @@ GELU), 1x1 proj_out, + skip); then the 3x3 stride-2 Downsample2D conv. Inputs: l
 W/2). Parameter names follow diffusers' down_blocks.0 state_dict."""
 import numpy as np
 
+from mpskern.models.kit import contiguous
+
 GROUPS = 32
 RES_EPS = 1e-5
 ATTN_GN_EPS = 1e-6
@@ -89,23 +91,23 @@ def prepare(P):
 def _heads(t, H):
     """(B, N, C) -> (B, H, N, C/H), C order."""
     B, N, C = t.shape
-    return np.ascontiguousarray(t.reshape(B, N, H, C // H).transpose(0, 2, 1, 3))
+    return contiguous(t.reshape(B, N, H, C // H).transpose(0, 2, 1, 3))
 
 
 def _merge(o):
     B, H, N, D = o.shape
-    return np.ascontiguousarray(o.transpose(0, 2, 1, 3)).reshape(B, N, H * D)
+    return contiguous(o.transpose(0, 2, 1, 3)).reshape(B, N, H * D)
 
 
 def _tokens(h):
     """(B, C, H, W) -> (B, HW, C)."""
     B, C = h.shape[:2]
-    return np.ascontiguousarray(h.reshape(B, C, -1).transpose(0, 2, 1))
+    return contiguous(h.reshape(B, C, -1).transpose(0, 2, 1))
 
 
 def _image(t, hw):
     B, N, C = t.shape
-    return np.ascontiguousarray(t.transpose(0, 2, 1)).reshape(B, C, *hw)
+    return contiguous(t.transpose(0, 2, 1)).reshape(B, C, *hw)
 
 
 def _attention(kit, W, p, x, ctx, H):
@@ -145,7 +147,7 @@ def forward(kit, W, x, temb, ctx, s):
         f = b + "ff.net.0.proj."
         g = kit.linear(n, W[f + "gate.weight"], W[f + "gate.bias"], act="gelu")
         v = kit.linear(n, W[f + "value.weight"], W[f + "value.bias"])
-        v = kit.glue("GEGLU product", np.multiply, v, g, v)
+        v = kit.mul(v, g)
         kit.add(z, kit.linear(v, W[b + "ff.net.2.weight"], W[b + "ff.net.2.bias"]))
         y = kit.glue("to image", _image, z, hw)
         y = kit.conv(y, W[a + "proj_out.weight"], W[a + "proj_out.bias"])

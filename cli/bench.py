@@ -160,16 +160,27 @@ def bench(
         def on_case(label, dt, be):
             prog.update(task, description=f"{name} {label} {dt} {be}")
 
+        done = []
+
         def on_row(r):
             prog.advance(task)
             if path:
                 schema.append_jsonl(path, [r])
+            done.append(r)
 
         try:
             rows = runner.run(sp, cases, dtypes, tgs, budget=budget, run_id=run_id,
                               preset=preset, on_row=on_row, on_case=on_case)
         except runner.CaseTooBig as e:
             fail(str(e))
+        except KeyboardInterrupt:
+            rows = None
+    if rows is None:                 # Ctrl-C: say what the finished cases left where
+        saved = f"appended to {path}" if path else "not saved (--no-save)"
+        if csv and done:
+            schema.write_csv(csv, done)
+            saved += f"; CSV: {csv}"
+        tty.interrupted(f"the {len(done)} finished rows of this run were {saved}")
     try:
         if csv:
             schema.write_csv(csv, rows)

@@ -43,3 +43,9 @@ def warning(con, msg):
 
 def note(con, msg):
     con.print(line(("note:", "yellow"), " ", msg))
+
+
+def interrupted(msg):
+    """Ctrl-C: print 'interrupted: msg' (what was kept, what was not) on stderr, exit 130."""
+    console(stderr=True).print(line(("interrupted:", "yellow"), " ", msg))
+    raise typer.Exit(130)

@@ -120,6 +120,11 @@ def _run(console, tdb, op, backend, dtype, shape, budget, stride, padding, group
             except MemoryError as e:             # numpy: "Unable to allocate 7.3 TiB ..."
                 tty.error(f"{op} {spec.key(sh)}: too big for this machine's memory ({e}); give "
                           "a smaller --shape")
+            except KeyboardInterrupt:            # Ctrl-C: what is stored, what is not
+                stored = [r.path for r in done if r.path]
+                tty.interrupted(f"while tuning {op} {spec.key(sh)}: nothing stored for it" +
+                                (f"; the {len(stored)} shapes tuned before are in {stored[0]}"
+                                 if stored else ""))
         if done:
             _summary(console, op, dtype, backend, reps, done)
     except BackendUnavailable as e:

@@ -2,7 +2,8 @@
 no traceback, and before any time is spent (issue 15 items 9, 10, 11): non-finite budgets;
 shapes too big to build; unwritable outputs checked before measuring; results files that
 are binary, lack columns or end in a torn line (skipped and counted, and the next append
-starts on a new line); tune's errors on stderr; NaN never written to a tuning database."""
+starts on a new line), also while 4 processes append; tune's errors on stderr; NaN never
+written to a tuning database; Ctrl-C in bench or tune says in one line what was kept (130)."""
 import json
 import math
 
@@ -209,3 +210,101 @@ def test_read_without_a_list_warns_about_torn_lines(rows, tmp_path):
     _torn_file(p, rows)
     with pytest.warns(UserWarning, match="torn"):
         assert len(schema.read_jsonl([p])) == 1
+
+
+def _append_many(path, rows, tag, n):
+    for i in range(n):
+        schema.append_jsonl(path, [dict(rows[i % len(rows)], run_id=f"{tag}-{i}")])
+
+
+@pytest.mark.parametrize("start", ["empty", "torn"])
+def test_concurrent_appends_keep_every_row(rows, tmp_path, start):
+    """4 processes appending 100 rows each to one file (two benches sharing --out), also
+    onto a torn last line: every row is read back whole, nothing is glued or lost."""
+    import multiprocessing
+    p = tmp_path / "bench.jsonl"
+    if start == "torn":
+        _torn_file(p, rows)
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(p, rows, f"p{k}", 100)) for k in range(4)]
+    for q in procs:
+        q.start()
+    for q in procs:
+        q.join(60)
+        assert q.exitcode == 0
+    skipped = []
+    got = schema.read_jsonl([p], skipped)
+    ids = sorted(r["run_id"] for r in got if r["run_id"].startswith("p"))
+    assert ids == sorted(f"p{k}-{i}" for k in range(4) for i in range(100))
+    assert skipped == ([f"{p}:2"] if start == "torn" else [])
+
+
+# -- Ctrl-C: what was kept is said, in one line, exit 130 -----------------------------------
+class Interrupting(FakeTarget):
+    """Ctrl-C arrives while the third case runs."""
+    calls = 0
+
+    def bind(self, spec, inputs, out_shape, dtype):
+        Interrupting.calls += 1
+        if Interrupting.calls == 3:
+            raise KeyboardInterrupt
+        return super().bind(spec, inputs, out_shape, dtype)
+
+
+@pytest.mark.parametrize("save", ["out", "no-save"])
+def test_bench_ctrl_c_says_which_rows_were_kept(monkeypatch, tmp_path, save):
+    from mpskern.bench import targets
+    Interrupting.calls = 0
+    monkeypatch.setattr(targets, "make", lambda n: Interrupting("cpu"))
+    out, csv = tmp_path / "res" / "bench.jsonl", tmp_path / "rows.csv"
+    keep = ["-o", str(out)] if save == "out" else ["--no-save"]
+    r = cli("bench", "softmax", "--backend", "cpu", "--budget", "0.02", "--csv", str(csv),
+            *keep, "--shape", "4x5", "--shape", "3x7", "--shape", "2x9", "--shape", "5x5")
+    assert r.exit_code == 130, r.output
+    assert "Traceback" not in r.output
+    kept = f"appended to {out}" if save == "out" else "not saved (--no-save)"
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"interrupted: the 2 finished rows of this run were {kept}; CSV: {csv}"), r.stderr
+    if save == "out":
+        assert [x["shape_key"] for x in schema.read_jsonl([out])] == ["rows=4,n=5", "rows=3,n=7"]
+    assert len(csv.read_text().splitlines()) == 3           # header + the 2 rows
+
+
+def test_tune_ctrl_c_says_nothing_was_stored(monkeypatch, tmp_path):
+    from mpskern.tuner import tune as tuner
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(tuner, "tune", interrupted)
+    db = tmp_path / "tuning.json"
+    r = cli("tune", "gemm", "--backend", "sim", "--shape", "8x8x8", "--db", str(db))
+    assert r.exit_code == 130, r.output
+    assert r.stderr.strip().splitlines()[-1] == (
+        "interrupted: while tuning gemm M=8,N=8,K=8,ta=0,tb=0,c=1: nothing stored for it")
+    assert not db.exists()
+
+
+def test_bench_real_sigint_keeps_whole_rows(tmp_path):
+    """A real SIGINT (what Ctrl-C sends) between cases of a real cpu bench."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    out = tmp_path / "bench.jsonl"
+    p = subprocess.Popen([sys.executable, "-m", "mpskern.cli.main", "bench", "softmax",
+                          "--backend", "cpu", "--budget", "0.3", "-o", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (out.exists() and out.read_bytes().endswith(b"\n")):
+            assert p.poll() is None and time.time() < deadline, p.communicate()
+            time.sleep(0.05)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    got = schema.read_jsonl([out])
+    assert p.returncode == 130, err
+    assert err.strip().splitlines()[-1] == (
+        f"interrupted: the {len(got)} finished rows of this run were appended to {out}"), err

@@ -371,6 +371,8 @@ def _save(new_entries, path):
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(dump(entries))
+            f.flush()
+            os.fsync(f.fileno())           # on disk before the rename: never an empty file
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -5,7 +5,7 @@ against the same network in torch.nn.functional with the same weights.
 
 Weights are random with a fixed seed (nothing is downloaded); their names and layout are
 torchvision's resnet50 state_dict. batch_norm is folded into the convs once (inference),
-each conv's ReLU applied to its result, the residual adds are numpy's.
+each conv's ReLU fused into it (activation=), the residual adds are numpy's.
 """
 import argparse
 import time

@@ -32,20 +32,22 @@ class Kit:
         if self.exact:
             return self.act(ref.conv2d(x, w, b, stride, padding), act)
         t = self._start()
-        y = mpskern.conv2d(x, w, b, stride, padding, backend=self.backend)
+        y = mpskern.conv2d(x, w, b, stride, padding, activation=act, backend=self.backend)
         if t is not None:
             K, C, R, S = w.shape
-            self._stop(t, f"conv2d {R}x{S}/{stride} {C}->{K} @{x.shape[-1]}")
-        return self.act(y, act)
+            self._stop(t, f"conv2d {R}x{S}/{stride} {C}->{K} @{x.shape[-1]}"
+                          f"{' +' + act if act else ''}")
+        return y
 
     def linear(self, x, w, b=None, act=None):
         if self.exact:
             return self.act(ref.linear(x, w, b), act)
         t = self._start()
-        y = mpskern.linear(x, w, b, backend=self.backend)
+        y = mpskern.linear(x, w, b, activation=act, backend=self.backend)
         if t is not None:
-            self._stop(t, f"linear {math.prod(x.shape[:-1])} x {w.shape[1]}->{w.shape[0]}")
-        return self.act(y, act)
+            self._stop(t, f"linear {math.prod(x.shape[:-1])} x {w.shape[1]}->{w.shape[0]}"
+                          f"{' +' + act if act else ''}")
+        return y
 
     def attention(self, q, k, v, causal=False):
         """(B, H, L, E) heads; the float64 reference runs one (batch, head) at a time, so
@@ -135,10 +137,10 @@ class Kit:
         if act is None:
             return y
         if self.exact:
-            return ref.activation(y, act)
-        # UNFUSED until activation= lands on conv2d/gemm/linear (issue 13): a numpy pass
-        # over the result, in place. Then conv()/linear() pass activation= and only
-        # group_norm's SiLU (no fused form) stays here.
+            return ref.activate(y, act)
+        # conv()/linear() fuse theirs (activation=); what comes here has no op to fuse
+        # into: group_norm's SiLU, ReLU after a residual add, the time embedding's SiLU.
+        # A numpy pass over the result, in place, on split()'s threads.
         t = self._start()
         split(unfused, y, act=act)
         if t is not None:

@@ -3,7 +3,7 @@ inference: parameter names and layout as torchvision's resnet50 state_dict, so i
 weights would load unchanged (none are downloaded here: params() draws them).
 
 forward() runs the network with batch_norm folded into each conv (fold(): w * g/sqrt(v+eps),
-b - m g/sqrt(v+eps), once, in float64) and ReLU applied to the conv's result;
+b - m g/sqrt(v+eps), once, in float64) and ReLU fused into the conv (activation=);
 torch_forward() is the same network in torch.nn.functional as torchvision runs it in eval
 mode (F.batch_norm with the running statistics, unfolded)."""
 import numpy as np

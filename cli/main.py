@@ -7,6 +7,7 @@ from mpskern.cli import bench  # noqa: F401
 from mpskern.cli import report  # noqa: F401
 from mpskern.cli import selftest  # noqa: F401
 from mpskern.cli import check_msl  # noqa: F401
+from mpskern.cli import profile  # noqa: F401
 
 
 def main():

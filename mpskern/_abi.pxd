@@ -131,6 +131,12 @@ cdef extern from "mpskern.h" nogil:
         double time_limit_s
         uint32_t pipeline_max_threads
     mk_status mk_sim_set_options(mk_device *d, const mk_sim_options *o)
+    ctypedef struct mk_sim_profile_options:
+        uint32_t max_groups
+        int32_t sampled_only
+        uint32_t banks, bank_bytes, line_bytes
+    mk_status mk_sim_profile_begin(mk_device *d, const mk_sim_profile_options *o)
+    mk_status mk_sim_profile_end(mk_device *d, char *json, size_t cap, size_t *needed)
 
     mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer *A,
                           mk_buffer *B, mk_buffer *C, mk_buffer *out, mk_timing *t)

@@ -93,6 +93,36 @@ cdef class Device:
         o.pipeline_max_threads = pipeline_max_threads
         check(mk_sim_set_options(self.ptr, &o))
 
+    def sim_profile_begin(self, *, uint32_t max_groups=0, bint sampled_only=False,
+                          uint32_t banks=32, uint32_t bank_bytes=4, uint32_t line_bytes=128):
+        """Simulator profiling mode on (objc/sim/profile.cc): every later dispatch of a
+        library built with profile=True is counted until sim_profile_end()."""
+        cdef mk_sim_profile_options o
+        o.max_groups = max_groups
+        o.sampled_only = sampled_only
+        o.banks = banks
+        o.bank_bytes = bank_bytes
+        o.line_bytes = line_bytes
+        check(mk_sim_profile_begin(self.ptr, &o))
+
+    def sim_profile_end(self):
+        """Profiling mode off; the reports of the dispatches since sim_profile_begin (a JSON
+        array, one object per dispatch)."""
+        cdef size_t need = 0
+        cdef char* buf
+        check(mk_sim_profile_end(self.ptr, NULL, 0, &need))
+        while True:
+            buf = <char*>malloc(need)
+            if buf == NULL:
+                raise MemoryError("sim_profile_end: no memory for the report")
+            try:
+                cap = need
+                check(mk_sim_profile_end(self.ptr, buf, cap, &need))
+                if need <= cap:
+                    return buf[:need - 1].decode("utf-8", "replace")
+            finally:
+                free(buf)
+
     def wrap(self, array, bint writable=False):
         """A device view of a C-contiguous array (zero-copy where the device can)."""
         return Buffer._wrap(self, array, writable)

@@ -17,6 +17,9 @@ time_limit=SECONDS (or the device-wide set_sim_options(time_limit=...)) raises
 mpskern.KernelError once the run takes longer, and Ctrl-C raises KeyboardInterrupt within
 a fraction of a second (main thread, Python's default SIGINT handler); the process stays
 usable either way. On Metal the GPU's own watchdog does this (no time_limit there).
+profile=True (simulator) runs the profiling mode and returns an mpskern.profiling.Profile
+of the dispatch (memory coalescing, bank conflicts, FLOPs, ...; docs/profiling.md); a dict
+passes options to mpskern.profiling.profiling (e.g. {"max_groups": 0}).
 """
 import numpy as np
 
@@ -83,13 +86,21 @@ class Kernel:
                              f"'metal' or 'sim'")
         return backends.get(backend)
 
-    def __call__(self, *args, grid, threadgroup, backend="auto", check=False, time_limit=None):
-        be = self._backend(backend)
+    def __call__(self, *args, grid, threadgroup, backend="auto", check=False, time_limit=None,
+                 profile=False):
+        be = self._backend("sim" if profile and backend == "auto" else backend)
         if check and be.name != "sim":
             raise ValueError("check=True needs backend='sim' (the checking mode is the simulator's)")
         if time_limit is not None and be.name != "sim":
             raise ValueError("time_limit needs backend='sim'; on Metal the GPU's own watchdog "
                              "ends a command buffer that runs too long")
+        if profile and be.name != "sim":
+            raise ValueError("profile=True needs backend='sim' (the profiling mode is the simulator's)")
+        if profile and check:
+            raise ValueError("profile=True and check=True each need their own build of the kernel; "
+                             "run them one after the other")
+        if profile is not False and not isinstance(profile, (bool, dict)):
+            raise TypeError(f"profile must be True/False or a dict of profiling options, got {profile!r}")
         grid = _dims(grid, "grid")
         tg = _dims(threadgroup, "threadgroup")
         _check_launch(grid, tg, threadgroup, be.info["max_threads_per_threadgroup"],
@@ -128,14 +139,23 @@ class Kernel:
                 raise TypeError(f"argument {i}: expected a numpy array, numpy scalar or bytes, "
                                 f"got {type(a).__name__}")
         # (the pipeline's own limit, [[max_total_threads_per_threadgroup(N)]], is mk_run's)
-        pipe = be.pipeline(self.name, source=self.source, macros=self.macros, check=check)
+        # profile=None: a profiling build inside mpskern.profiling.profiling() too
+        pipe = be.pipeline(self.name, source=self.source, macros=self.macros, check=check,
+                           profile=True if profile else None)
         dispatch = dict(pipeline=pipe, grid=grid, threadgroup=tg, grid_units="threads",
                         bindings=bindings)
-        be.run([dispatch], time_limit=time_limit)   # check=True libraries always run checked
+        prof = None
+        if profile:
+            from mpskern.profiling import profiling
+            with profiling(**(profile if isinstance(profile, dict) else {})) as prof:
+                be.run([dispatch], time_limit=time_limit)
+        else:
+            be.run([dispatch], time_limit=time_limit)   # check=True libraries always run checked
         for buf, arr, orig in writeback:
             buf.sync()
             if arr is not orig:
                 np.copyto(orig, arr)
+        return prof
 
 
 def metal_kernel(source, name, *, macros=None):

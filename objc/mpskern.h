@@ -182,6 +182,21 @@ typedef struct mk_sim_options {
 } mk_sim_options;
 mk_status mk_sim_set_options(mk_device *d, const mk_sim_options *o);
 
+/* simulator profiling mode (objc/sim/profile.cc, docs/profiling.md): from begin to end,
+   every dispatch of a library built for profiling is counted (memory instructions,
+   coalescing, bank conflicts, basic blocks, barriers); end returns the reports as one JSON
+   array (needed: its size with the NUL; call again with cap >= needed; the reports are
+   kept until a call with room takes them) and turns profiling off. */
+typedef struct mk_sim_profile_options {
+    uint32_t max_groups;      // threadgroups sampled per dispatch (0 = every one)
+    int32_t sampled_only;     // run only the sampled threadgroups (outputs are then partial)
+    uint32_t banks;           // threadgroup memory bank model: banks x bank_bytes
+    uint32_t bank_bytes;
+    uint32_t line_bytes;      // device memory: cache line for coalescing
+} mk_sim_profile_options;
+mk_status mk_sim_profile_begin(mk_device *d, const mk_sim_profile_options *o);
+mk_status mk_sim_profile_end(mk_device *d, char *json, size_t cap, size_t *needed);
+
 /* ---------------------------------------------------------------- MPS primitives
    Apple's kernels on a Metal device (MPSMatrixMultiplication, MPSGraph). Elsewhere they
    return MK_ERR_UNAVAILABLE. Buffers come from mk_buffer_wrap on the same device. */

@@ -7,10 +7,11 @@ objc/sim/ (inside mpskern._native). See docs/simulator.md.
 from mpskern.sim.compiler import available, build, cache_dir  # noqa: F401
 
 
-def build_library(source, macros=None, check=False, origin=None):
+def build_library(source, macros=None, check=False, origin=None, profile=False):
     """Compile MSL `source` (project headers already inlined, #line directives kept) with
     preprocessor `macros` into a kernel library for the simulator; returns its path.
-    check=True instruments memory accesses for the checking mode. `origin` names the
-    .metal file for messages when the source has no #line directive. Cached on disk."""
-    return build(source, macros or {}, check=check, origin=origin)
+    check=True instruments memory accesses for the checking mode, profile=True for the
+    profiling mode (docs/profiling.md). `origin` names the .metal file for messages when the
+    source has no #line directive. Cached on disk."""
+    return build(source, macros or {}, check=check, origin=origin, profile=profile)
 

@@ -32,7 +32,7 @@ except ImportError:   # not POSIX: builders race, which the checks below still s
 
 from mpskern._errors import KernelCompileError
 from mpskern.paths import SIM_INCLUDE_DIR
-from mpskern.sim import frontend, msl_clang, msl_rules, parse, strict
+from mpskern.sim import frontend, msl_clang, msl_rules, parse, profile_build, strict
 
 # MSL the simulator claims to be (kernels may test __METAL_VERSION__), and a marker.
 PRE_DEFINES = ["-D__METAL_VERSION__=310", "-D__MPSKERN_SIM__=1", "-D__HAVE_SIMDGROUP_MATRIX__=1"]
@@ -120,7 +120,7 @@ def _headers_hash():
     h = hashlib.sha256()
     files = [os.path.join(SIM_INCLUDE_DIR, n) for n in sorted(os.listdir(SIM_INCLUDE_DIR))]
     files += [frontend.__file__, parse.__file__, strict.__file__, msl_rules.__file__,
-              msl_clang.__file__]   # the translation and the checks are part of the build
+              msl_clang.__file__, profile_build.__file__]   # translation, checks, profiling
     for p in files:
         name = os.path.basename(p)
         if os.path.isfile(p):
@@ -175,12 +175,13 @@ def preprocess(source, macros):
     return r.stdout
 
 
-def key_of(source, macros, check):
-    cxx, ver = compiler()
+def key_of(source, macros, check, profile=False):
+    cxx, ver = profile_build.clang() if profile else compiler()
+    flags = profile_build.ir_flags() + ["profile", str(profile_build.TABLE_VERSION)] if profile else \
+        cxx_flags() + (CHECK_FLAGS if check else [])
     h = hashlib.sha256()
     for part in (source, repr(sorted(macros.items())), str(bool(check)), cxx, ver,
-                 repr(cxx_flags() + (CHECK_FLAGS if check else [])), str(frontend.FRONTEND_VERSION),
-                 _headers_hash()):
+                 repr(flags), str(frontend.FRONTEND_VERSION), _headers_hash()):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
@@ -261,28 +262,38 @@ def _key_lock(out):
         os.close(fd)          # releases the lock
 
 
-def build(source, macros, check=False, origin=None):
+def build(source, macros, check=False, origin=None, profile=False):
     """Path of the shared object for MSL `source` with `macros` (dict NAME -> value),
-    verified (see the module docstring): a damaged cache entry is rebuilt."""
+    verified (see the module docstring): a damaged cache entry is rebuilt. profile=True:
+    a library for the profiling mode (profile_build.py; needs clang) with its table."""
     ok, why = available()
     if not ok:
         raise KernelCompileError("simulator: " + why)
+    if profile and check:
+        raise ValueError("a kernel library is built for checking or for profiling, not both")
+    if profile and profile_build.clang()[0] is None:
+        raise KernelCompileError("simulator: " + profile_build.clang()[1])
     if not source.lstrip().startswith("#line") and not source.lstrip().startswith("# "):
         source = f'#line 1 "{origin or "kernel.metal"}"\n' + source
     macros = {str(k): str(v) for k, v in (macros or {}).items()}
-    key = key_of(source, macros, check)
+    key = key_of(source, macros, check, profile)
     if key in _built:
         return _built[key]
     out = os.path.join(_cache_subdir(), key + ".so")
-    if not entry_ok(out):
+    if not _whole(out, profile):
         with _key_lock(out):
-            if not entry_ok(out):           # another process may have built it meanwhile
-                _compile(source, macros, check, key, out)
+            if not _whole(out, profile):    # another process may have built it meanwhile
+                _compile(source, macros, check, key, out, profile)
     _built[key] = out
     return out
 
 
-def _compile(source, macros, check, key, out):
+def _whole(out, profile):
+    """entry_ok, and a profiling library's table beside it."""
+    return entry_ok(out) and (not profile or os.path.exists(profile_build.table_path(out)))
+
+
+def _compile(source, macros, check, key, out, profile=False):
     # Apple's compiler refuses what the C++ compiler would accept (mpskern/sim/strict.py);
     # foreign #includes become markers, so no host header is ever opened
     pre = preprocess(strict.guard_includes(source), macros)
@@ -291,7 +302,7 @@ def _compile(source, macros, check, key, out):
         raise KernelCompileError("simulator: the kernel source is not valid MSL (Apple's compiler "
                                  "refuses it too):\n" + strict.format_findings(found))
     try:
-        tr = frontend.translate(pre, checked=check)
+        tr = frontend.translate(pre, checked=check, profiled=profile)
     except frontend.TranslateError as e:
         raise KernelCompileError(f"simulator: {e}") from None
     cxx, _ = compiler()
@@ -305,7 +316,12 @@ def _compile(source, macros, check, key, out):
     try:
         with os.fdopen(fd, "w") as f:
             f.write(tr.text)
-        _run_compiler(cxx, check, tmp_cc, stem, keep)
+        if profile:             # profile_build.py: clang, IR instrumentation, the table
+            profile_build.build(tmp_cc, stem + ".so", _log)
+            # the table first: a reader trusting the new library finds its table
+            os.replace(profile_build.table_path(stem + ".so"), profile_build.table_path(out))
+        else:
+            _run_compiler(cxx, check, tmp_cc, stem, keep)
         if keep:
             os.replace(tmp_cc, out[:-3] + ".cc")
         _publish(stem + ".so", out)
@@ -314,7 +330,7 @@ def _compile(source, macros, check, key, out):
     finally:
         # whatever ends the build (an error, Ctrl-C) leaves no temporary file in the cache
         for tmp in ([] if keep else [tmp_cc]) + [stem + x for x in (
-                ".o", ".so", ".so.sum")]:
+                ".o", ".so", ".so.sum", ".prof.json")]:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
 

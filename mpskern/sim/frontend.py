@@ -282,7 +282,7 @@ def _c_string(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def glue(kernels, needs_fibers, checked):
+def glue(kernels, needs_fibers, checked, profiled=False):
     out = ['\n# 1 "<mpskern glue>"',
            "static const uint32_t __mk_zero3[3] = {0, 0, 0};"]
     for i, k in enumerate(kernels):
@@ -305,14 +305,25 @@ def glue(kernels, needs_fibers, checked):
     if not rows:
         rows.append('  {"", 0, "", 0, 0u, 0u, 0u, 0u, 0u, 0},')
     out.append("static const mk_sim_kernel __mk_kernels[] = {\n" + "\n".join(rows) + "\n};")
-    out.append(f"static const mk_sim_module __mk_module = {{MK_SIM_ABI_VERSION, {len(kernels)}, "
-               f"__mk_kernels, {int(needs_fibers)}, {int(checked)}}};")
+    # profiling: the site and block counts are defined by mpskern/sim/profile_build.py
+    # once it has instrumented the library's IR
+    out.append(f"static {'' if profiled else 'const '}mk_sim_module __mk_module = {{MK_SIM_ABI_VERSION, "
+               f"{len(kernels)}, __mk_kernels, {int(needs_fibers)}, {int(checked)}, {int(profiled)}, 0, 0}};")
+    if profiled:
+        out.append('extern "C" const uint32_t __mk_prof_nsites, __mk_prof_nblocks;')
     out.append('extern "C" __attribute__((visibility("default"), no_sanitize_thread)) const mk_sim_module *'
                "mk_sim_module_init(const mk_sim_rt *rt) {\n"
                "  if (!rt || rt->abi != MK_SIM_ABI_VERSION) return 0;\n"
-               "  __mk_rt = rt;\n  return &__mk_module;\n}")
+               "  __mk_rt = rt;\n" +
+               ("  __mk_module.nsites = __mk_prof_nsites;\n  __mk_module.nblocks = __mk_prof_nblocks;\n"
+                if profiled else "") +
+               "  return &__mk_module;\n}")
     if checked:
         out.append(TSAN_SHIM)
+    elif profiled:
+        out.append(PROFILE_SHIM + TSAN_SHIM.replace(
+            "#define MK_HOOK(a, n, w) if (__mk_rt) __mk_rt->check_access(a, n, w, __builtin_return_address(0))",
+            "#define MK_HOOK(a, n, w) if (__mk_rt) __mk_rt->profile_access(a, 0, 0, (n) | (w) << 8)"))
     return "\n".join(out) + "\n"
 
 
@@ -367,6 +378,19 @@ MK_AT(8, unsigned char) MK_AT(16, unsigned short) MK_AT(32, unsigned int) MK_AT(
 '''
 
 
+# Profiling mode: profile_build.py replaces the instrumentation's __tsan_* calls with
+# these (site, merge key, size/direction as arguments) and calls __mk_prof_bb at the start of
+# every basic block; accesses it leaves to the __tsan_* hooks count as site 0.
+PROFILE_SHIM = r'''
+#define MK_PNS __attribute__((no_sanitize_thread, visibility("hidden"), used, noinline))
+extern "C" {
+MK_PNS void __mk_prof_acc(void *a, uint32_t site, uint32_t key, uint32_t info) {
+  __mk_rt->profile_access(a, site, key, info); }
+MK_PNS void __mk_prof_bb(uint32_t block) { __mk_rt->profile_block(block); }
+}
+'''
+
+
 def rewrite(pre, constant="const"):
     """The line-preserving rewrites C++ needs: attributes blanked, `1.0h` -> `half(1.0)`,
     the `constant` address space -> `constant` (None: kept), threadgroup variables in
@@ -378,12 +402,13 @@ def rewrite(pre, constant="const"):
     return _rewrite_tg_decls(text)
 
 
-def translate(pre, *, checked=False):
-    """C++ for preprocessed MSL `pre`: a Translation (text, kernels, needs_fibers)."""
+def translate(pre, *, checked=False, profiled=False):
+    """C++ for preprocessed MSL `pre`: a Translation (text, kernels, needs_fibers).
+    profiled: the glue of a profiling build (mpskern/sim/profile_build.py)."""
     lines = _Lines(pre)
     kernels = find_kernels(pre, lines)
     text = rewrite(pre)
     needs_fibers = _SYNC.search(text) is not None
     head = "#include <metal_stdlib>\nusing namespace metal;\n"
-    body = head + text + glue(kernels, needs_fibers, checked)
+    body = head + text + glue(kernels, needs_fibers, checked, profiled)
     return Translation(body, kernels, needs_fibers)

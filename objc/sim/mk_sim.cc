@@ -254,10 +254,22 @@ static mk_status run_list(Device *dev, const mk_dispatch *list, uint32_t n, cons
                                 "with check=True", j.k->name);
         j.opt.check = j.lib->mod->checked;
         if (j.opt.check) j.checker = checker_create(j);
+        if (dev->prof.on) {   // profiling mode (profile.cc)
+            if (!j.lib->mod->profiled) {
+                if (j.checker) checker_free(j.checker);
+                return mk_set_error(MK_ERR_INVALID, "kernel '%s': profiling needs a library built with "
+                                    "profile=True", j.k->name);
+            }
+            j.profiler = profiler_create(j, dev->prof);
+        }
         auto c0 = std::chrono::steady_clock::now();
         st = run_dispatch(dev, j);
         compute_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count();
         if (j.checker) checker_free(j.checker);
+        if (j.profiler) {
+            if (st == MK_OK) dev->prof_reports.push_back(profiler_report(j.profiler));
+            profiler_free(j.profiler);
+        }
         if (st == MK_OK) st = mirrors_check(ms, j);
         if (st != MK_OK) return st;
     }

@@ -195,6 +195,16 @@ static void rt_check_access(const void *addr, unsigned size, int is_write, const
     }
 }
 
+static void rt_profile_access(const void *addr, uint32_t site, uint32_t key, uint32_t info) {
+    Worker *w = tl_worker;
+    if (w && w->job && w->job->profiler) profiler_access(w, addr, site, key, info);
+}
+
+static void rt_profile_block(uint32_t block) {
+    Worker *w = tl_worker;
+    if (w && w->job && w->job->profiler) profiler_block(w, block);
+}
+
 [[noreturn]] static void rt_fail(const char *msg) {
     Worker *w = tl_worker;
     RtGuard guard(w);
@@ -203,7 +213,8 @@ static void rt_check_access(const void *addr, unsigned size, int is_write, const
 }
 
 static const mk_sim_rt RT = {MK_SIM_ABI_VERSION, rt_barrier,   rt_simd_barrier, rt_simd_exchange,
-                             rt_tg_alloc,        rt_lane,      rt_check_access, rt_fail};
+                             rt_tg_alloc,        rt_lane,      rt_check_access, rt_fail,
+                             rt_profile_access,  rt_profile_block};
 
 const mk_sim_rt *runtime_table() { return &RT; }
 
@@ -503,6 +514,7 @@ static bool resolve_barrier(Worker *w) {
         j->set_error(MK_ERR_CHECK, msg);
         return false;
     }
+    if (j->profiler) profiler_barrier(j->profiler, w);
     for (int i = 0; i < w->nlanes; i++)
         if (w->lanes[i].state == L_BARRIER) w->lanes[i].state = L_RUN;
     w->tg_epoch++;
@@ -551,6 +563,7 @@ static void run_group(Worker *w, uint64_t g) {
         l.tg_used = j->tg_dynamic_used;
     }
     if (j->checker) checker_begin_group(j->checker, w);
+    if (j->profiler) profiler_begin_group(j->profiler, w);
     std::vector<int> &order = w->order;
     order.resize(nl);
     for (int i = 0; i < nl; i++) order[i] = j->opt.order == MK_ORDER_REVERSE ? nl - 1 - i : i;
@@ -566,6 +579,7 @@ static void run_group(Worker *w, uint64_t g) {
         fiber_switch(&w->sched, &w->lanes[0].fiber);
         w->in_lane = false;
         if (j->checker && !j->failed.load()) checker_end_group(j->checker, w);
+        if (j->profiler && !j->failed.load()) profiler_end_group(j->profiler, w);
         return;
     }
     for (int i = 0; i < nl; i++) fiber_init(&w->lanes[i].fiber, lane_entry, w, &w->sched);
@@ -584,13 +598,15 @@ static void run_group(Worker *w, uint64_t g) {
         if (!resolve_barrier(w)) break;
     }
     if (j->checker && !j->failed.load()) checker_end_group(j->checker, w);
+    if (j->profiler && !j->failed.load()) profiler_end_group(j->profiler, w);
 }
 
 mk_status run_dispatch(Device *dev, Job &j) {
     int nw = j.opt.workers > 0 ? j.opt.workers : (int)std::thread::hardware_concurrency();
     if (nw < 1) nw = 1;
-    if (j.checker) nw = 1;                 // the shadow memory is not thread-safe; deterministic
-    if ((uint64_t)nw > j.ngroups) nw = (int)j.ngroups;
+    if (j.checker || j.profiler) nw = 1;   // shadow memory, counters: not thread-safe; deterministic
+    const uint64_t total = j.run_list ? j.nrun : j.ngroups;   // profiling may run a sample
+    if ((uint64_t)nw > total) nw = (int)total;
     while ((int)dev->workers.size() < nw) {
         dev->workers.emplace_back(new Worker());
         dev->workers.back()->index = (int)dev->workers.size() - 1;
@@ -613,8 +629,8 @@ mk_status run_dispatch(Device *dev, Job &j) {
         for (;;) {
             if (j.failed.load(std::memory_order_relaxed)) break;
             uint64_t g = j.next.fetch_add(1);
-            if (g >= j.ngroups) break;
-            run_group(w, g);
+            if (g >= total) break;
+            run_group(w, j.run_list ? j.run_list[g] : g);
         }
         w->busy.store(false);
         w->job = nullptr;

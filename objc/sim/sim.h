@@ -4,6 +4,7 @@
 //   check.cc      checking mode: shadow memory, races, bounds, uninitialised reads
 //   watchdog.cc   stopping a run: time limits, Ctrl-C (SIGINT), lanes stuck in kernel code
 //   guard.cc      buffers between inaccessible guard regions (stray accesses fault)
+//   profile.cc    profiling mode: counters per dispatch (docs/profiling.md)
 //   fiber.cc      stacks and context switches
 #ifndef MK_SIM_H
 #define MK_SIM_H
@@ -48,6 +49,15 @@ struct Pipeline {
 };
 
 struct Checker;   // check.cc
+struct Profiler;  // profile.cc
+
+// What the profiling mode counts with (mk_sim_profile_begin).
+struct ProfileSettings {
+    bool on = false;
+    uint32_t max_groups = 0;          // threadgroups sampled per dispatch (0 = all)
+    bool sampled_only = false;        // run only the sampled threadgroups
+    uint32_t banks = 32, bank_bytes = 4, line_bytes = 128;   // threadgroup / device models
+};
 
 // guard.cc: memory between PROT_NONE guards, and a run's guarded copies of host buffers
 struct GuardedMap {
@@ -96,6 +106,9 @@ struct Job {
     mk_status err_status = MK_OK;
     std::string err;
     Checker *checker = nullptr;
+    Profiler *profiler = nullptr;
+    const uint64_t *run_list = nullptr;   // profiling, sampled only: the groups to run
+    uint64_t nrun = 0;                    // groups to run (ngroups without a run list)
     void set_error(mk_status st, const std::string &msg);
 };
 
@@ -187,6 +200,8 @@ struct Device {
     std::mutex run_mu;
     Pool pool;
     std::vector<std::unique_ptr<Worker>> workers;
+    ProfileSettings prof;
+    std::vector<std::string> prof_reports;    // one JSON object per profiled dispatch
     Watchdog watchdog;   // destroyed before the pool and the workers it kicks
 };
 
@@ -214,6 +229,15 @@ void checker_end_group(Checker *c, Worker *w);
 void checker_access(Worker *w, const void *addr, unsigned size, int is_write, const void *pc);
 // a threadgroup variable at `off` in the arena (registered once per dispatch)
 void checker_tg_var(Checker *c, size_t off, size_t size, const char *name, const char *file, int line);
+// profile.cc (hooks return at once for threadgroups that are not sampled)
+Profiler *profiler_create(Job &job, const ProfileSettings &s);
+std::string profiler_report(Profiler *p);        // JSON of the finished dispatch
+void profiler_free(Profiler *p);
+void profiler_begin_group(Profiler *p, Worker *w);
+void profiler_end_group(Profiler *p, Worker *w);
+void profiler_barrier(Profiler *p, Worker *w);   // a threadgroup barrier opened
+void profiler_access(Worker *w, const void *addr, uint32_t site, uint32_t key, uint32_t info);
+void profiler_block(Worker *w, uint32_t block);
 // checking mode leaves this many unused bytes around every threadgroup variable
 constexpr size_t TG_RED_ZONE = 64;
 // "file:line" of a code address in the kernel library (addr2line), or "" if unknown.

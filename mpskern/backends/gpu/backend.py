@@ -42,9 +42,10 @@ class GpuBackend(Backend):
         self._ctx.set_sim_options(**options)
 
     # -- users' own kernels (mpskern.kernel) -------------------------------------------------
-    def pipeline(self, kernel, *, file=None, source=None, macros=None, check=None):
+    def pipeline(self, kernel, *, file=None, source=None, macros=None, check=None, profile=None):
         """A compiled pipeline from a metal/ file or MSL `source` (cached; Context.compiled)."""
-        return self._ctx.compiled(kernel, file, macros, source=source, check=check)
+        return self._ctx.compiled(kernel, file, macros, source=source, check=check,
+                                  profile=profile)
 
     def wrap(self, array, writable=False):
         return self._ctx.buffer(array, writable)

@@ -47,7 +47,7 @@ def suffix(dtype):
 class Context:
     """The Metal (or simulated) device as the encoders use it: created on first use, kernels
     compiled once (Metal: at run time from source; sim: mpskern.sim's front-end and host
-    compiler) into a pipeline cache keyed by (source, kernel, macros, check), buffers around
+    compiler) into a pipeline cache keyed by (source, kernel, macros, check, profile), buffers around
     numpy memory, dispatch lists run in one command buffer. GpuBackend owns one; its
     pipeline/wrap/run for users' own kernels (mpskern.kernel) come here too."""
 
@@ -58,6 +58,7 @@ class Context:
         self._libraries = {}
         self._lock = threading.RLock()
         self._check = False
+        self.profile = False            # mpskern.profiling.profiling(): profiling libraries
 
     @property
     def native(self):
@@ -82,18 +83,22 @@ class Context:
         self.native.set_sim_options(**options)
         self._check = bool(options.get("check_mode", False)) and self.kind == "sim"
 
-    def compiled(self, kernel, file=None, macros=None, *, source=None, check=None):
+    def compiled(self, kernel, file=None, macros=None, *, source=None, check=None, profile=None):
         """The compiled pipeline of `kernel` in metal/`file` (or in MSL `source` text) with
-        preprocessor `macros`; cached. check=None follows set_sim_options(check_mode=...)."""
+        preprocessor `macros`; cached. check=None follows set_sim_options(check_mode=...);
+        profile=None follows self.profile (set inside mpskern.profiling.profiling(); sim)."""
         if check is None:
             check = self._check
+        if profile is None:
+            profile = self.profile
+        profile = bool(profile) and self.kind == "sim"
         if (file is None) == (source is None):
             raise ValueError("give exactly one of file= or source=")
         if file is not None:
             source = metal_source(file)
         macros = {k: macros[k] for k in sorted(macros or {})}
         key = (hashlib.sha1(source.encode()).hexdigest(), kernel, tuple(macros.items()),
-               bool(check) and self.kind == "sim")
+               bool(check) and self.kind == "sim", profile)
         p = self._pipelines.get(key)
         if p is None:
             with self._lock:
@@ -106,7 +111,8 @@ class Context:
                         if self.kind == "sim":
                             from mpskern import sim
                             lib = self.native.library_load(
-                                sim.build_library(source, macros, check=key[3], origin=file))
+                                sim.build_library(source, macros, check=key[3], origin=file,
+                                                  profile=profile))
                         else:
                             lib = self.native.library_from_source(source, macros)
                         self._libraries[lkey] = lib

@@ -72,6 +72,11 @@ typedef struct mk_sim_rt {
     void (*check_access)(const void *addr, unsigned size, int is_write, const void *pc);
     // abort the dispatch with a message (never returns)
     void (*fail)(const char *msg);
+    // profiling mode (libraries built with profile=True; objc/sim/profile.cc): one memory
+    // access at IR access site `site` (merge key `key`), info = bytes | write << 8 |
+    // may-merge << 9; and one execution of basic block `block` by the calling lane
+    void (*profile_access)(const void *addr, uint32_t site, uint32_t key, uint32_t info);
+    void (*profile_block)(uint32_t block);
 } mk_sim_rt;
 #endif
 
@@ -104,6 +109,8 @@ typedef struct mk_sim_module {
     const mk_sim_kernel *kernels;
     int needs_fibers;             // barriers / SIMD collectives present: run lanes as fibers
     int checked;                  // compiled with access instrumentation (checking mode)
+    int profiled;                 // built for the profiling mode (mpskern/sim/profile_build.py)
+    uint32_t nsites, nblocks;     // profiling: access sites and basic blocks (ids below these)
 } mk_sim_module;
 
 typedef const mk_sim_module *(*mk_sim_module_init_fn)(const mk_sim_rt *rt);

@@ -206,3 +206,43 @@ def test_out_of_memory_for_winograd_falls_back_to_im2col():
     r = subprocess.run([sys.executable, "-c", OOM_SCRIPT], env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "same", r.stdout + r.stderr
+
+
+# (what, index into x or w, value): each makes Winograd decline the call (issue 15 item 6):
+# its tiles would spread the value over m*m outputs or overflow where the exact result is
+# representable; im2col (the direct method's results) runs it instead
+DECLINED = [("x", (0, 3, 4, 5), np.nan), ("x", (0, 0, 0, 0), np.inf),
+            ("x", (0, 15, 8, 8), -np.inf), ("x", (0, 7, 2, 6), 2.0 ** 49),
+            ("w", (5, 3, 1, 1), np.inf), ("w", (0, 0, 0, 0), np.nan),
+            ("w", (7, 15, 2, 2), -(2.0 ** 59))]         # beyond 2^62 / 16 channels
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("where,index,value", DECLINED)
+def test_non_finite_or_huge_values_take_the_direct_method(monkeypatch, algo, where, index,
+                                                          value):
+    rng = np.random.default_rng(14)
+    x = rng.uniform(-1, 1, (2, 16, 9, 9)).astype(np.float32)
+    w = rng.uniform(-1, 1, (8, 16, 3, 3)).astype(np.float32)
+    (x if where == "x" else w)[index] = value
+    with np.errstate(all="ignore"):
+        got = conv(monkeypatch, algo, x, w)
+        gemm = conv(monkeypatch, "gemm", x, w)
+        ref = refs.conv2d(x, w, None, 1, 1, 1, 1)
+    assert np.array_equal(got, gemm, equal_nan=True)
+    refs.assert_close(got, ref, np.float32, terms=16 * 9, what=f"{algo} {where}{index}={value}")
+    if not np.isfinite(value):       # non-finite exactly where the window holds the value
+        assert np.array_equal(np.isfinite(got), np.isfinite(ref))
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_large_values_within_the_limits_keep_winograd(monkeypatch, algo):
+    """Below the limits (inputs 2^48, weights 2^62 / channels) the call stays Winograd
+    (its result differs from im2col's in the last bits) and is right."""
+    rng = np.random.default_rng(15)
+    x = rng.uniform(-1, 1, (2, 16, 9, 9)).astype(np.float32) * np.float32(2.0 ** 47)
+    w = rng.uniform(-1, 1, (8, 16, 3, 3)).astype(np.float32) * np.float32(2.0 ** 57)
+    got = conv(monkeypatch, algo, x, w)
+    assert not np.array_equal(got, conv(monkeypatch, "gemm", x, w))
+    assert np.isfinite(got).all()
+    check(got, x, w, None, 1, 1, np.float32, f"{algo} near the limits")

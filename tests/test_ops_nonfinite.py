@@ -178,6 +178,10 @@ CASES = {
     # cpu's default 3x3 path (Winograd F(4x4)) and F(2x2), forced on a small call
     "conv2d-winograd": _conv((1, 16, 9, 9), (8, 16, 3, 3), algo="winograd", padding=1),
     "conv2d-winograd2": _conv((1, 16, 9, 9), (8, 16, 3, 3), algo="winograd2", padding=1),
+    "conv2d-winograd-weights": _conv((1, 16, 9, 9), (8, 16, 3, 3), algo="winograd", padding=1,
+                                     poison_w=True),
+    "conv2d-winograd2-weights": _conv((1, 16, 9, 9), (8, 16, 3, 3), algo="winograd2",
+                                      padding=1, poison_w=True),
     "max_pool2d": _pool("max_pool2d", (2, 3, 9, 11), 3, stride=2, padding=1),
     "max_pool2d-dil-ceil": _pool("max_pool2d", (1, 2, 10, 7), (2, 3), stride=(2, 1),
                                  dilation=2, ceil_mode=True),
@@ -222,15 +226,6 @@ def _known(cases, dtypes, specials, bes, why):
 
 
 F32, F16 = np.float32, np.float16
-_known(["conv2d-winograd"], [F32, F16], ["nan", "inf", "-inf", "inf-inf"], ["cpu"],
-       "reliab-native, issue 15 item 6: Winograd F(4x4) spreads a non-finite input over "
-       "its whole output tile")
-_known(["conv2d-winograd"], [F32], ["big"], ["cpu"],
-       "reliab-native, issue 15 item 6: Winograd's transforms overflow on near-max inputs")
-_known(["conv2d-winograd2"], [F32, F16], ["inf", "-inf", "inf-inf"], ["cpu"],
-       "reliab-native, issue 15 item 6: Winograd F(2x2) spreads an Inf over its tile")
-_known(["conv2d-winograd2"], [F32], ["big"], ["cpu"],
-       "reliab-native, issue 15 item 6: Winograd's transforms overflow on near-max inputs")
 _known(["avg_pool2d", "avg_pool2d-exclude-pad"], [F32], ["big"], ["cpu"],
        "reliab-native (mk_cpu_pool2d.c): float32 window sums overflow where the average "
        "is representable")

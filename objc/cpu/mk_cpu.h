@@ -60,7 +60,10 @@ void mk_activate_tile(void *ep_ctx, float *C, int ldc, int rows, int cols);
 void mk_activate(float *y, long n, int act);
 
 /* ---- conv2d by Winograd F(m x m, 3x3), m = 4 or 2 (mk_cpu_winograd.c): for
-   mk_winograd_applies() convolutions (3x3, stride 1, dilation 1); mk_cpu_conv2d chooses. */
+   mk_winograd_applies() convolutions (3x3, stride 1, dilation 1); mk_cpu_conv2d chooses.
+   MK_ERR_UNSUPPORTED (no error set): declined, the input or weights hold non-finite or huge
+   values (y may be partly written); MK_ERR_NOMEM: scratch did not fit. Either way the
+   caller runs the call another way. */
 int mk_winograd_applies(const mk_conv2d_args *a);
 mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, const void *x,
                                  const void *w, const float *bias, void *y);

@@ -379,10 +379,11 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
         return MK_OK;
     }
     // Winograd holds transformed operands (up to 4x the weights); when they do not fit in
-    // memory, im2col (1 MiB blocks) still does: fall through to it
+    // memory, im2col (1 MiB blocks) still does: fall through to it. Likewise when it
+    // declines non-finite or huge values (its tiles would spread or overflow them)
     if (wino) {
         mk_status ws = mk_cpu_conv2d_winograd(a, wino, dtype, x, w, bias, y);
-        if (ws != MK_ERR_NOMEM) return ws;
+        if (ws != MK_ERR_NOMEM && ws != MK_ERR_UNSUPPORTED) return ws;
     }
     int pointwise = a->R == 1 && a->S == 1 && a->stride_h == 1 && a->stride_w == 1 &&
                     a->pad_h == 0 && a->pad_w == 0 && a->P == a->H && a->Q == a->W;

@@ -17,7 +17,18 @@
 //   by output-channel blocks: V for the whole call first; a task is a block of output
 //     channels that transforms its own filters (the whole U of 512x512 is 37.7 MB).
 // float16 is converted to float32 as rows are read and written; float32 accumulation.
+//
+// Non-finite and huge values: the transforms mix every value of a tile into every
+// transformed value, so one NaN/Inf in an input tile (or filter) would make all m*m
+// outputs of the tile non-finite (direct: only those whose window holds it) and values
+// near FLT_MAX overflow where the exact result is representable. The transforms check
+// what they read (finite, |x| <= X_LIMIT, |w| <= w_limit) and the call is declined at the
+// first value that fails: mk_cpu_conv2d then runs it by im2col, whose results are the
+// direct method's. Within the limits nothing can overflow: the transforms' gains
+// (input 14^2, filter (28/15)^2, output 11.125^2, < 2^17 together) times Cg products of
+// at most X_LIMIT * w_limit stay below FLT_MAX.
 #include "mk_cpu.h"
+#include <math.h>
 #include <string.h>
 
 // cache budgets (measured on Zen 4, 1 MiB L2, 32 MiB L3): a tile block's transformed input
@@ -27,6 +38,8 @@
 #define FILTER_BLOCK_BYTES (1L << 19)
 #define V_LIMIT (6L << 20)
 #define U_LIMIT (8L << 20)
+#define X_LIMIT 0x1p48f          // inputs beyond (2.8e14) go to im2col; weights: w_limit
+#define GAIN_LOG2 17             // log2 of the transforms' combined gain (bound above)
 
 // The transforms, derived in docs/cpu-kernels.md from the interpolation points
 // (m = 4: {0, 1, -1, 1/2, -2, inf}; m = 2: {0, 1, -1, inf}). B^T and A^T are written out in
@@ -45,8 +58,22 @@ typedef struct {
     long units;                  // tile rows over the batch: N * TH
     int ub, Kb;                  // tile rows per block, output channels per block
     long nblocks, nkb;
-    int failed;
+    float w_limit;               // weights beyond go to im2col (see the top)
+    int failed, declined;        // declined: a value failed the check; im2col takes the call
 } wino_ctx;
+
+// all n values finite and |v| <= lim (NaN fails the comparison); one vectorised pass
+static inline __attribute__((always_inline)) int in_limit(const float *v, long n, float lim) {
+    int ok = 1;
+    for (long i = 0; i < n; i++) ok &= fabsf(v[i]) <= lim;
+    return ok;
+}
+static inline void decline(const wino_ctx *t) {     // (t itself is never const)
+    __atomic_store_n((int *)&t->declined, 1, __ATOMIC_RELAXED);
+}
+static inline int declined(const wino_ctx *t) {
+    return __atomic_load_n(&t->declined, __ATOMIC_RELAXED);
+}
 
 /* ---- 4x4 transposes in registers (GCC/clang vector extensions: SSE on x86-64, NEON on
    arm64) for m = 4: tile-major pixels <-> the tile-index-contiguous rows the transforms use */
@@ -165,6 +192,7 @@ filter_k(const wino_ctx *t, int al, tf1d gt, long gk, float *w9, float *tmp,
         mk_h2f((const mk_half *)t->w + gk * Cg * 9, tmp, (long)Cg * 9);
         src = tmp;
     }
+    if (!in_limit(src, (long)Cg * 9, t->w_limit)) { decline(t); return; }
     int c = 0;
     for (; c + 4 <= Cg; c += 4) {              // 4 channels: a 4x9 block, transposed
         const float *p = src + c * 9;
@@ -189,7 +217,7 @@ filter_k(const wino_ctx *t, int al, tf1d gt, long gk, float *w9, float *tmp,
 MK_MULTIVERSION static void filter_some(const wino_ctx *t, long gk0, long gk1, float *w9,
                                         float *tmp, float *dst, long ldk) {
     int Cg = t->a->C / t->a->groups;
-    for (long gk = gk0; gk < gk1; gk++, dst += Cg) {
+    for (long gk = gk0; gk < gk1 && !declined(t); gk++, dst += Cg) {
         if (t->m == 4) filter_k(t, 6, G4, gk, w9, tmp, dst, ldk);
         else filter_k(t, 4, G2, gk, w9, tmp, dst, ldk);
     }
@@ -272,6 +300,7 @@ input_block(const wino_ctx *t, int m, int al, tf1d bt, int g, long u0, long u1, 
                 for (; x < a->W; x++) r[lo + x] = src[x];
             } else
                 mk_h2f((const mk_half *)t->x + xoff + (long)ih * a->W, r + lo, a->W);
+            if (!in_limit(r + lo, a->W, X_LIMIT)) { decline(t); return; }
             for (int x = hi; x < Wb; x++) r[x] = 0.0f;
             gather_row(m, al, r, D + k * al * T + tile0, T, TW);
         }
@@ -328,12 +357,14 @@ task_body(const wino_ctx *t, int m, int al, tf1d bt, tf1d at, long task, bufs *b
     long T = (u1 - u0) * TW;                     // tiles in this block (GEMM width)
     int k0 = (int)(kb * t->Kb), k1 = k0 + t->Kb < Kg ? k0 + t->Kb : Kg;
     long Kb = k1 - k0;
+    if (declined(t)) return;
     const float *V = t->V ? t->V + (long)g * A2 * Cg * T : bf->V;
     if (!t->V)
         for (int c = 0; c < Cg; c++) input_block(t, m, al, bt, g, u0, u1, c, bf->V, T, bf);
     const float *U = t->U ? t->U + ((long)g * A2 * Kg + k0) * Cg : bf->U;
     long ldk = t->U ? Kg : Kb;
     if (!t->U) filter_some(t, (long)g * Kg + k0, (long)g * Kg + k1, bf->w9, bf->ftmp, bf->U, Kb);
+    if (declined(t)) return;                     // nothing written: im2col takes the call
     // per transform position: M[pos] (Kb x T) = U[pos] (Kb x Cg) V[pos] (Cg x T)
     for (int pos = 0; pos < A2; pos++)
         mk_sgemm(0, 0, (int)Kb, (int)T, Cg, 1.0f, U + pos * ldk * Cg, Cg, V + pos * Cg * T,
@@ -414,7 +445,8 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
     int G = a->groups, Cg = a->C / G, Kg = a->K / G;
     int al = m + 2;
     long A2 = (long)al * al;
-    wino_ctx t = {a, dtype, m, al, x, w, bias, y, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    wino_ctx t = {a, dtype, m, al, x, w, bias, y, NULL, NULL, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    t.w_limit = ldexpf(1.0f, 127 - GAIN_LOG2 - 48) / (float)Cg;   // 48: log2 X_LIMIT
     t.TH = (a->P + m - 1) / m;
     t.TW = (a->Q + m - 1) / m;
     t.Wb = t.TW * m + 4;          // the tiles read TW*m + 2 columns; 2 more for gather_row
@@ -462,9 +494,9 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
         if (!t.U) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory (Winograd weights)");
         mk_parallel_for((long)G * Kg, mk_grain(A2 * Cg * 3), filter_range, &t);
     }
-    if (!t.failed)
+    if (!t.failed && !t.declined)
         mk_parallel_for((long)G * t.nblocks * t.nkb, 1, task_range, &t);
     mk_free(t.U); mk_free(t.V);
-    return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory (Winograd)")
-                    : MK_OK;
+    if (t.failed) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory (Winograd)");
+    return t.declined ? MK_ERR_UNSUPPORTED : MK_OK;
 }

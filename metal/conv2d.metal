@@ -41,16 +41,16 @@ kernel void conv2d_depthwise(const device T* x [[buffer(0)]],
         const int w0 = q * a.stride_w - a.pad_w;
         const device T* xc = x + (n * a.C + c) * a.H * a.W;
         const device T* wk = w + k * a.R * a.S;
+        // every tap is multiplied, padded ones by 0: a NaN/Inf weight there gives NaN, as
+        // torch and the reference do (0 * Inf)
         float acc = 0.0f;
         for (int r = 0; r < a.R; ++r) {
             const int h = h0 + r * a.dil_h;
-            if (h >= 0 && h < a.H) {
-                for (int s = 0; s < a.S; ++s) {
-                    const int ww = w0 + s * a.dil_w;
-                    if (ww >= 0 && ww < a.W) {
-                        acc += float(xc[h * a.W + ww]) * float(wk[r * a.S + s]);
-                    }
-                }
+            const bool row_in = h >= 0 && h < a.H;
+            for (int s = 0; s < a.S; ++s) {
+                const int ww = w0 + s * a.dil_w;
+                const float xv = row_in && ww >= 0 && ww < a.W ? float(xc[h * a.W + ww]) : 0.0f;
+                acc += xv * float(wk[r * a.S + s]);
             }
         }
         if (a.has_bias != 0) {

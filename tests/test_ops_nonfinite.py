@@ -175,6 +175,8 @@ CASES = {
                                               padding=1, groups=4),
     "conv2d-weights-padding-1px": _conv((1, 2, 1, 1), (2, 1, 2, 1), poison_w=True,
                                         padding=(1, 0), groups=2),
+    "conv2d-weights-padding-depthwise-5x5": _conv((1, 3, 7, 8), (6, 1, 5, 5), poison_w=True,
+                                                  stride=2, padding=3, dilation=2, groups=3),
     # cpu's default 3x3 path (Winograd F(4x4)) and F(2x2), forced on a small call
     "conv2d-winograd": _conv((1, 16, 9, 9), (8, 16, 3, 3), algo="winograd", padding=1),
     "conv2d-winograd2": _conv((1, 16, 9, 9), (8, 16, 3, 3), algo="winograd2", padding=1),
@@ -188,6 +190,10 @@ CASES = {
     "avg_pool2d": _pool("avg_pool2d", (2, 3, 9, 11), 3, stride=2, padding=1),
     "avg_pool2d-exclude-pad": _pool("avg_pool2d", (1, 2, 7, 10), 2, stride=2, padding=1,
                                     ceil_mode=True, count_include_pad=False),
+    # wide outputs: the cpu row sweep (the cases above go window by window)
+    "avg_pool2d-wide": _pool("avg_pool2d", (1, 2, 5, 40), 3, stride=1, padding=1),
+    "avg_pool2d-wide-divisor": _pool("avg_pool2d", (1, 2, 5, 40), (2, 3), stride=(1, 2),
+                                     divisor_override=2),
     "softmax": _softmax("softmax", (5, 37), -1),
     "softmax-axis0": _softmax("softmax", (37, 5), 0),
     "softmax-long": _softmax("softmax", (2, 1500), -1),
@@ -226,10 +232,8 @@ def _known(cases, dtypes, specials, bes, why):
 
 
 F32, F16 = np.float32, np.float16
-_known(["avg_pool2d", "avg_pool2d-exclude-pad"], [F32], ["big"], ["cpu"],
-       "reliab-native (mk_cpu_pool2d.c): float32 window sums overflow where the average "
-       "is representable")
-_known(["avg_pool2d", "avg_pool2d-exclude-pad"], [F32], ["big"], ["sim"],
+_known(["avg_pool2d", "avg_pool2d-exclude-pad", "avg_pool2d-wide", "avg_pool2d-wide-divisor"],
+       [F32], ["big"], ["sim"],
        "natives (pool.metal): float32 window sums overflow where the average is "
        "representable")
 _known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_norm",
@@ -239,15 +243,6 @@ _known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_nor
 _known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_norm",
         "batch_norm-training"], [F32], ["big"], ["sim"],
        "reliab-files (norm.metal): float32 sums of squares overflow for |x| > ~1e19")
-_known(["conv2d-weights-padding-depthwise"], [F32, F16], ["nan", "inf", "-inf", "inf-inf"],
-       ["sim"],
-       "natives (conv2d.metal, found by the property tests): the grouped/depthwise kernel "
-       "skips taps in the zero padding, so an Inf/NaN weight there gives a finite output "
-       "where torch and the reference give NaN (0 * Inf)")
-_known(["conv2d-weights-padding-1px"], [F32, F16], ["nan", "inf", "-inf", "inf-inf"],
-       ["cpu", "sim"],
-       "reliab-native (cpu) / natives (sim), found by the property tests: a 1x1 input with "
-       "padding skips the padded taps (finite where torch and the reference give NaN)")
 
 
 def _params():

@@ -11,6 +11,7 @@
 // (default), gemm (never Winograd), winograd / winograd2 (F(4x4) / F(2x2) wherever it
 // applies; the other convolutions still take the paths above).
 #include "mk_cpu.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,9 +159,29 @@ typedef struct {
     int failed;
 } dw_ctx;
 
+// The taps' loops below skip the zero padding. A non-finite weight times a padded zero is
+// NaN (torch and the float64 reference multiply it): pad_nonfinite adds those products.
+static void pad_nonfinite(const mk_conv2d_args *a, const float *wk, int p, float *yr) {
+    long ih0 = (long)p * a->stride_h - a->pad_h;
+    for (int r = 0; r < a->R; r++) {
+        long ih = ih0 + (long)r * a->dil_h;
+        for (int s = 0; s < a->S; s++) {
+            float wv = wk[r * a->S + s];
+            if (isfinite(wv)) continue;
+            int q_lo = 0, q_hi = 0;               // columns reading the input: none when row ih is padding
+            if (ih >= 0 && ih < a->H)
+                mk_tap_range((long)s * a->dil_w - a->pad_w, a->stride_w, a->W, a->Q, &q_lo, &q_hi);
+            for (int q = 0; q < a->Q; q++)
+                if (q < q_lo || q >= q_hi) yr[q] += wv * 0.0f;
+        }
+    }
+}
+
 MK_MULTIVERSION static void dw_plane(const mk_conv2d_args *a, const float *xp, const float *wk,
                                      float bias, float *yp) {
     int Q = a->Q, W = a->W, sw = a->stride_w;
+    int finite = 1;
+    for (int i = 0; i < a->R * a->S; i++) finite &= isfinite(wk[i]) != 0;
     for (int p = 0; p < a->P; p++) {
         float *yr = yp + (long)p * Q;
         for (int q = 0; q < Q; q++) yr[q] = bias;
@@ -178,6 +199,7 @@ MK_MULTIVERSION static void dw_plane(const mk_conv2d_args *a, const float *xp, c
                 else for (int q = q_lo; q < q_hi; q++) yr[q] += wv * xr[(long)q * sw];
             }
         }
+        if (!finite) pad_nonfinite(a, wk, p, yr);
     }
 }
 

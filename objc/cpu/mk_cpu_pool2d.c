@@ -4,6 +4,9 @@
 // Few output columns (global pooling, 7x7 -> 1x1) would make that loop a handful of
 // iterations per tap: there each output reduces its window directly, span by span.
 // Divisors follow torch (see mk_pool2d_args in metal/mk_args.h).
+// avg: float32 window sums; a sum that comes out non-finite (values near FLT_MAX whose
+// average is representable) is summed again in double (window_sum_f64), so the result is
+// non-finite only where the exact average is.
 #include "mk_cpu.h"
 #include <math.h>
 #include <string.h>
@@ -60,6 +63,26 @@ static inline float span_max(const float *x, long n, float m) {
     return m;
 }
 
+// output (p, q)'s window sum in double, from the taps inside the plane (the padding adds 0)
+static double window_sum_f64(const mk_pool2d_args *a, const float *xp, int p, int q) {
+    long h0 = (long)p * a->stride_h - a->pad_h, w0 = (long)q * a->stride_w - a->pad_w;
+    int r0, r1, c0, c1;
+    mk_tap_range(h0, a->dil_h, a->H, a->kh, &r0, &r1);
+    mk_tap_range(w0, a->dil_w, a->W, a->kw, &c0, &c1);
+    double s = 0;
+    for (int r = r0; r < r1; r++)
+        for (int c = c0; c < c1; c++)
+            s += xp[(h0 + (long)r * a->dil_h) * a->W + w0 + (long)c * a->dil_w];
+    return s;
+}
+
+// the average of output (p, q) from its float32 sum (see the top)
+static inline float average(const pool_ctx *t, const float *xp, int p, int q, float sum) {
+    float f = t->div_h[p] * t->inv_div_w[q];
+    if (isfinite(sum)) return sum * f;
+    return (float)(window_sum_f64(t->a, xp, p, q) * ((double)t->div_h[p] * t->inv_div_w[q]));
+}
+
 // per output column q the taps' column range: lo[s] <= q < hi[s] for s in [s0, s1) (no
 // divisions in the loops; taps that never reach the input, a huge window's padding, are
 // not stored)
@@ -96,10 +119,8 @@ MK_MULTIVERSION static void pool_plane_rows(const pool_ctx *t, const float *xp, 
                 }
             }
         }
-        if (!is_max) {
-            float fh = t->div_h[p];
-            for (int q = 0; q < Q; q++) yr[q] *= fh * t->inv_div_w[q];
-        }
+        if (!is_max)
+            for (int q = 0; q < Q; q++) yr[q] = average(t, xp, p, q, yr[q]);
     }
 }
 
@@ -138,7 +159,7 @@ MK_MULTIVERSION static void pool_plane_windows(const pool_ctx *t, const float *x
                     }
                 }
             }
-            yp[(long)p * Q + q] = is_max ? acc : acc * (t->div_h[p] * t->inv_div_w[q]);
+            yp[(long)p * Q + q] = is_max ? acc : average(t, xp, p, q, acc);
         }
     }
 }

@@ -1,5 +1,6 @@
 // mk_mps_conv.m: conv2d on MPSGraph (convolution2DWithSourceTensor:weightsTensor:...),
-// NCHW input, OIHW weights, groups (depthwise included), float32 bias added in float32.
+// NCHW input, OIHW weights, groups (depthwise included), float32 bias and the fused activation
+// (mk_mps_activation) applied in float32 in the same graph.
 //
 // Output size: our P/Q come from the Python layer (torch's rules, "same" with an even
 // kernel pads more at the bottom/right). MPSGraph with explicit padding yields
@@ -42,13 +43,17 @@ mk_status mk_mps_conv2d(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buf
                 if (wp.gp > a->P) ty = [G sliceTensor:ty dimension:2 start:0 length:a->P name:nil];
                 if (wp.gq > a->Q) ty = [G sliceTensor:ty dimension:3 start:0 length:a->Q name:nil];
                 NSMutableArray *ins = [NSMutableArray arrayWithObjects:tx, tw, nil];
-                if (a->has_bias) {
-                    MPSGraphTensor *tb = [G placeholderWithShape:MK_SHAPE(a->K) dataType:MPSDataTypeFloat32 name:@"bias"];
-                    [ins addObject:tb];
-                    MPSGraphTensor *y32 = [G additionWithPrimaryTensor:mk_mps_to32(G, ty)
-                                       secondaryTensor:[G reshapeTensor:tb withShape:MK_SHAPE(1, a->K, 1, 1) name:nil]
-                                                  name:@"biased"];
-                    ty = mk_mps_from32(G, y32, dt);
+                if (a->has_bias || a->activation) {   // bias, then the fused activation, in float32
+                    MPSGraphTensor *y32 = mk_mps_to32(G, ty);
+                    if (a->has_bias) {
+                        MPSGraphTensor *tb = [G placeholderWithShape:MK_SHAPE(a->K) dataType:MPSDataTypeFloat32
+                                                                name:@"bias"];
+                        [ins addObject:tb];
+                        y32 = [G additionWithPrimaryTensor:y32
+                                           secondaryTensor:[G reshapeTensor:tb withShape:MK_SHAPE(1, a->K, 1, 1) name:nil]
+                                                      name:@"biased"];
+                    }
+                    ty = mk_mps_from32(G, mk_mps_activation(G, y32, a->activation), dt);
                 }
                 return mk_mps_graph_of(G, ins, @[ty]);
             });

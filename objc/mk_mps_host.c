@@ -40,8 +40,8 @@ mk_status mk_mps_gemm_check(const mk_gemm_args *a, int dtype, mk_mps_gemm_need *
     if (a->stride_a < 0 || a->stride_b < 0 || a->stride_c < 0 || a->stride_out < 0)
         return mk_set_error(MK_ERR_INVALID, GEMM ": negative batch stride (A %d, B %d, C %d, out %d)",
                             a->stride_a, a->stride_b, a->stride_c, a->stride_out);
-    if (a->activation)
-        return mk_set_error(MK_ERR_UNSUPPORTED, GEMM ": fused activation %d: not on mps yet", a->activation);
+    if (a->activation < MK_ACT_NONE || a->activation > MK_ACT_SILU)
+        return mk_set_error(MK_ERR_INVALID, GEMM ": activation %d is not MK_ACT_*", a->activation);
     int ra = a->trans_a ? a->K : a->M, ca = a->trans_a ? a->M : a->K;
     int rb = a->trans_b ? a->N : a->K, cb = a->trans_b ? a->K : a->N;
     if (a->lda < ca || a->ldb < cb || a->ldc < a->N)
@@ -74,6 +74,21 @@ void mk_mps_gemm_k0(const mk_gemm_args *a, int dtype, const void *C, void *out) 
             }
 }
 
+mk_status mk_mps_gemm_graph_check(const mk_gemm_args *a) {
+    int ra = a->trans_a ? a->K : a->M, ca = a->trans_a ? a->M : a->K;
+    int rb = a->trans_b ? a->N : a->K, cb = a->trans_b ? a->K : a->N;
+    long mn = (long)a->M * a->N;
+    int dense = a->lda == ca && a->ldb == cb && a->ldc == a->N && a->stride_out == mn &&
+                (a->stride_a == 0 || a->stride_a == (long)ra * ca) &&
+                (a->stride_b == 0 || a->stride_b == (long)rb * cb) &&
+                (!a->has_c || a->stride_c == 0 || a->stride_c == mn);
+    if (!dense)
+        return mk_set_error(MK_ERR_UNSUPPORTED, GEMM ": a fused activation needs dense operands on mps (leading "
+                            "dimensions = columns, batch strides 0 or a whole matrix); these have lda %d ldb %d "
+                            "ldc %d", a->lda, a->ldb, a->ldc);
+    return MK_OK;
+}
+
 void mk_mps_gemm_prefill(const mk_gemm_args *a, int dtype, const void *C, void *out, int c_is_out) {
     if (a->has_c && c_is_out && a->stride_c == a->stride_out) return;    // already in place
     size_t es = mk_mps_esize_of(dtype), row = (size_t)a->N * es;
@@ -96,6 +111,10 @@ int mk_mps_gemm_host(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer *
         return 1;
     if (a->batch == 0 || a->M == 0 || a->N == 0) return 1;
     if (a->K == 0) {
+        if (a->activation) {   // (mpskern.gemm computes activation(beta * C) itself)
+            *st = mk_set_error(MK_ERR_UNSUPPORTED, GEMM ": K == 0 with a fused activation");
+            return 1;
+        }
         mk_mps_gemm_k0(a, dtype, a->has_c ? C->host : NULL, out->host);
         return 1;
     }
@@ -155,8 +174,8 @@ mk_status mk_mps_conv2d_check(const mk_conv2d_args *a, const mk_buffer *bias, in
                             a->dil_h, a->dil_w, a->pad_h, a->pad_w);
     if (a->has_bias && !bias)
         return mk_set_error(MK_ERR_INVALID, CONV ": has_bias is set but bias is NULL");
-    if (a->activation)
-        return mk_set_error(MK_ERR_UNSUPPORTED, CONV ": fused activation %d: not on mps yet", a->activation);
+    if (a->activation < MK_ACT_NONE || a->activation > MK_ACT_SILU)
+        return mk_set_error(MK_ERR_INVALID, CONV ": activation %d is not MK_ACT_*", a->activation);
     *empty = (int64_t)a->N * a->K * a->P * a->Q == 0;
     return MK_OK;
 }
@@ -181,6 +200,10 @@ int mk_mps_conv2d_host(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buff
                        mk_status *st) {
     *st = MK_OK;
     if (a->C != 0) return 0;
+    if (a->activation) {       // (mpskern.conv2d computes activation(bias) itself)
+        *st = mk_set_error(MK_ERR_UNSUPPORTED, CONV ": C == 0 with a fused activation");
+        return 1;
+    }
     if ((*st = mk_shim_check_buffer(d, y, (size_t)a->N * a->K * a->P * a->Q * mk_mps_esize_of(dtype), CONV,
                                     "y")) != MK_OK ||
         (a->has_bias && (*st = mk_shim_check_buffer(d, bias, (size_t)a->K * 4, CONV, "bias")) != MK_OK))

@@ -33,7 +33,8 @@ mk_status mk_mps_gemm_check(const mk_gemm_args *a, int dtype, mk_mps_gemm_need *
 // outputs and K == 0 done. 1 when nothing is left for the GPU (*st says how it went).
 int mk_mps_gemm_host(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer *A, mk_buffer *B,
                      mk_buffer *C, mk_buffer *out, int out_shares_a, int out_shares_b, mk_status *st);
-// K == 0: out = beta * C (or 0), on the host memory.
+// K == 0: out = beta * C (or 0), on the host memory (refused with an activation: the
+// Python layer computes that case).
 void mk_mps_gemm_k0(const mk_gemm_args *a, int dtype, const void *C, void *out);
 // Before MPS accumulates into out (result = alpha*AB + beta*result): out <- C, or 0 without
 // C, row by row (the gaps of ldc > N belong to someone else); nothing when C is out.
@@ -41,6 +42,11 @@ void mk_mps_gemm_prefill(const mk_gemm_args *a, int dtype, const void *C, void *
 // The same for our buffers, whose device views are c_view / out_view.
 void mk_mps_gemm_prefill_buffers(const mk_gemm_args *a, int dtype, const mk_buffer *C, const mk_buffer *out,
                                  const void *c_view, void *out_view);
+// A fused activation: MPSMatrixMultiplication has no epilogue, so the gemm runs as one
+// MPSGraph (matmul, alpha, beta*C and the activation), for dense operands (leading
+// dimensions = columns, batch strides 0 or a whole matrix, as the public op passes);
+// anything else is MK_ERR_UNSUPPORTED.
+mk_status mk_mps_gemm_graph_check(const mk_gemm_args *a);
 // How many encodes the plan takes and how many matrices each covers.
 void mk_mps_gemm_encodes(const mk_mps_gemm_plan *p, const mk_gemm_args *a, int *encodes, int *per_encode);
 
@@ -55,7 +61,8 @@ mk_status mk_mps_conv2d_check(const mk_conv2d_args *a, const mk_buffer *bias, in
 // The window plan of a conv2d / pool2d (checked arguments).
 mk_status mk_mps_conv2d_plan(const mk_conv2d_args *a, mk_mps_window_plan *p);
 mk_status mk_mps_pool2d_plan(const mk_pool2d_args *a, mk_mps_window_plan *p);
-// C == 0: an empty sum; y is the bias (or 0). MPSGraph has no empty convolution.
+// C == 0: an empty sum; y is the bias (or 0). MPSGraph has no empty convolution (refused
+// with an activation: the Python layer computes that case).
 void mk_mps_conv2d_c0(const mk_conv2d_args *a, int dtype, const float *bias, void *y);
 // The conv2d's host half: C == 0 done (buffers checked first). 1 when done (*st).
 int mk_mps_conv2d_host(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buffer *bias, mk_buffer *y,

@@ -14,7 +14,8 @@ from mpskern import reference as R
 from mpskern.reference import ACTIVATIONS
 
 ACTS = [a for a in ACTIVATIONS if a is not None]
-WHERE = [("cpu", 1), ("cpu", 2)] + ([("sim", 1)] if sim.available()[0] else [])
+WHERE = ([("cpu", 1), ("cpu", 2)] + ([("sim", 1)] if sim.available()[0] else []) +
+         ([("mps", 1)] if backends.availability("mps")[0] else []))   # (mps: on a Mac)
 
 
 def _r(rng, shape, dtype, scale=1.0):

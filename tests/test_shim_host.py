@@ -31,7 +31,7 @@ SOURCES = ["mk_error.c", "mk_device.c", "mk_mps_math.c", "mk_mps_host.c", "mk_sh
            "mk_shim_device.c", "mk_shim_graph.c", "mk_shim_run.c"]
 MAX_BINDINGS = int(re.search(r"#define MK_MAX_BINDINGS (\d+)", (OBJC / "mpskern.h").read_text()).group(1))
 F32, F16 = 0, 1
-MK_OK, MK_ERR_INVALID, MK_ERR_RUNTIME = 0, 1, 4
+MK_OK, MK_ERR_INVALID, MK_ERR_RUNTIME, MK_ERR_UNSUPPORTED = 0, 1, 4, 7
 READ, WRITE = 1, 2
 METAL, SIM = 1, 2
 
@@ -220,6 +220,7 @@ SIGS = {
     "mk_mps_check_dtype": (ctypes.c_int, [ctypes.c_int, ctypes.c_char_p]),
     "mk_mps_span": (ctypes.c_size_t, [ctypes.c_int] * 5),
     "mk_mps_gemm_check": (ctypes.c_int, [P(GemmArgs), ctypes.c_int, P(Need)]),
+    "mk_mps_gemm_graph_check": (ctypes.c_int, [P(GemmArgs)]),
     "mk_mps_gemm_k0": (None, [P(GemmArgs), ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]),
     "mk_mps_gemm_prefill": (None, [P(GemmArgs), ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]),
     "mk_mps_window_plan_make": (ctypes.c_int, [ctypes.c_int] * 12 + [P(WindowPlan), ctypes.c_char_p]),
@@ -859,6 +860,38 @@ def test_gemm_host_half(lib):
     sim = World(SIM)
     assert lib.mk_mps_gemm_host(ctypes.byref(sim.dev), ctypes.byref(gemm_args()), F32, None, None, None, None, 0, 0,
                                 ctypes.byref(st)) == 1 and "simulated" in err(lib)
+
+
+def test_fused_activation_checks(lib):
+    """gemm / conv2d: activation codes past MK_ACT_* are invalid; the graph path (a fused
+    activation on mps) takes dense operands only; K == 0 / C == 0 with an activation are
+    refused on the host (the Python layer computes them)."""
+    need, empty = Need(), ctypes.c_int(-1)
+    for act, want in ((0, MK_OK), (4, MK_OK), (5, MK_ERR_INVALID), (-1, MK_ERR_INVALID)):
+        assert lib.mk_mps_gemm_check(ctypes.byref(gemm_args(activation=act)), F32, ctypes.byref(need)) == want
+        assert lib.mk_mps_conv2d_check(ctypes.byref(conv_args(activation=act, has_bias=0)), None,
+                                       ctypes.byref(empty)) == want
+        if want != MK_OK:
+            assert f"activation {act} is not MK_ACT_*" in err(lib)
+    dense = [gemm_args(activation=2), gemm_args(activation=1, batch=3, stride_a=0, stride_c=0, has_c=1),
+             gemm_args(activation=3, trans_a=1, lda=3, trans_b=1, ldb=5)]
+    for a in dense:
+        assert lib.mk_mps_gemm_graph_check(ctypes.byref(a)) == MK_OK
+    for kw in (dict(lda=6), dict(ldc=5, stride_out=15), dict(batch=2, stride_a=16), dict(batch=2, stride_out=13),
+               dict(batch=2, has_c=1, stride_c=5)):
+        assert lib.mk_mps_gemm_graph_check(ctypes.byref(gemm_args(activation=4, **kw))) == MK_ERR_UNSUPPORTED, kw
+        assert "needs dense operands" in err(lib)
+    w = World()
+    st = ctypes.c_int(-1)
+    out = w.buffer(np.zeros(12, np.float32))
+    assert lib.mk_mps_gemm_host(ctypes.byref(w.dev), ctypes.byref(gemm_args(K=0, activation=1)), F32, None, None,
+                                None, ctypes.byref(out), 0, 0, ctypes.byref(st)) == 1
+    assert st.value == MK_ERR_UNSUPPORTED and "K == 0 with a fused activation" in err(lib)
+    y = w.buffer(np.zeros(2 * 6 * 3 * 3, np.float32))
+    assert lib.mk_mps_conv2d_host(ctypes.byref(w.dev), ctypes.byref(conv_args(C=0, groups=1, has_bias=0,
+                                                                              activation=2)),
+                                  F32, None, ctypes.byref(y), ctypes.byref(st)) == 1
+    assert st.value == MK_ERR_UNSUPPORTED and "C == 0 with a fused activation" in err(lib)
 
 
 def test_gemm_prefill_of_buffers_and_encodes(lib):

@@ -55,10 +55,12 @@ def _table(op, rows):
                  ("% peak", "right"), ("x cpu", "right"), ("max err", "right"),
                  ("note", "left")):
         t.add_column(c, justify=j)
-    sim = False
+    sim = model = False
     for r in rows:
-        be = r["backend"] + ("*" if r["simulated"] else "")
-        sim |= bool(r["simulated"])
+        modelled = r["timer"] == "model"
+        be = r["backend"] + ("+" if modelled else "*" if r["simulated"] else "")
+        sim |= bool(r["simulated"]) and not modelled
+        model |= modelled
         if r["status"] != "ok":
             t.add_row(r["shape_label"], r["dtype"], be, "-", "-", "-", "-", "-",
                       _fmt(r["max_err"], "{:.1e}"), tty.line((r["status"], "red"), " (below)"))
@@ -66,13 +68,16 @@ def _table(op, rows):
         val = r["gflops"] if r["metric"] == "gflops" else r["gbps"]
         note = tty.line(("unstable", "yellow"), f" ({r['unstable_reason']})") if r["unstable"] else ""
         t.add_row(r["shape_label"], r["dtype"], be, f"{r['median_ms']:.4g}",
-                  f"{r['p10_ms']:.3g}-{r['p90_ms']:.3g}", _fmt(val, "{:.1f}"),
+                  "model" if modelled else f"{r['p10_ms']:.3g}-{r['p90_ms']:.3g}", _fmt(val, "{:.1f}"),
                   _fmt(r["pct_peak"], "{:.0f}%"), _fmt(r["speedup_vs_cpu"], "{:.2f}x"),
                   _fmt(r["max_err"], "{:.1e}"), note)
     notes = []
     if sim:
         notes.append("* sim: mpskern's Metal kernels emulated on the CPU; its times say "
                      "nothing about GPU speed")
+    if model:
+        notes.append("+ model-*: modelled GPU time on the family's base chip (docs/profiling.md; "
+                     "+-30% uncalibrated), not measured")
     if any(r["timer"] == "gpu" for r in rows):
         notes.append("metal/mps: GPU time from command-buffer timestamps (wall time in the "
                      "results file)")
@@ -94,7 +99,8 @@ def bench(
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", "-d",
                                               help="float32 / float16 (repeatable) [default: float32]."),
     backend: Optional[List[str]] = typer.Option(
-        None, "--backend", "-b", help="cpu, metal, mps, sim, torch-cpu, torch-mps, mlx "
+        None, "--backend", "-b", help="cpu, metal, mps, sim, torch-cpu, torch-mps, mlx, "
+        "model-apple7..model-apple10 "
         "(repeatable) [default: every available one except sim, plus installed peers]."),
     budget: float = typer.Option(0.5, "--budget", help="Seconds of sampling per case."),
     out: str = typer.Option("results", "--out", "-o",

@@ -39,6 +39,12 @@ def profile(
     dtype: str = typer.Option("float32", help="float32 or float16."),
     config: Optional[str] = typer.Option(None, help="Pin a tile configuration (JSON object of the "
                                                     "op's tuning space, as `mpskern tune` stores)."),
+    family: Optional[str] = typer.Option(None, help="The GPU family to run as (apple7..apple10): "
+                                                    "its default configurations apply, and the "
+                                                    "model estimates its base chip. Default: the "
+                                                    "simulator's (apple8)."),
+    chip: Optional[str] = typer.Option(None, help="Model this chip instead of the family's base "
+                                                  "chip, e.g. 'Apple M1 Max' (sets the family)."),
     max_groups: int = typer.Option(64, help="Threadgroups profiled per dispatch; bigger grids are "
                                             "sampled (edges and interior) and counts scaled. 0: all."),
     run_all: bool = typer.Option(False, "--run-all", help="Run every threadgroup, not only the "
@@ -49,20 +55,33 @@ def profile(
 ):
     """Count what an op's Metal kernels do, in the simulator: memory coalescing and vector width, threadgroup bank conflicts, FLOPs and integer divisions, barriers; no Mac needed."""  # noqa: E501
     console = tty.console(stderr=as_json)
-    from mpskern.profiling.run import profile_op
+    from mpskern.profiling.run import model_of, profile_op
     if dtype not in ("float32", "float16"):
         _fail(console, f"--dtype {dtype!r}: profile float32 or float16")
     if max_groups < 0:
         _fail(console, f"--max-groups {max_groups}: give 0 (every threadgroup) or more")
     cfg = _config(config, console)
+    from mpskern import peaks
+    fam_n = None
+    try:
+        if chip is not None:
+            the_chip = peaks.chip(chip)
+            fam_n = the_chip.family
+            if family is not None and peaks.chip(family).family != fam_n:
+                _fail(console, f"--chip {chip!r} is an apple{fam_n} GPU, not {family}")
+        elif family is not None:
+            fam_n = peaks.chip(family).family
+    except ValueError as e:
+        _fail(console, str(e))
     if out is not None:
         try:
             open(out, "a").close()
         except OSError as e:
             _fail(console, f"--out {out!r} is not writable: {e.strerror}")
     try:
-        prof, info = profile_op(op, shape, dtype, config=cfg, max_groups=max_groups,
+        prof, info = profile_op(op, shape, dtype, config=cfg, family=fam_n, max_groups=max_groups,
                                 sampled_only=not run_all)
+        summary = model_of(prof, info, chip)
     except (ValueError, TypeError) as e:
         _fail(console, str(e))
     except Exception as e:   # compile errors, simulator failures: one line, not a traceback
@@ -70,7 +89,7 @@ def profile(
         if isinstance(e, MpskernError):
             _fail(console, f"{type(e).__name__}: {e}", code=1)
         raise
-    doc = dict(info, **prof.as_dict())
+    doc = dict(info, **prof.as_dict(), model=summary.as_dict())
     text = json.dumps(doc, indent=1, default=float)
     if out is not None:
         with open(out, "w", encoding="utf-8") as f:
@@ -79,6 +98,24 @@ def profile(
         typer.echo(text)
         return
     _print(console, info, prof, lines)
+    _print_model(console, summary, prof)
+
+
+def _print_model(console, s, prof):
+    from mpskern.profiling import report
+    t = Table(title=f"model of {s.chip} (apple{s.family}): estimates, not measurements"
+              + (" (calibrated)" if s.calibrated else " (uncalibrated: +-30% or worse)"),
+              box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    for col in ("kernel", "lower bound", "estimate", "bound by", "SIMD-groups/core"):
+        t.add_column(col, overflow="fold")
+    for d, e in zip(prof.dispatches, s.dispatches):
+        t.add_row(d["kernel"], report.ms(e.lower_ms), report.ms(e.estimate_ms), e.bound,
+                  f"{e.simdgroups_per_core:g} ({e.occupancy_limit}, {e.registers} registers)")
+    console.print(t)
+    pct = s.roofline_pct
+    console.print(f"total: lower bound {report.ms(s.lower_ms)}, estimate {report.ms(s.estimate_ms)}"
+                  + (f"; {pct:.0f}% of the op's roofline ({report.ms(s.roofline_ms)})" if pct else "")
+                  + " [modelled]")
 
 
 def _print(console, info, prof, nlines):

@@ -296,10 +296,16 @@ def selftest(
     json_path: Optional[str] = typer.Option(
         None, "--json", metavar="FILE", help="Also write the header and every row to FILE (JSON), "
                                              "to attach to a bug report."),
+    calibrate: bool = typer.Option(False, "--calibrate", help="Instead of the checks: measure a "
+                                   "few cases on this Mac's GPU and record measured / modelled "
+                                   "times for the performance model (docs/profiling.md)."),
 ):
     """Check every op x dtype x backend against cpu; exit 1 on any failure."""
     out = tty.wide(160)                 # a pasted report keeps whole columns
     err = tty.console(stderr=True)
+    if calibrate:
+        _calibrate(out, err)
+        return
     if backend:
         bad = [b for b in backend if b not in backends.NAMES]
         if bad:
@@ -358,3 +364,28 @@ def selftest(
         out.print(f"report written to {json_path}")
     if bad or unavailable or not names:
         raise typer.Exit(1)
+
+
+def _calibrate(out, err, measure=None):
+    """`--calibrate`: mpskern/profiling/calibrate.py on the Metal GPU (a Mac only)."""
+    from mpskern.profiling import calibrate
+    ok, why = backends.availability("metal")
+    if not ok:
+        tty.error(f"--calibrate measures the Metal GPU, which is unavailable here: {why}; "
+                  "nothing recorded", con=err)
+    info = backends.get("metal").info
+    rec = calibrate.calibrate(info["name"], info["family"],
+                              measure=measure or calibrate.measure_metal,
+                              progress=lambda op, shape, dt: err.print(f"{op} {shape} {dt}"))
+    t = Table(title=f"model calibration: {info['name']} (apple{rec['family']}, modelled as "
+                    f"{rec['chip']})", title_justify="left")
+    for c in ("op", "shape", "dtype", "measured ms", "modelled ms", "measured / modelled"):
+        t.add_column(c)
+    for r in rec["rows"]:
+        t.add_row(r["op"], ",".join(f"{k}={v}" for k, v in r["shape"].items()), r["dtype"],
+                  f"{r['measured_ms']:.4g}", f"{r['modelled_ms']:.4g}",
+                  f"{r['ratio']:.2f}" if r["ratio"] else "-")
+    out.print(t)
+    out.print(f"factor {rec['factor']:.2f} (median of {rec['cases']} cases; p10-p90 "
+              f"{rec['spread'][0]:.2f}-{rec['spread'][1]:.2f}) recorded in {rec['path']}; the "
+              f"model's estimates for apple{rec['family']} are multiplied by it from now on")

@@ -27,8 +27,12 @@ def tune(
     op: Optional[str] = typer.Argument(None, help="The op, as `mpskern bench` names it: "
                                                   "conv2d, matmul, gemm, max_pool2d, ... "
                                                   "(see mpskern bench --help)."),
-    backend: str = typer.Option("metal", help="metal (a Mac's GPU) or sim (the simulator: "
-                                              "CPU timings, stored for the simulated device only)."),
+    backend: str = typer.Option("auto", help="metal (a Mac's GPU), sim (the simulator: CPU "
+                                             "timings, stored for the simulated device only) or "
+                                             "model-apple7..model-apple10 (ranked by the "
+                                             "performance model: modelled GPU times, not "
+                                             "measured). auto: metal where there is one, else "
+                                             "the model of the simulated device's family."),
     dtype: str = typer.Option("float32", help="float32 or float16."),
     shape: Optional[List[str]] = typer.Option(
         None, help="The op's shape, repeatable, in the grammar of `mpskern bench --shape` "
@@ -106,6 +110,11 @@ def _run(console, tdb, op, backend, dtype, shape, budget, stride, padding, group
         tty.error(f"--reps {reps}: give a positive number of timed runs")
     try:
         from mpskern.tuner import tune as tuner
+        if backend == "auto":
+            backend = tuner.auto_backend()
+            if backend != "metal" and not show:
+                console.print(f"no Metal GPU here: ranking by the model ({backend}; modelled GPU "
+                              f"times, not measurements; docs/profiling.md)")
         tuner.gpu_backend(backend)
         spec = ops.get(op)
         shapes = [spec.parse(s) for s in shape] if shape else [spec.tune_shape(backend)]
@@ -183,10 +192,11 @@ def _summary(console, op, dtype, backend, reps, results):
                   _fmt(d.config, True) if d else "-", _ms(d.median_ms) if d else "-",
                   f"{res.speedup:.2f}x" if res.speedup else "-")
     console.print(t)
-    timer = "simulator CPU time" if dev.get("is_simulator") else "GPU time"
+    timer = (f"modelled GPU time of {dev['model_chip']} (not measured)" if "model_chip" in dev
+             else "simulator CPU time" if dev.get("is_simulator") else "GPU time")
     tiles = "; tiles BMxBNxBK/WMxWN" if results[0].key.op in ("gemm", "conv2d") else ""
-    console.print(f"key: the {results[0].key.op} lookup's shape{tiles}; {timer}, median of up "
-                  f"to {reps} runs")
+    console.print(f"key: the {results[0].key.op} lookup's shape{tiles}; {timer}"
+                  + ("" if "model_chip" in dev else f", median of up to {reps} runs"))
 
 
 def _list(console, tdb):

@@ -33,20 +33,161 @@ class Peak:
         return asdict(self)
 
 
-def _est(tflops, gbps, fp16=True):
-    return Peak(tflops * 1e3, tflops * 1e3 if fp16 else None, float(gbps), ESTIMATE)
+# ---------------------------------------------------------------- Apple GPUs
+# One row per chip: GPU family, GPU cores, GPU clock (GHz), memory bandwidth (GB/s). Every
+# figure below derives from these and FAMILIES (the per-core rates), so they live here once.
+MB = "philipturner/metal-benchmarks README (commit dc2adc6, 2023): GPU table (GHz, cores)"
+DERIVED = ("clock not published: implied by the public FP32 estimate of DESIGN.md "
+           "(TFLOPS / (cores x 256 FLOP/cycle))")
+
+
+@dataclass(frozen=True)
+class Chip:
+    name: str                   # MTLDevice.name
+    family: int                 # Metal GPU family (Apple<N>)
+    cores: int
+    ghz: float
+    gbps: float                 # memory interface bandwidth
+    source: str                 # where the clock and core count come from
+
+    @property
+    def fp32_gflops(self):      # 128 FMA lanes per core, 2 FLOPs each
+        return self.cores * 256 * self.ghz
+
+
+def _chip(name, family, cores, ghz, gbps, source=MB):
+    return Chip(name, family, cores, ghz, float(gbps), source)
+
+
+def _tf(tflops, cores):
+    return round(tflops / (cores * 0.256), 4)
+
+
+CHIPS = {c.name: c for c in (
+    _chip("Apple M1", 7, 8, 1.278, 68), _chip("Apple M1 Pro", 7, 16, 1.296, 205),
+    _chip("Apple M1 Max", 7, 32, 1.296, 410), _chip("Apple M1 Ultra", 7, 64, 1.296, 819),
+    _chip("Apple M2", 8, 10, 1.398, 102), _chip("Apple M2 Pro", 8, 19, 1.398, 205),
+    _chip("Apple M2 Max", 8, 38, 1.398, 410), _chip("Apple M2 Ultra", 8, 76, 1.398, 819),
+    _chip("Apple M3", 9, 10, _tf(3.5, 10), 102, DERIVED),
+    _chip("Apple M3 Pro", 9, 18, _tf(6.4, 18), 154, DERIVED),
+    _chip("Apple M3 Max", 9, 40, _tf(14.1, 40), 410, DERIVED),
+    _chip("Apple M4", 9, 10, _tf(3.5, 10), 120, DERIVED),
+    _chip("Apple M4 Pro", 9, 20, _tf(7.1, 20), 273, DERIVED),
+    _chip("Apple M4 Max", 9, 40, _tf(14.1, 40), 546, DERIVED),
+    # M5: 10 GPU cores with a Neural Accelerator each, 153 GB/s (Apple newsroom, 2025-10-15)
+    _chip("Apple M5", 10, 10, _tf(4.0, 10), 154, DERIVED),
+)}
+# the chip each family's model stands for when none is named (the base chip)
+FAMILY_CHIP = {7: "Apple M1", 8: "Apple M2", 9: "Apple M3", 10: "Apple M5"}
+
+
+def _est(chip):
+    tflops = round(chip.fp32_gflops / 100) / 10       # DESIGN.md's published precision
+    # Apple10 adds matrix units whose FP16 peak is not published
+    return Peak(tflops * 1e3, tflops * 1e3 if chip.family < 10 else None, chip.gbps, ESTIMATE)
 
 
 # Keys are Metal device names (MTLDevice.name), matched longest first.
-TABLE = {
-    "Apple M1": _est(2.6, 68), "Apple M1 Pro": _est(5.3, 205), "Apple M1 Max": _est(10.6, 410),
-    "Apple M1 Ultra": _est(21.2, 819),
-    "Apple M2": _est(3.6, 102), "Apple M2 Pro": _est(6.8, 205), "Apple M2 Max": _est(13.6, 410),
-    "Apple M2 Ultra": _est(27.2, 819),
-    "Apple M3": _est(3.5, 102), "Apple M3 Pro": _est(6.4, 154), "Apple M3 Max": _est(14.1, 410),
-    "Apple M4": _est(3.5, 120), "Apple M4 Pro": _est(7.1, 273), "Apple M4 Max": _est(14.1, 546),
-    "Apple M5": _est(4.0, 154, fp16=False),
+TABLE = {name: _est(c) for name, c in CHIPS.items()}
+
+# Per-core rates of each GPU family, for the performance model (mpskern/profiling/model.py).
+# Cycles are per SIMD-group instruction on one of a core's 4 schedulers (issue slots).
+# MB: metal-benchmarks (above; M1 Max and A15 measurements: "Apple 7, 8"); ASSUMED: no
+# public measurement, mpskern's assumption until calibration (`mpskern selftest
+# --calibrate` on a Mac) measures it.
+MB_OPS = MB.replace("GPU table (GHz, cores)", "Operations per Second, Instruction Throughputs")
+MB_MEM = MB.replace("GPU table (GHz, cores)", "On-Chip Memory")
+MB_ILP = MB.replace("GPU table (GHz, cores)", "ALU Bottlenecks (FFMA32, ILP = 4 table)")
+ASSUMED = "assumed (not published; calibration replaces it)"
+TECH_TALK_M3 = ("Apple tech talk 'Explore GPU advancements in M3 and A17 Pro' (2023): dynamic "
+                "caching, flexible on-chip memory, FP32/FP16/integer pipelines in parallel")
+
+
+@dataclass(frozen=True)
+class Family:
+    family: int
+    schedulers: int = 4                   # SIMD-group instructions issued per core-cycle
+    cycles: tuple = ()                    # (operation, scheduler cycles per SIMD-group instruction)
+    int_parallel: bool = False            # integer ops issue beside floating point
+    threadgroup_bytes_per_cycle: int = 128    # per core: 32 banks x 4 B, one word per bank
+    banks: int = 32
+    bank_bytes: int = 4
+    threadgroup_memory_per_core: int = 60 * 1024
+    max_threads_per_core: int = 3072
+    register_file: int = 208 * 1024       # bytes per core
+    l1_bytes_per_cycle: int = 64          # per core
+    l2_bytes_per_cycle: int = 32          # per core (the core's I/O bus)
+    line_bytes: int = 128
+    launch_us: float = 5.0                # per dispatch, GPU side
+    occupancy: tuple = ((4, 0.37), (8, 0.64), (24, 0.95), (88, 1.0))   # SIMD-groups/core -> ALU efficiency
+    sources: tuple = ()                   # (field, provenance)
+
+    def cost(self, op):
+        return dict(self.cycles)[op]
+
+    def source(self, field):
+        return dict(self.sources).get(field, ASSUMED)
+
+
+_CYCLES_7 = (
+    ("fadd", 1), ("fmul", 1), ("ffma", 1), ("fother", 1), ("fdiv", 6), ("conv", 4),
+    ("exp", 4), ("exp2", 4), ("log", 4), ("log2", 4), ("sqrt", 8), ("rsqrt", 8), ("sin", 14.3),
+    ("cos", 14.3), ("tanh", 12), ("pow", 12), ("special", 8),
+    ("iop", 1), ("idiv_const", 8), ("idiv", 40),
+    ("simd_reduce", 14.5), ("simd_shuffle", 2), ("mma_float", 18), ("mma_half", 17),
+    ("memory", 1), ("barrier", 4),
+)
+_SOURCES_7 = (
+    ("cycles", MB_OPS + "; integer division by a runtime value: no instruction, " + ASSUMED +
+     " (a reciprocal sequence: RECIP32 6 + IMULHI32 8 + fix-ups); barrier: " + ASSUMED),
+    ("mma", MB_OPS + ": MATMUL<8x8xF32> ~18, <8x8xF16> ~17 cycles (4 schedulers: 89% / 94% of "
+            "the FMA peak; MFA measured 87% / 93% on M1 Max)"),
+    ("threadgroup_memory_per_core", MB_MEM + " (~60 KB shared memory per core)"),
+    ("max_threads_per_core", MB_MEM + " (384-3072 threads per core)"),
+    ("register_file", MB_MEM + " (~208 KB per core)"),
+    ("l1_bytes_per_cycle", MB_MEM + " (on-core data 64 B/cycle)"),
+    ("l2_bytes_per_cycle", MB_MEM + " (on-GPU data ~32 B/cycle per core)"),
+    ("line_bytes", MB_MEM + " (global cache line 128 B)"),
+    ("occupancy", MB_ILP + ": 4/8/88 SIMD-groups per core; 24: 'ALU utilization maxes out at "
+                  "24 simds/core'"),
+    ("banks", "metal-benchmarks lists Apple's bank size and count as TBD: " + ASSUMED +
+              " 32 x 4 B as on every other GPU it compares"),
+    ("threadgroup_bytes_per_cycle", "metal-benchmarks: TBD; " + ASSUMED),
+    ("launch_us", ASSUMED + "; MFA's benchmarks encode up to 256 dispatches per command "
+                  "encoder to hide it"),
+)
+_SOURCES_9 = tuple((k, v if k not in ("cycles", "mma") else v + "; Apple9: not measured "
+                    "publicly, taken as Apple8") for k, v in _SOURCES_7) + (
+    ("int_parallel", TECH_TALK_M3),
+    ("threadgroup_memory_per_core", TECH_TALK_M3 + "; the size is not published: taken as "
+                                    "Apple8's ~60 KB"),
+)
+FAMILIES = {
+    7: Family(7, cycles=_CYCLES_7, sources=_SOURCES_7),
+    8: Family(8, cycles=_CYCLES_7, sources=_SOURCES_7),
+    9: Family(9, cycles=_CYCLES_7, int_parallel=True, sources=_SOURCES_9),
+    # M5's Neural Accelerators are reached through Metal 4's tensor operations, which
+    # mpskern's kernels do not use: simdgroup_matrix is taken at Apple9's rate
+    10: Family(10, cycles=_CYCLES_7, int_parallel=True, sources=_SOURCES_9 + (
+        ("mma", "Apple10: simdgroup_matrix taken at Apple9's rate (the Neural Accelerators, "
+                "Apple newsroom 2025-10-15, serve Metal 4 tensor ops); " + ASSUMED),)),
 }
+
+
+def chip(name_or_family):
+    """The Chip of a device name ("Apple M1 Max", longest table name it starts with) or of a
+    family (7..10 or "apple7": its base chip); ValueError listing the names."""
+    if isinstance(name_or_family, int) or str(name_or_family).lower().startswith("apple") and \
+            str(name_or_family)[5:].isdigit():
+        fam = int(name_or_family) if isinstance(name_or_family, int) else int(str(name_or_family)[5:])
+        if fam not in FAMILY_CHIP:
+            raise ValueError(f"GPU family {name_or_family!r}: the model knows apple7..apple10")
+        return CHIPS[FAMILY_CHIP[fam]]
+    for key in sorted(CHIPS, key=len, reverse=True):
+        if name_or_family == key or str(name_or_family).startswith(key + " "):
+            return CHIPS[key]
+    raise ValueError(f"unknown Apple GPU {name_or_family!r}; the model knows "
+                     f"{', '.join(CHIPS)} (or a family: apple7..apple10)")
 
 
 def cache_path():

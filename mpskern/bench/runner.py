@@ -67,7 +67,7 @@ def run(op, shapes, dtypes, targets, *, budget=0.5, run_id=None, preset="custom"
             cpu = next((r["median_ms"] for r in case if r["backend"] == "cpu"
                         and r["median_ms"]), None)
             for r in case:
-                if cpu and r["median_ms"]:
+                if cpu and r["median_ms"] and r["timer"] != "model":   # never modelled vs measured
                     r["speedup_vs_cpu"] = cpu / r["median_ms"]
                 if on_row:
                     on_row(r)
@@ -99,6 +99,12 @@ def _one(sp, t, shape, label, dtype, inp, want, cost, tol, budget, min_samples):
     if t.name == "cpu":
         from mpskern import _native
         r["threads"] = _safe(_native.cpu_get_num_threads)
+    if t.timer == "model":      # modelled, not timed (targets.ModelTarget)
+        try:
+            return _stamp(t.model_row(r, sp, shape, dtype, inp, cost))
+        except Exception as e:  # noqa: BLE001
+            r.update(status="error", error=f"{type(e).__name__}: {e}")
+            return _stamp(r)
     try:
         fn = t.bind(sp, inp, want.shape, dtype)
         got = as_numpy(fn, fn())

@@ -22,13 +22,18 @@ COLUMNS = {
     "shape_label": "readable shape (preset layer name where there is one)",
     "preset": "preset the shape came from, or 'custom'",
     "dtype": "float32 / float16",
-    "backend": "mpskern backend (cpu, metal, mps, sim) or peer (torch-cpu, torch-mps, mlx)",
-    "backend_kind": "mpskern or peer",
-    "simulated": "True for sim: CPU emulation of the GPU kernels, says nothing about GPU speed",
+    "backend": "mpskern backend (cpu, metal, mps, sim), peer (torch-cpu, torch-mps, mlx) or "
+               "model (model-apple7..model-apple10)",
+    "backend_kind": "mpskern, peer or model",
+    "simulated": "True for sim (CPU emulation of the GPU kernels, says nothing about GPU speed) "
+                 "and model-* rows (modelled from the simulator's counters, not measured)",
     "config": "kernel / tile configuration the backend used (dict), if it reports one",
     "device": "device name (CPU model or Metal device)",
     "gpu_family": "Metal GPU family (apple7..apple10) or None",
-    "timer": "wall (perf_counter), gpu (command-buffer timestamps) or sim (simulator run time)",
+    "timer": "wall (perf_counter), gpu (command-buffer timestamps), sim (simulator run time) or "
+             "model (no timing: mpskern/profiling/model.py's estimate, backends model-apple7..10)",
+    "model": "model-* rows: the model's lower bound, estimate, bound and per-dispatch details "
+             "(dict; docs/profiling.md)",
     "status": "ok / check_failed (not timed) / error (not timed)",
     "error": "why a case failed, else None",
     "median_ms": "median time per call", "p10_ms": "10th percentile", "p90_ms": "90th percentile",

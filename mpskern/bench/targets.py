@@ -94,6 +94,59 @@ class MpskernTarget(Target):
         return c.get("zero_copy") if isinstance(c, dict) else None
 
 
+class ModelTarget(Target):
+    """model-apple7 .. model-apple10 (or model-"Apple M1 Max"): no timing at all. The op runs
+    once in the simulator's profiling mode (big grids sampled) and mpskern/profiling/model.py
+    turns its counters into a modelled GPU time on the family's base chip. Its rows say
+    timer "model", backend_kind "model": reports never mix them with measured rows."""
+    kind = "model"
+    timer = "model"
+    simulated = True            # not a measurement of a GPU
+
+    def __init__(self, name):
+        from mpskern import peaks
+        self.name = name
+        self.chip = peaks.chip(name[len("model-"):])   # ValueError names what it knows
+
+    def availability(self):
+        from mpskern import backends
+        from mpskern.sim import profile_build
+        ok, why = backends.availability("sim")
+        if not ok:
+            return False, why
+        cc, why = profile_build.clang()
+        return (cc is not None), (why if cc is None else "")
+
+    def device(self):
+        return f"{self.chip.name} (model)"
+
+    def gpu_family(self):
+        return f"apple{self.chip.family}"
+
+    def peak(self):
+        return peaks.lookup(self.chip.name)
+
+    def model_row(self, r, sp, shape, dtype, inputs, cost):
+        """Fill benchmark row `r` with the model's estimate of this case (see the class)."""
+        from mpskern.profiling import run
+        prof, info = run.profile_op(sp.name, dict(shape), dtype, family=self.chip.family,
+                                    inputs=inputs)
+        m = run.model_of(prof, info, self.chip)
+        sec = m.estimate_ms / 1e3
+        r.update(status="ok", config=info["config"], median_ms=m.estimate_ms,
+                 gflops=cost.flops / sec / 1e9, gbps=cost.bytes / sec / 1e9,
+                 model=dict(m.as_dict(), sampled=any(d["sampled"] for d in prof.dispatches)))
+        pk = self.peak()
+        if pk is not None:
+            pg, pb = pk.gflops(dtype), pk.gbps
+            r.update(peak_gflops=pg, peak_gbps=pb, peak_source=pk.source)
+            if r["metric"] == "gflops" and pg:
+                r["pct_peak"] = 100 * r["gflops"] / pg
+            elif r["metric"] == "gbps" and pb:
+                r["pct_peak"] = 100 * r["gbps"] / pb
+        return r
+
+
 class TorchTarget(Target):
     kind = "peer"
 
@@ -211,6 +264,8 @@ def make(name):
         return TorchTarget("mps")
     if name == "mlx":
         return MlxTarget()
+    if str(name).startswith("model-"):
+        return ModelTarget(name)
     from mpskern import backends
     if name not in backends.NAMES:
         raise ValueError(f"unknown backend {name!r}; use one of "

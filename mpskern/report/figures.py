@@ -25,6 +25,8 @@ def _color(b):
 
 
 def _label(b, simulated):
+    if str(b).startswith("model-"):
+        return f"{b} (modelled)"
     return f"{b} (simulator)" if simulated else b
 
 

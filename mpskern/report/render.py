@@ -68,7 +68,7 @@ def _case_table(d):
     for k in shape_order(d):
         for _, r in d[d.shape_key == k].sort_values(
                 "backend", key=lambda s: s.map(backend_sort_key)).iterrows():
-            be = f"{r.backend} ({'simulator' if r.simulated else r.timer})" \
+            be = f"{r.backend} ({'modelled' if r.timer == 'model' else 'simulator' if r.simulated else r.timer})" \
                 if r.timer != "wall" else r.backend
             wall = [_f(r.wall_median_ms, "{:.4g}")] if dev_clock else []
             if r.status != "ok":
@@ -115,6 +115,10 @@ def build(df, out, cmp=None, title="mpskern benchmark report"):
                        "Their times measure CPU emulation and say nothing about GPU speed; they "
                        "are here to show the kernels run and pass the check, and are left out of the "
                        "speedup figures and the roofline."))
+    if (df.timer == "model").any():
+        blocks.append(("warn", "Rows marked model-appleN are estimates of mpskern's performance "
+                       "model (docs/profiling.md) from the simulator's counters, not measurements "
+                       "(uncalibrated: +-30% or worse); they are never compared with measured rows."))
     blocks += [("h2", "Machine"), _machine(df), ("h3", "Devices and peaks"), _devices(df)]
     blocks.append(("p", "Times are per call: median and p10-p90 of at least 10 samples (each "
                         "sample a calibrated loop of >= 1 ms) after a warm-up, or of at least 3 "

@@ -8,6 +8,10 @@ reference come from the op table (mpskern/ops), as for `mpskern bench` and selft
 2. Search the op's configuration space (mpskern/tuning/spaces.py), each candidate pinned
    with lookup.forced() and run through the same public call, timed by the backend
    (Metal: GPU timestamps; sim: the simulator's CPU time), checked against float64.
+   backend "model-appleN" (where there is no Metal GPU): candidates are ranked by the
+   performance model instead (tuner/model_rank.py: modelled GPU times, never measured);
+   on Metal, where the simulator and clang are there, the model first narrows the space
+   to its `model_top` best and the GPU times those.
 3. Store the fastest correct configuration in the user database for this device.
 """
 import random
@@ -18,6 +22,7 @@ import numpy as np
 
 from mpskern import ops
 from mpskern import reference as ref
+from mpskern.tuner import model_rank as _mr
 from mpskern.tuner import search as _search
 from mpskern.tuning import db as _db
 from mpskern.tuning import lookup, spaces
@@ -37,6 +42,7 @@ class Problem:
     call: object            # call(backend_name) -> numpy output, through the public API
     reference: np.ndarray   # float64
     reduction: int = 1      # terms summed per output (the tolerance grows with it)
+    macs: float = None      # multiply-adds of one call (FLOPs / 2; model_rank's size rule)
 
     def check(self, out):
         """(ok, normalised error) of an output against the float64 reference."""
@@ -61,8 +67,9 @@ def make(op, shape=None, dtype="float32", seed=0, backend="metal"):
         shape = o.complete(shape if isinstance(shape, dict) else
                            dict(zip([f.name for f in o.fields], shape)))
     inp = o.inputs(shape, np.dtype(dtype), np.random.default_rng(seed))
-    return Problem(op, shape, dtype, lambda be: o.call(inp, be), o.reference(inp),
-                   o.reduction(inp))
+    want = o.reference(inp)
+    macs = o.costs(shape, want.shape, np.dtype(dtype).itemsize).flops / 2
+    return Problem(op, shape, dtype, lambda be: o.call(inp, be), want, o.reduction(inp), macs)
 
 
 @dataclass
@@ -77,11 +84,24 @@ class TuneResult:
 
 
 def gpu_backend(name):
+    """The backend a tune of `name` runs on (model-appleN: the simulator)."""
+    from mpskern import backends
+    if _mr.is_model(name):
+        _mr.chip_of(name)               # ValueError naming the known chips and families
+        return backends.get("sim")
     if name not in TUNABLE_BACKENDS:
         raise ValueError(f"--backend {name!r}: tuning times mpskern's own Metal kernels; use "
-                         f"metal (a Mac) or sim (the simulator, anywhere)")
-    from mpskern import backends
+                         f"metal (a Mac), sim (the simulator, anywhere) or model-apple7.."
+                         f"model-apple10 (ranked by the performance model)")
     return backends.get(name)
+
+
+def auto_backend():
+    """metal where there is a Metal GPU, else the model of the simulated device's family."""
+    from mpskern import backends
+    if backends.availability("metal")[0]:
+        return "metal"
+    return f"model-apple{backends.get('sim').info.get('family') or 8}"
 
 
 def key_of(problem, backend):
@@ -162,25 +182,51 @@ def timed_run(problem, backend_obj, op_key):
 
 
 def tune(op, shape=None, dtype="float32", backend="metal", budget_s=30.0, *, reps=5,
-         save=True, db_path=None, candidates=None, progress=None, seed=0):
+         save=True, db_path=None, candidates=None, progress=None, seed=0, model_top=8):
     """Tune `op` (an op table name) at `shape` (a shape dict; default per backend).
-    `candidates` replaces the space's list (tests keep it tiny)."""
+    `candidates` replaces the space's list (tests keep it tiny). backend "model-appleN":
+    rank by the model; "metal": the model's `model_top` best (0: all) are timed."""
     be = gpu_backend(backend)
     if save:
         db_path = _db.target(db_path)
-    prob = make(op, shape, dtype, seed=seed, backend=backend)
-    device = be.info
-    key = key_of(prob, backend)
-    default = untuned(key, device)
-    cands = [dict(c) for c in candidates] if candidates is not None else candidates_for(key, device)
-    res = _search.search(cands, timed_run(prob, be, key.op), prob.check, default=default.config,
-                         valid=key.valid, budget_s=budget_s, reps=reps, progress=progress)
+    if _mr.is_model(backend):
+        chip = _mr.chip_of(backend)
+        with _mr.as_family(chip.family):
+            prob = make(op, shape, dtype, seed=seed, backend="metal")
+            device = be.info
+            key = key_of(prob, "sim")
+            default = untuned(key, device)
+            cands = [dict(c) for c in candidates] if candidates is not None else \
+                candidates_for(key, device)
+            res = _mr.rank(prob, key, chip, cands, default=default.config, budget_s=budget_s,
+                           progress=progress)
+        device = dict(device, model_chip=chip.name)
+    else:
+        prob = make(op, shape, dtype, seed=seed, backend=backend)
+        device = be.info
+        key = key_of(prob, backend)
+        default = untuned(key, device)
+        cands = [dict(c) for c in candidates] if candidates is not None else \
+            candidates_for(key, device)
+        if backend == "metal" and candidates is None and model_top and _model_available():
+            cands = _mr.prerank(prob, key, device.get("family") or 9, cands, model_top,
+                                budget_s=budget_s / 2, default=default.config)
+            budget_s -= budget_s / 2
+        res = _search.search(cands, timed_run(prob, be, key.op), prob.check,
+                             default=default.config, valid=key.valid, budget_s=budget_s,
+                             reps=reps, progress=progress)
     out = TuneResult(prob, key, res, device, backend)
     if res.best is not None:
         out.entry = entry_for(key, device, res, budget_s)
         if save:
             out.path = _db.save([out.entry], db_path)
     return out
+
+
+def _model_available():
+    from mpskern import backends
+    from mpskern.sim import profile_build
+    return backends.availability("sim")[0] and profile_build.clang()[0] is not None
 
 
 def entry_for(key, device, res, budget_s):
@@ -192,10 +238,12 @@ def entry_for(key, device, res, budget_s):
         backend=_db.backend_of(device), shape=tuple(key.shape), bucket=_db.bucket_of(key.shape),
         time_ms=res.best.median_ms,
         default_time_ms=d.median_ms if d is not None and d.status == _search.OK else None,
-        provenance={"source": "mpskern tune", "measured": True, "mpskern": __version__,
+        provenance={"source": "mpskern tune", "measured": "model_chip" not in device,
+                    "mpskern": __version__,
                     "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "timer": "simulator CPU time" if device.get("is_simulator")
-                    else "GPU timestamps",
+                    "timer": f"model of {device['model_chip']} (modelled, not measured)"
+                    if "model_chip" in device else "simulator CPU time"
+                    if device.get("is_simulator") else "GPU timestamps",
                     "budget_s": budget_s, "candidates": len(res.trials),
                     "timed": sum(1 for t in res.trials if t.times_ms),
                     "samples": len(res.best.times_ms)})
@@ -204,4 +252,7 @@ def entry_for(key, device, res, budget_s):
 def show(op, shape=None, dtype="float32", backend="metal", seed=0):
     """The Choice a call of `op` at `shape` makes on `backend` (runs it once)."""
     gpu_backend(backend)
+    if _mr.is_model(backend):
+        with _mr.as_family(_mr.chip_of(backend).family):
+            return key_of(make(op, shape, dtype, seed=seed, backend="metal"), "sim")
     return key_of(make(op, shape, dtype, seed=seed, backend=backend), backend)

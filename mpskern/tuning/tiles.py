@@ -17,6 +17,26 @@ def _tg_memory(c):
     return FLOAT * ab
 
 
+# The register rule: a lane holds at most this many output values. Apple GPUs give a thread
+# up to ~128 32-bit registers before occupancy collapses (metal-benchmarks: register file
+# ~208 KB per core, 384-3072 threads); 64 accumulators leave room for the operands,
+# addresses and loop state (MLX's and MFA's GEMMs stay at or below 64).
+MAX_ACCUMULATORS = 64
+
+
+def accumulators(c):
+    """Output values one lane holds (float registers): simd, 2 per 8x8 fragment of its
+    (BM/WM) x (BN/WN) sub-tile; tiled, TM x TN (lanes as 4 rows x 8 columns)."""
+    sm, sn = c["BM"] // c["WM"], c["BN"] // c["WN"]
+    return (sm // 8) * (sn // 8) * 2 if c["variant"] == "simd" else (sm // 4) * (sn // 8)
+
+
+def operands(c):
+    """A and B values one lane holds per K step (simd: fragments of 2; tiled: TM + TN)."""
+    sm, sn = c["BM"] // c["WM"], c["BN"] // c["WN"]
+    return (sm // 8 + sn // 8) * 2 if c["variant"] == "simd" else sm // 4 + sn // 8
+
+
 def _rules(c):
     out = []
     if c["BM"] % (8 * c["WM"]):
@@ -25,6 +45,9 @@ def _rules(c):
         out.append(f"BN={c['BN']} is not a multiple of 8*WN={8 * c['WN']}")
     if c["BK"] % 8:
         out.append(f"BK={c['BK']} is not a multiple of 8")
+    if not out and accumulators(c) > MAX_ACCUMULATORS:
+        out.append(f"{accumulators(c)} accumulators per lane > {MAX_ACCUMULATORS} (they would "
+                   "spill: use more SIMD-groups or a smaller tile)")
     return out
 
 

@@ -98,7 +98,7 @@ cdef extern from "mpskern.h" nogil:
     mk_status mk_pipeline_limits(mk_pipeline *p, uint32_t *max_threads, uint32_t *exec_width)
     void mk_pipeline_free(mk_pipeline *p)
 
-    int MK_MAX_BINDINGS
+    enum: MK_MAX_BINDINGS
     ctypedef struct mk_binding:
         mk_buffer *buffer
         uint64_t offset
@@ -112,7 +112,7 @@ cdef extern from "mpskern.h" nogil:
         int grid_units
         uint32_t threadgroup_memory[4]
         uint32_t nbindings
-        mk_binding bindings[16]
+        mk_binding bindings[MK_MAX_BINDINGS]
     ctypedef struct mk_timing:
         double gpu_ms, wall_ms
     mk_status mk_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *timing)

@@ -17,35 +17,6 @@ def device_count(str kind):
     return n, why.decode("utf-8", "replace")
 
 
-def pack_args(str kind, dict args):
-    """The bytes of an mk_<kind>_args struct, for binding as `constant T&` in a kernel."""
-    cdef mk_gemm_args g
-    cdef mk_conv2d_args c
-    cdef mk_pool2d_args p
-    cdef mk_softmax_args s
-    cdef mk_rownorm_args r
-    cdef mk_group_norm_args gn
-    cdef mk_batch_norm_args bn
-    cdef mk_attention_args at
-    if kind == "gemm":
-        g = args; return (<char*>&g)[:sizeof(g)]
-    if kind == "conv2d":
-        c = args; return (<char*>&c)[:sizeof(c)]
-    if kind == "pool2d":
-        p = args; return (<char*>&p)[:sizeof(p)]
-    if kind == "softmax":
-        s = args; return (<char*>&s)[:sizeof(s)]
-    if kind == "rownorm":
-        r = args; return (<char*>&r)[:sizeof(r)]
-    if kind == "group_norm":
-        gn = args; return (<char*>&gn)[:sizeof(gn)]
-    if kind == "batch_norm":
-        bn = args; return (<char*>&bn)[:sizeof(bn)]
-    if kind == "attention":
-        at = args; return (<char*>&at)[:sizeof(at)]
-    raise ValueError(f"pack_args: unknown args kind {kind!r}")
-
-
 cdef class Device:
     """A Metal GPU or a simulated one (kind "metal" / "sim")."""
     cdef mk_device* ptr
@@ -197,7 +168,7 @@ cdef class Device:
                     else:
                         b = v
                         list_[k].bindings[j].buffer = b.ptr
-            with nogil:
+            with nogil:               # it waits for the device: release_gil(0, True)
                 st = mk_run_ex(self.ptr, list_, n, &ctl, &t)
             check(st)
             return t.gpu_ms, t.wall_ms
@@ -266,7 +237,7 @@ cdef class Buffer:
         b.device = dev
         b.array = array
         b.nbytes = array.nbytes
-        cdef void* p = addr(array, writable)
+        cdef void* p = addr(array, writable, NULL)
         flags = MK_BUFFER_READ | (MK_BUFFER_WRITE if writable else 0)
         check(mk_buffer_wrap(dev.ptr, p, b.nbytes, flags, &b.ptr))
         return b

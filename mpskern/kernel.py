@@ -23,9 +23,8 @@ passes options to mpskern.profiling.profiling (e.g. {"max_groups": 0}).
 """
 import numpy as np
 
-from mpskern import backends
+from mpskern import _native, backends
 
-_MAX_BUFFERS = 16
 _MAX_GRID = 2 ** 32 - 1     # threads per grid dimension: positions are 32-bit uints in MSL
 
 
@@ -105,8 +104,10 @@ class Kernel:
         tg = _dims(threadgroup, "threadgroup")
         _check_launch(grid, tg, threadgroup, be.info["max_threads_per_threadgroup"],
                       be.info["name"])
-        if len(args) > _MAX_BUFFERS:
-            raise ValueError(f"{len(args)} arguments; a kernel has at most {_MAX_BUFFERS} buffers")
+        if len(args) > _native.MAX_BINDINGS:
+            raise ValueError(f"{len(args)} arguments; a kernel has at most "
+                             f"{_native.MAX_BINDINGS} buffers ([[buffer(0)]] .. "
+                             f"[[buffer({_native.MAX_BINDINGS - 1})]])")
         bindings, writeback, keep = [], [], []
         for i, a in enumerate(args):
             if isinstance(a, np.ndarray):

@@ -1,9 +1,11 @@
 // mpskern.h: the one C ABI behind the Python package.
 //
 //   CPU kernels      objc/cpu/*.c        mk_cpu_*           (every platform)
-//   Metal device     objc/mk_metal*.m    mk_device_* etc.   (macOS; objc/mk_metal_stub.c elsewhere)
-//   simulator device objc/sim/*.cc       mk_device_* etc.   (every platform with a C++ compiler)
-//   MPS primitives   objc/mk_mps*.m      mk_mps_*           (macOS; stubbed elsewhere)
+//   device routing   objc/mk_device.c    mk_device_* etc.   (to the provider owning the handle)
+//   Metal device     objc/mk_metal*.m    its provider       (macOS only; elsewhere there is none,
+//                                                            so Metal devices count 0 and say why)
+//   simulator device objc/sim/*.cc       its provider       (every platform; kernels need a C++ compiler)
+//   MPS primitives   objc/mk_mps*.m      mk_mps_*           (macOS; objc/stub/mk_mps_stub.c elsewhere)
 //
 // Conventions: opaque handles with _create/_free pairs, every call returns an mk_status,
 // and on failure a thread-local message is left for mk_last_error(). No exceptions and no
@@ -125,7 +127,7 @@ mk_status mk_pipeline_limits(mk_pipeline *p, uint32_t *max_threads, uint32_t *ex
 void mk_pipeline_free(mk_pipeline *p);
 
 /* dispatch: a list of dispatches encoded in one command buffer, run in order. */
-#define MK_MAX_BINDINGS 16
+#define MK_MAX_BINDINGS 31          // Metal's buffer argument table: [[buffer(0)]] .. [[buffer(30)]]
 typedef struct mk_binding {
     mk_buffer *buffer;           // a buffer at [[buffer(i)]], or
     uint64_t offset;             // (byte offset into it)

@@ -95,6 +95,6 @@ def run_gpu(be, q, k, v, mask=None, causal=False, scale=None, variant="simd", BQ
     if D is None:
         D = spaces.head_capacity(a["E"], a["Ev"])
     out = np.full((a["B"], a["Hq"], a["L"], a["Ev"]), np.nan, q.dtype)
-    be.attention(a, refs_dtype(q.dtype), q, k, v, m, out,
+    be.execute("attention", a, refs_dtype(q.dtype), q, k, v, m, out,
                  config=dict(variant=variant, BQ=BQ, BK=BK, D=D))
     return out

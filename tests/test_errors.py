@@ -290,4 +290,4 @@ def test_valid_but_unsupported_is_one_exception_type():
         mpskern.matmul(a, a, backend="sim")
     assert mpskern.matmul(a, a, backend="cpu").shape == (65536, 1, 1)
     with pytest.raises(mpskern.Unsupported, match="no softmax kernel"):
-        Backend("partial").softmax({}, 0, a, a)
+        Backend("partial").execute("softmax", {}, 0, a, a)

@@ -132,10 +132,11 @@ def test_encoder_chooses_and_refuses(sim):
     q, k, v, _ = T.case(rng, np.float16, 2, 2, 2, 2, 9, 12, 40, 40)
     a, _ = T.args(q, k, v)
     out = np.zeros((2, 2, 9, 40), np.float16)
-    sim.attention(a, T.refs_dtype(np.float16), q, k, v, None, out)
+    sim.execute("attention", a, T.refs_dtype(np.float16), q, k, v, None, out)
     T.check(out, q, k, v)
     assert sim.last_config["D"] == 64 and sim.last_config["kernel"] == "attention_simd_f16"
     q, k, v, _ = T.case(rng, np.float32, 1, 1, 1, 1, 3, 3, 300, 8)
     a, _ = T.args(q, k, v)
     with pytest.raises(Unsupported, match="E=300"):
-        sim.attention(a, T.refs_dtype(np.float32), q, k, v, None, np.zeros((1, 1, 3, 8), np.float32))
+        sim.execute("attention", a, T.refs_dtype(np.float32), q, k, v, None,
+                    np.zeros((1, 1, 3, 8), np.float32))

@@ -42,7 +42,7 @@ def make_args(x, w, bias, stride, padding, dilation, groups):
 def run(be, x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, config=None):
     args = make_args(x, w, bias, stride, padding, dilation, groups)
     y = np.full((args["N"], args["K"], args["P"], args["Q"]), np.nan, x.dtype)
-    be.conv2d(args, CODE[x.dtype], x, w, bias, y, config=config)
+    be.execute("conv2d", args, CODE[x.dtype], x, w, bias, y, config=config)
     return y
 
 

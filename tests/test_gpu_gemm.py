@@ -69,7 +69,7 @@ def run(be, A, B, C=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False, 
     if out is None:
         out = np.full((batch, M, N), np.nan, A.dtype)
     args = make_args(A, B, C, alpha, beta, trans_a, trans_b, (batch, M, N))
-    be.gemm(args, CODE[A.dtype], A, B, C, out, config=config)
+    be.execute("gemm", args, CODE[A.dtype], A, B, C, out, config=config)
     return out
 
 

@@ -58,7 +58,7 @@ def _rownorm(be, rows, n, dtype, cfg, kind, affine, rng, offset=0.0):
     eps = 1e-5 if kind == LAYER else float(np.finfo(dtype).eps)
     args = {"rows": rows, "n": n, "kind": kind, "has_weight": int(w is not None),
             "has_bias": int(b is not None), "eps": eps}
-    be.rownorm(args, DT[dtype], x, w, b, y, config=cfg)
+    be.execute("rownorm", args, DT[dtype], x, w, b, y, config=cfg)
     ref = (refs.layer_norm(x, n, w, b, eps) if kind == LAYER else refs.rms_norm(x, n, w, eps))
     if offset:
         return y, ref
@@ -73,7 +73,7 @@ def _group_norm(be, shape, dtype, cfg, affine, rng):
     y = np.full_like(x, np.nan)
     args = {"N": n_, "C": c, "HW": hw, "groups": g, "has_weight": int(affine),
             "has_bias": int(affine), "eps": 1e-5}
-    be.group_norm(args, DT[dtype], x, w, b, y, config=cfg)
+    be.execute("group_norm", args, DT[dtype], x, w, b, y, config=cfg)
     refs.assert_close(y, refs.group_norm(x, g, w, b, 1e-5), dtype, terms=c // g * hw,
                       what=f"{cfg} {shape}")
     return y
@@ -89,7 +89,7 @@ def _batch_norm(be, shape, dtype, cfg, training, running, affine, rng):
     y = np.full_like(x, np.nan)
     args = {"N": n_, "C": c, "HW": hw, "training": int(training), "has_running": int(rm is not None),
             "has_weight": int(affine), "has_bias": int(affine), "eps": 1e-5, "momentum": 0.1}
-    be.batch_norm(args, DT[dtype], x, rm, rv, w, b, y, config=cfg)
+    be.execute("batch_norm", args, DT[dtype], x, rm, rv, w, b, y, config=cfg)
     ref, rm_ref, rv_ref = refs.batch_norm(x, rm0, rv0, w, b, training, 0.1, 1e-5)
     what = f"{cfg} {shape} training={training}"
     refs.assert_close(y, ref, dtype, terms=n_ * hw, what=what)
@@ -179,7 +179,7 @@ def test_batch_norm_inference_without_running_stats_is_an_error(sim):
     args = {"N": 2, "C": 3, "HW": 4, "training": 0, "has_running": 0, "has_weight": 0,
             "has_bias": 0, "eps": 1e-5, "momentum": 0.1}
     with pytest.raises(ValueError, match="running_mean"):
-        sim.batch_norm(args, _native.F32, x, None, None, None, None, x.copy())
+        sim.execute("batch_norm", args, _native.F32, x, None, None, None, None, x.copy())
 
 
 def test_empty_inputs_dispatch_nothing(sim):
@@ -187,10 +187,10 @@ def test_empty_inputs_dispatch_nothing(sim):
     a = {"N": 0, "C": 3, "HW": 4, "training": 0, "has_running": 1, "has_weight": 0,
          "has_bias": 0, "eps": 1e-5, "momentum": 0.1}
     rm, rv = np.zeros(3, np.float32), np.ones(3, np.float32)
-    sim.batch_norm(a, _native.F32, x, rm, rv, None, None, x.copy())
+    sim.execute("batch_norm", a, _native.F32, x, rm, rv, None, None, x.copy())
     assert sim.last_config == {"empty": True}
     r = np.zeros((4, 0), np.float16)
-    sim.rownorm({"rows": 4, "n": 0, "kind": LAYER, "has_weight": 0, "has_bias": 0,
+    sim.execute("rownorm", {"rows": 4, "n": 0, "kind": LAYER, "has_weight": 0, "has_bias": 0,
                     "eps": 1e-5}, _native.F16, r, None, None, r.copy())
     assert sim.last_config == {"empty": True}
 
@@ -222,7 +222,7 @@ def test_rownorm_non_finite_rows(sim, cfg, dtype):
             args = {"rows": x.shape[0], "n": n, "kind": kind, "has_weight": 0,
                     "has_bias": 0, "eps": eps}
             y = np.full_like(x, 7.0)
-            sim.rownorm(args, DT[dtype], x, None, None, y, config=cfg)
+            sim.execute("rownorm", args, DT[dtype], x, None, None, y, config=cfg)
             with np.errstate(invalid="ignore"):
                 ref = refs.layer_norm(x, n, None, None, eps) if kind == LAYER \
                     else refs.rms_norm(x, n, None, eps)

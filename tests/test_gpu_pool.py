@@ -41,7 +41,7 @@ def _pool(be, mode, window, dtype, cfg, rng, count_include_pad=True, divisor=Non
             "count_include_pad": int(count_include_pad), "divisor": divisor or 0,
             "pad_h_end": p[0], "pad_w_end": p[1]}
     y = np.full(ref.shape, np.nan, dtype)
-    be.pool2d(args, DT[dtype], x, y, config=cfg)
+    be.execute("pool2d", args, DT[dtype], x, y, config=cfg)
     refs.assert_close(y, ref, dtype, terms=k[0] * k[1],
                       what=f"mode={mode} {window} cip={count_include_pad} div={divisor}")
     return y
@@ -82,6 +82,6 @@ def test_max_pool_propagates_nan(sim):
             "stride_w": 2, "pad_h": 0, "pad_w": 0, "dil_h": 1, "dil_w": 1, "mode": MAX,
             "count_include_pad": 1, "divisor": 0, "pad_h_end": 0, "pad_w_end": 0}
     y = np.zeros((1, 1, 2, 2), np.float32)
-    sim.pool2d(args, _native.F32, x, y)
+    sim.execute("pool2d", args, _native.F32, x, y)
     assert np.isnan(y[0, 0, 0, 0])
     assert y[0, 0, 0, 1] == 7 and y[0, 0, 1, 0] == 13 and y[0, 0, 1, 1] == 15

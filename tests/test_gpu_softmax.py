@@ -34,7 +34,7 @@ def _run(be, shape, dtype, cfg, log, rng, scale=4.0):
     x = refs.rand(shape, dtype, rng, -scale, scale)
     y = np.full_like(x, np.nan)
     args = {"outer": shape[0], "n": shape[1], "inner": shape[2], "log": int(log)}
-    be.softmax(args, DT[dtype], x, y, config=cfg)
+    be.execute("softmax", args, DT[dtype], x, y, config=cfg)
     ref = (refs.log_softmax if log else refs.softmax)(x, axis=1)
     refs.assert_close(y, ref, dtype, terms=shape[1], what=f"{cfg} {shape} log={log}")
     return y
@@ -74,7 +74,7 @@ def test_softmax_infinities(sim, cfg):
     for log in (0, 1):
         y = np.zeros_like(x)
         args = {"outer": outer, "n": n, "inner": inner, "log": log}
-        sim.softmax(args, _native.F32, x, y, config=cfg)
+        sim.execute("softmax", args, _native.F32, x, y, config=cfg)
         with np.errstate(invalid="ignore"):
             ref = (refs.log_softmax if log else refs.softmax)(x, axis=1)
         assert np.array_equal(np.isnan(y), np.isnan(ref)), f"{cfg} log={log}: NaN pattern"
@@ -95,10 +95,10 @@ def test_bad_configuration_is_a_clear_error(sim):
     x = np.zeros((1, 300, 1), np.float32)
     args = {"outer": 1, "n": 300, "inner": 1, "log": 0}
     with pytest.raises(ValueError, match="TPR\\*VPT=128"):
-        sim.softmax(args, _native.F32, x, x.copy(),
+        sim.execute("softmax", args, _native.F32, x, x.copy(),
                   config={"variant": "rows", "TPR": 32, "RPG": 8, "VPT": 4})
     with pytest.raises(ValueError, match="SIMD"):
-        sim.softmax(args, _native.F32, x, x.copy(),
+        sim.execute("softmax", args, _native.F32, x, x.copy(),
                   config={"variant": "looped", "TPR": 48, "RPG": 1, "VPT": 8})
 
 

@@ -118,5 +118,5 @@ def test_a_pinned_configuration_that_does_not_fit_is_refused(sim, monkeypatch):
     args = {"outer": 2, "n": 300, "inner": 1, "log": 0}
     with pytest.raises(ValueError, match="softmax_rows_f32 runs 256 threads per threadgroup "
                                          "> the pipeline's 64"):
-        sim.softmax(args, _native.F32, x, x.copy(),
+        sim.execute("softmax", args, _native.F32, x, x.copy(),
                     config={"variant": "rows", "TPR": 256, "RPG": 1, "VPT": 8})

@@ -142,7 +142,7 @@ def test_mps_records_timing_and_zero_copy():
     x = mpskern.empty((64, 100))
     x[...] = np.random.default_rng(0).standard_normal((64, 100))
     y = mpskern.empty((64, 100))
-    be.softmax(dict(outer=64, n=100, inner=1, log=0), _native.F32, x, y)
+    be.execute("softmax", dict(outer=64, n=100, inner=1, log=0), _native.F32, x, y)
     gpu_ms, wall_ms = be.last_timing
     assert 0 < gpu_ms <= wall_ms
     assert be.last_config == {"primitive": "MPSGraph softMax", "zero_copy": True}

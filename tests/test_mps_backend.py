@@ -22,7 +22,8 @@ def test_unavailable_here_says_why():
     with pytest.raises(mpskern.BackendUnavailable, match="mps needs macOS on Apple silicon"):
         backends.get("mps")
     with pytest.raises(mpskern.BackendUnavailable, match="mps needs macOS on Apple silicon"):
-        mps_mod.MpsBackend("mps").softmax({}, 0, np.zeros(1, np.float32), np.zeros(1, np.float32))
+        mps_mod.MpsBackend("mps").execute("softmax", {}, 0, np.zeros(1, np.float32),
+                                          np.zeros(1, np.float32))
 
 
 class FakeBuffer:
@@ -34,7 +35,7 @@ class FakeBuffer:
 
 
 class FakeNative:
-    """device_count/Device like _native, mps_* computing with numpy on the buffers."""
+    """device_count/Device/mps_run like _native, mps_* computing with numpy on the buffers."""
     def __init__(self):
         self.calls = []
         self.zero_copy = True        # what the shim's wrap reports (False: Metal refused, copied)
@@ -53,6 +54,9 @@ class FakeNative:
                 return FakeBuffer(array, writable, native.zero_copy)
         native.dev = Dev()
         return native.dev
+
+    def mps_run(self, kernel, d, a, dtype, *bufs):      # _native.mps_run: the row's mps_<op>
+        return getattr(self, f"mps_{kernel}")(d, a, dtype, *bufs)
 
     def _t(self, name, bufs):
         self.calls.append((name, [None if b is None else b.writable for b in bufs]))
@@ -103,7 +107,7 @@ def test_gemm_buffer_order_writeback_and_records(fake):
     args = dict(batch=1, M=5, N=4, K=3, lda=3, ldb=4, ldc=4, stride_a=0, stride_b=0, stride_c=0,
                 stride_out=0, trans_a=0, trans_b=0, has_c=1, alpha=2.0, beta=0.5, split_k=1,
                 activation=0)
-    fake.gemm(args, 0, A, B, C, out)
+    fake.execute("gemm", args, 0, A, B, C, out)
     np.testing.assert_allclose(out, 2 * A @ B + 0.5 * C, rtol=1e-5)
     assert fake.native.calls[-1] == ("gemm", [False, False, False, True])
     assert fake.last_timing == (1.25, 2.5)
@@ -111,7 +115,7 @@ def test_gemm_buffer_order_writeback_and_records(fake):
 
 
 def _softmax(fake, x, y):
-    fake.softmax(dict(outer=x.shape[0], n=x.shape[1], inner=1, log=0), 0, x, y)
+    fake.execute("softmax", dict(outer=x.shape[0], n=x.shape[1], inner=1, log=0), 0, x, y)
     e = np.exp(x - x.max(axis=1, keepdims=True))
     np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-6)
     return fake.last_config
@@ -136,7 +140,7 @@ def test_gemm_is_in_place_at_any_offset(fake):
     args = dict(batch=1, M=4, N=2, K=1024, lda=1024, ldb=2, ldc=2, stride_a=0, stride_b=0,
                 stride_c=0, stride_out=0, trans_a=0, trans_b=0, has_c=0, alpha=1.0, beta=0.0, split_k=1,
                 activation=0)
-    fake.gemm(args, 0, A, B, None, out)
+    fake.execute("gemm", args, 0, A, B, None, out)
     assert np.all(out == 1024) and fake.last_config["zero_copy"] is True
 
 
@@ -147,7 +151,7 @@ def test_batch_norm_running_stats_are_written_back(fake):
     y = np.empty_like(x)
     args = dict(N=4, C=3, HW=5, training=1, has_running=1, has_weight=0, has_bias=0,
                 eps=1e-5, momentum=0.1)
-    fake.batch_norm(args, 0, x, rm, rv, None, None, y)
+    fake.execute("batch_norm", args, 0, x, rm, rv, None, None, y)
     xd = x.astype(np.float64)
     np.testing.assert_allclose(rm, 0.1 * xd.mean(axis=(0, 2)), rtol=1e-5)
     np.testing.assert_allclose(rv, 0.9 + 0.1 * xd.var(axis=(0, 2), ddof=1), rtol=1e-5)

@@ -103,6 +103,9 @@ class EmulatedShim:
         assert gp >= a["P"] and gq >= a["Q"], "the shim would refuse this (MK_ERR_INVALID)"
         return pb, pr, gp, gq
 
+    def mps_run(self, kernel, d, a, dtype, *bufs):      # _native.mps_run: the row's mps_<op>
+        return getattr(self, f"mps_{kernel}")(d, a, dtype, *bufs)
+
     def mps_pool2d(self, d, a, dtype, x, y):
         pb, pr, gp, gq = self._pads(a, a["kh"], a["kw"])
         avg = a["mode"] == 1

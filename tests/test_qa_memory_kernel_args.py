@@ -50,3 +50,26 @@ def test_kernel_rejects_float64_scalars():
     k = mpskern.metal_kernel(_WRITE_ONES, "ones")
     with pytest.raises(TypeError, match=r"argument 1: a float64 scalar .* np.float32"):
         k(np.zeros(4, np.float32), np.float64(2.0), grid=4, threadgroup=4, backend="sim")
+
+
+def _sum_kernel(n):
+    params = ", ".join(f"const device float* a{i} [[buffer({i})]]" for i in range(n - 1))
+    terms = " + ".join(f"a{i}[t]" for i in range(n - 1))
+    return ("#include <metal_stdlib>\nusing namespace metal;\n"
+            f"kernel void total({params}, device float* y [[buffer({n - 1})]], "
+            f"uint t [[thread_position_in_grid]]) {{ y[t] = {terms}; }}\n")
+
+
+def test_kernel_binds_every_metal_buffer_slot():
+    """Metal has 31 buffer slots ([[buffer(0)]] .. [[buffer(30)]]); all of them bind, and one
+    argument more is refused naming the limit (it was 16: [[buffer(16)]] failed to compile)."""
+    from mpskern import _native
+    n = _native.MAX_BINDINGS
+    assert n == 31
+    ins = [np.full(4, i, np.float32) for i in range(n - 1)]
+    y = np.zeros(4, np.float32)
+    mpskern.metal_kernel(_sum_kernel(n), "total")(*ins, y, grid=4, threadgroup=4, backend="sim")
+    assert (y == sum(range(n - 1))).all()
+    with pytest.raises(ValueError, match=r"32 arguments; a kernel has at most 31 buffers"):
+        mpskern.metal_kernel(_sum_kernel(n + 1), "total")(*ins, y, y, grid=4, threadgroup=4,
+                                                         backend="sim")

@@ -1,7 +1,7 @@
 """The interface every backend implements. Arguments arrive validated: arrays are
 C-contiguous numpy arrays of the op's dtype (float32/float16; per-channel vectors always
 float32), `args` is a dict with exactly the fields of the op's struct in metal/mk_args.h,
-`dtype` is _native.F32 / F16, outputs are preallocated. Op methods fill the outputs;
+`dtype` is _native.F32 / F16, outputs are preallocated. execute() fills the outputs;
 GPU backends leave (gpu_ms, wall_ms) of the last call in `last_timing` (per thread) for
 the benchmark, and the kernel configuration they used in `last_config`. An op a backend
 cannot run for valid arguments raises mpskern.Unsupported saying why.
@@ -43,33 +43,12 @@ class Backend:
         self._tls.timing = timing
         self._tls.config = config
 
-    # -- ops --------------------------------------------------------------------------------
-    def _unsupported(self, op):
-        raise Unsupported(f"backend {self.name!r} has no {op} kernel; use backend='cpu'")
-
-    def gemm(self, args, dtype, A, B, C, out):
-        self._unsupported("gemm")
-
-    def conv2d(self, args, dtype, x, w, bias, y):
-        self._unsupported("conv2d")
-
-    def pool2d(self, args, dtype, x, y):
-        self._unsupported("pool2d")
-
-    def softmax(self, args, dtype, x, y):
-        self._unsupported("softmax")
-
-    def rownorm(self, args, dtype, x, weight, bias, y):
-        self._unsupported("rownorm")
-
-    def group_norm(self, args, dtype, x, weight, bias, y):
-        self._unsupported("group_norm")
-
-    def batch_norm(self, args, dtype, x, running_mean, running_var, weight, bias, y):
-        self._unsupported("batch_norm")
-
-    def attention(self, args, dtype, q, k, v, mask, out):
-        self._unsupported("attention")
+    # -- the one op entry ---------------------------------------------------------------------
+    def execute(self, kernel, args, dtype, *arrays):
+        """Run `kernel` (a row of the native op table, _native.OPS: "gemm", "softmax", ...)
+        on `arrays` in the C ABI's order (None for an absent one; _native.OPS[kernel].arrays
+        names them), `args` the fields of its struct. A backend without it says so."""
+        raise Unsupported(f"backend {self.name!r} has no {kernel} kernel; use backend='cpu'")
 
 
 def device_info(device):

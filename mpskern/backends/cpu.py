@@ -1,6 +1,7 @@
-"""Backend "cpu": mpskern's C kernels (objc/cpu/) through _native. The op methods are
-the _native wrappers themselves (same signatures as backends/base.py), so a call costs
-no extra Python frame: this is the per-call overhead floor of the whole library."""
+"""Backend "cpu": mpskern's C kernels (objc/cpu/) through _native. execute is
+_native.cpu_run itself (the op table's generic entry, same signature as backends/base.py),
+so a call costs no extra Python frame: this is the per-call overhead floor of the whole
+library."""
 import os
 
 from mpskern import _native, peaks
@@ -16,14 +17,9 @@ class CpuBackend(Backend):
         return {"name": peaks.cpu_device_name(), "family": 0, "memory": _ram(),
                 "threads": _native.cpu_get_num_threads()}
 
-    gemm = staticmethod(_native.cpu_gemm)              # (args, dtype, A, B, C, out)
-    conv2d = staticmethod(_native.cpu_conv2d)          # (args, dtype, x, w, bias, y)
-    pool2d = staticmethod(_native.cpu_pool2d)          # (args, dtype, x, y)
-    softmax = staticmethod(_native.cpu_softmax)        # (args, dtype, x, y)
-    rownorm = staticmethod(_native.cpu_rownorm)        # (args, dtype, x, weight, bias, y)
-    group_norm = staticmethod(_native.cpu_group_norm)  # (args, dtype, x, weight, bias, y)
-    batch_norm = staticmethod(_native.cpu_batch_norm)  # (args, dtype, x, rm, rv, w, b, y)
-    attention = staticmethod(_native.cpu_attention)    # (args, dtype, q, k, v, mask, out)
+    # the native op table's generic entry itself (_native.cpu_run(kernel, args, dtype,
+    # *arrays)): a public op's call reaches C with no Python frame in between
+    execute = staticmethod(_native.cpu_run)
 
 
 def _ram():

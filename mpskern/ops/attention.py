@@ -38,7 +38,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=Fa
     be = _args.backend(backend)
     y, out = _args.output(out, shape, q.dtype, OP, (query, key, value, attn_mask))
     if y.size:
-        be.attention(args, code, *ops, y.reshape(args["B"], args["Hq"], args["L"], args["Ev"]))
+        be.execute("attention", args, code, *ops,
+                   y.reshape(args["B"], args["Hq"], args["L"], args["Ev"]))
     return _args.finish(y, out)
 
 

@@ -58,7 +58,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, a
     args = structs.conv2d_args(N, C, H, W, K, R, S, P, Q, stride_h=s[0], stride_w=s[1],
                                pad_h=ph, pad_w=pw, dil_h=d[0], dil_w=d[1], groups=g,
                                has_bias=b is not None, activation=act)
-    be.conv2d(args, code, x, w, b, y)
+    be.execute("conv2d", args, code, x, w, b, y)
     return _args.finish(y, out)
 
 

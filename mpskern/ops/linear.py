@@ -51,9 +51,9 @@ def linear(x, weight, bias=None, *, activation=None, backend="auto", out=None):
         y[...] = ref.activate(y, activation)      # activation(bias), as the kernel would
     else:
         M = prod(lead)
-        be.gemm(structs.gemm_args(M, N, K, trans_b=True, has_c=b is not None, beta=1.0,
-                                  activation=act),
-                code, x, w, y if b is not None else None, y)
+        be.execute("gemm", structs.gemm_args(M, N, K, trans_b=True, has_c=b is not None,
+                                             beta=1.0, activation=act),
+                   code, x, w, y if b is not None else None, y)
     return _args.finish(y, out)
 
 

@@ -53,8 +53,8 @@ def matmul(a, b, *, backend="auto", out=None):
         if nbb == 1:
             sb = 0
         count, m = nb, M
-    be.gemm(structs.gemm_args(m, N, K, batch=count, stride_a=sa, stride_b=sb), code, A, B,
-            None, y)
+    be.execute("gemm", structs.gemm_args(m, N, K, batch=count, stride_a=sa, stride_b=sb), code,
+               A, B, None, y)
     return _result(y, out)
 
 
@@ -64,7 +64,7 @@ def _plain(M, N, K, code, a, b, backend):
         _args.too_big("the result", (M, N), "matmul")
     be = _args.backend(backend)
     y = np.empty((M, N), a.dtype)
-    be.gemm(structs.gemm_args(M, N, K), code, a, b, None, y)
+    be.execute("gemm", structs.gemm_args(M, N, K), code, a, b, None, y)
     return y
 
 
@@ -154,7 +154,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, ac
     args = structs.gemm_args(M, N, K, batch=nb, trans_a=ta, trans_b=tb,
                              stride_a=0 if na == 1 else M * K, stride_b=0 if nbb == 1 else K * N,
                              stride_c=sc, has_c=has_c, alpha=alpha, beta=beta, activation=act)
-    be.gemm(args, code, a, b, c if has_c else None, y)
+    be.execute("gemm", args, code, a, b, c if has_c else None, y)
     return _args.finish(y, out)
 
 

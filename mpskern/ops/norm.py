@@ -47,8 +47,10 @@ def _rownorm(op, kind, x, normalized_shape, weight, bias, eps, backend, out):
     y, out = _args.output(out, x.shape, x.dtype, op, (x, w, b))
     if y.size:
         n = prod(ns)
-        be.rownorm(structs.rownorm_args(x.size // n, n, kind=kind, has_weight=w is not None,
-                                        has_bias=b is not None, eps=eps), code, x, w, b, y)
+        be.execute("rownorm", structs.rownorm_args(x.size // n, n, kind=kind,
+                                                   has_weight=w is not None,
+                                                   has_bias=b is not None, eps=eps),
+                   code, x, w, b, y)
     return _args.finish(y, out)
 
 
@@ -89,8 +91,9 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, backend="auto
     be = _args.backend(backend)
     y, out = _args.output(out, x.shape, x.dtype, op, (x, w, b))
     if y.size:
-        be.group_norm(structs.group_norm_args(N, C, HW, g, has_weight=w is not None,
-                                              has_bias=b is not None, eps=eps), code, x, w, b, y)
+        be.execute("group_norm", structs.group_norm_args(N, C, HW, g, has_weight=w is not None,
+                                                         has_bias=b is not None, eps=eps),
+                   code, x, w, b, y)
     return _args.finish(y, out)
 
 
@@ -129,10 +132,12 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     if training and N * HW < 2:
         raise ValueError(f"{op}: training needs more than 1 value per channel to estimate the "
                          f"variance, got x.shape={x.shape}; use a larger batch or training=False")
-    be.batch_norm(structs.batch_norm_args(N, C, HW, training=training,
-                                          has_running=rm is not None, has_weight=w is not None,
-                                          has_bias=b is not None, eps=eps, momentum=momentum),
-                  code, x, rm, rv, w, b, y)
+    be.execute("batch_norm", structs.batch_norm_args(N, C, HW, training=training,
+                                                     has_running=rm is not None,
+                                                     has_weight=w is not None,
+                                                     has_bias=b is not None, eps=eps,
+                                                     momentum=momentum),
+               code, x, rm, rv, w, b, y)
     if training and rm is not None:  # the kernel updated float32 copies: write them back
         for user, mine in ((running_mean, rm), (running_var, rv)):
             if not np.may_share_memory(user, mine):

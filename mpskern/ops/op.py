@@ -3,7 +3,8 @@ its function: one Op subclass per op, declared in the op's own module (mpskern/o
 and used by `mpskern bench`, `mpskern tune`, `mpskern selftest` and the tests:
 
     fields, example     its shape: the --shape grammar below, and the defaults
-    kernel, cost        the backend method it runs and that struct's FLOP/byte count
+    kernel, cost        the native kernel it runs (a row of _native.OPS, the name public
+                        ops pass to Backend.execute) and that struct's FLOP/byte count
                         (mpskern/structs.py); metric: "gflops" or "gbps"; work_done: its
                         FLOPs are what every implementation executes (may raise a peak)
     inputs              seeded inputs for a shape: arrays and "p", the keyword options
@@ -81,7 +82,7 @@ def vector(rng, n, lo=0.5, hi=1.5):
 
 class Op:
     name = "?"
-    kernel = "?"                    # the backend method (Backend.<kernel>) it runs
+    kernel = "?"                    # the native kernel (_native.OPS row) it runs
     cost = None                     # mpskern.structs.<kernel>_cost
     metric = "gbps"
     work_done = False

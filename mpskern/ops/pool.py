@@ -48,7 +48,7 @@ def _pool(op, mode, x, kernel_size, stride, padding, dilation, ceil_mode, count_
     args = structs.pool2d_args(N, C, H, W, P, Q, kh, kw, stride_h=sh, stride_w=sw, pad_h=ph,
                                pad_w=pw, dil_h=dh, dil_w=dw, mode=mode, count_include_pad=cip,
                                divisor=div)
-    be.pool2d(args, code, x, y)
+    be.execute("pool2d", args, code, x, y)
     return _args.finish(y, out)
 
 

@@ -41,7 +41,7 @@ def _softmax(x, axis, backend, out, log, op, dim):
     else:
         y, out = _args.output(out, shape, x.dtype, op, (x,))
     if n and inner and x.size:
-        be.softmax(softmax_args(x.size // (n * inner), n, inner, log), code, x, y)
+        be.execute("softmax", softmax_args(x.size // (n * inner), n, inner, log), code, x, y)
     return y if out is None else _args.finish(y, out)
 
 

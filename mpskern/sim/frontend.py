@@ -20,8 +20,10 @@ file:line.
 import re
 from dataclasses import dataclass, field
 
+from mpskern._native import MAX_BINDINGS
+
 FRONTEND_VERSION = 3
-MAX_BUFFER_INDEX = 30     # Metal: [[buffer(0)]] .. [[buffer(30)]]
+MAX_BUFFER_INDEX = MAX_BINDINGS - 1     # Metal: [[buffer(0)]] .. [[buffer(30)]] (objc/mpskern.h)
 
 
 class TranslateError(Exception):

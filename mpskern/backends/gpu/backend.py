@@ -1,5 +1,5 @@
 """Backends "metal" and "sim": mpskern's MSL kernels (metal/) on a Metal device or in the
-simulator. Each op method hands the device's Context (context.py: compiling, the pipeline
+simulator. execute(kernel, ...) hands the device's Context (context.py: compiling, the pipeline
 cache, buffers, running) to its encoder module (gemm.py, conv2d.py, pool.py, softmax.py,
 norm.py, attention.py), which picks the kernel, the tile configuration and the grid, and
 returns (timing, record) for last_timing / last_config.
@@ -8,6 +8,7 @@ import platform
 import sys
 
 from mpskern import _native
+from mpskern._errors import Unsupported
 from mpskern.backends.base import Backend
 from mpskern.backends.gpu import attention, conv2d, gemm, norm, pool, softmax
 from mpskern.backends.gpu.context import Context
@@ -62,31 +63,14 @@ class GpuBackend(Backend):
         return timing
 
     # -- ops (backends/base.py); `config` pins a configuration of the op's tuning space ------
-    def gemm(self, args, dtype, A, B, C, out, config=None):
-        return self._keep(gemm.gemm(self._ctx, args, dtype, A, B, C, out, config=config))
+    def execute(self, kernel, args, dtype, *arrays, config=None):
+        encoder = ENCODERS.get(kernel)
+        if encoder is None:
+            raise Unsupported(f"backend {self.name!r} has no {kernel} kernel; use backend='cpu'")
+        return self._keep(encoder(self._ctx, args, dtype, *arrays, config=config))
 
-    def conv2d(self, args, dtype, x, w, bias, y, config=None):
-        return self._keep(conv2d.conv2d(self._ctx, args, dtype, x, w, bias, y, config=config))
 
-    def pool2d(self, args, dtype, x, y, config=None):
-        return self._keep(pool.pool2d(self._ctx, args, dtype, x, y, config=config))
-
-    def softmax(self, args, dtype, x, y, config=None):
-        return self._keep(softmax.softmax(self._ctx, args, dtype, x, y, config=config))
-
-    def rownorm(self, args, dtype, x, weight, bias, y, config=None):
-        return self._keep(norm.rownorm(self._ctx, args, dtype, x, weight, bias, y,
-                                       config=config))
-
-    def group_norm(self, args, dtype, x, weight, bias, y, config=None):
-        return self._keep(norm.group_norm(self._ctx, args, dtype, x, weight, bias, y,
-                                          config=config))
-
-    def batch_norm(self, args, dtype, x, running_mean, running_var, weight, bias, y,
-                   config=None):
-        return self._keep(norm.batch_norm(self._ctx, args, dtype, x, running_mean, running_var,
-                                          weight, bias, y, config=config))
-
-    def attention(self, args, dtype, q, k, v, mask, out, config=None):
-        return self._keep(attention.attention(self._ctx, args, dtype, q, k, v, mask, out,
-                                              config=config))
+# the encoder of each kernel of the native op table (_native.OPS)
+ENCODERS = {"gemm": gemm.gemm, "conv2d": conv2d.conv2d, "pool2d": pool.pool2d,
+            "softmax": softmax.softmax, "rownorm": norm.rownorm, "group_norm": norm.group_norm,
+            "batch_norm": norm.batch_norm, "attention": attention.attention}

@@ -1,7 +1,7 @@
 """Device peaks for "% of peak" and the roofline: FP32/FP16 FLOP/s and memory bandwidth,
 each with its provenance.
 
-Apple GPUs: public estimates (DESIGN.md), GPU cores x 128 ALUs x 2 FLOP (FMA) x clock, and
+Apple GPUs: public estimates (docs/design.md), GPU cores x 128 ALUs x 2 FLOP (FMA) x clock, and
 the memory interface's bandwidth. The FP16 SIMD peak equals FP32 on Apple7-9; Apple10 (M5)
 adds matrix units whose FP16 peak is not published, so it is left unknown.
 

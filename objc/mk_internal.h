@@ -47,7 +47,7 @@ struct mk_pipeline {
 
 // Each implementation registers itself from a constructor function (Metal: objc/mk_metal*.m,
 // simulator: objc/sim/mk_sim.cc), so this generic layer links without either of them
-// (check-objc links objc/*.m + objc/*.c alone; the Linux build has no Metal shim).
+// (objc/check_shim.py links objc/*.m + objc/*.c alone; the Linux build has no Metal shim).
 typedef struct mk_device_provider {
     int (*count)(char *why, size_t why_len);
     mk_status (*create)(int index, mk_device **out);

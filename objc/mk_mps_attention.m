@@ -16,7 +16,7 @@
 // Operands follow metal/mk_args.h's layout contract as the Python layer produces it: each is
 // a C-contiguous array whose batch / head dimension is either full or 1 (stride 0), and the
 // mask is a C-contiguous (b|1, h|1, L|1, S|1) array. Other strides are refused.
-// None of this can run off macOS; `check-objc` compiles and links it against the SDK.
+// None of this can run off macOS; objc/check_shim.py compiles and links it against the SDK.
 #import "mk_mps.h"
 #import <objc/message.h>
 

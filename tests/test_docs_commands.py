@@ -12,7 +12,8 @@ are added (bench --budget, tune --budget/--reps/--db, selftest --op, one round o
 benchmark scripts, BENCHMARKS); a count written N runs with 2; file arguments a command reads are made from earlier
 results. What cannot run here is said: `tune` without --backend ranks by the model here
 (it must say so and succeed);
-the peer benchmarks need torch (without it, one line naming the install); `pip install` and
+the peer benchmarks need torch (without it, one line naming the install); objc/check_shim.py
+needs a macOS SDK (without it, one line naming the path; tests/test_shim_build.py runs it); `pip install` and
 `pytest` are what .ci/run itself runs on a fresh clone (here: the extras exist, the pytest
 markers and paths exist, no `python -m pytest`, which would import the checkout's unbuilt
 package); a synopsis with placeholders (FILE, OP, ...) is checked against the command's
@@ -272,6 +273,15 @@ def _run_checkout(doc):
         _pytest_args_exist(doc, argv[1:])
         pytest.skip("pytest: .ci/run runs `pytest -q` in the checkout; markers and paths "
                     "checked")
+    if argv[0] == "python" and argv[1] == "objc/check_shim.py":
+        r = _run([sys.executable] + argv[1:2] + ["--help"], ROOT)
+        _ok(r, f"{doc.where}: {argv[1]} --help")
+        if not os.path.exists(argv[2]):
+            r = _run([sys.executable] + argv[1:], ROOT)
+            lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+            assert r.returncode == 2 and len(lines) == 1 and argv[2] in lines[0], lines
+        pytest.skip("check_shim.py needs a macOS SDK (a minute per run): without the SDK it "
+                    "says so in one line; tests/test_shim_build.py runs it when one is here")
     assert argv[0] == "python" and argv[1].startswith(("benchmarks/", "examples/")), doc.text
     script = os.path.basename(argv[1])
     argv = [sys.executable] + argv[1:]

@@ -1,4 +1,4 @@
-"""Mechanical checks of DESIGN.md's kernel rules over every metal/*.metal file and the
+"""Mechanical checks of docs/design.md's kernel rules over every metal/*.metal file and the
 project headers they include (the rules keep each file valid MSL and runnable on the CPU
 simulator). Each rule is a function from source text to findings ("file:line: message");
 planted-bug snippets below prove every rule can fail.

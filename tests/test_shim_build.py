@@ -1,7 +1,7 @@
 """The macOS build, checked from Linux: setup.py's darwin branch (ObjC compiled apart with
 -fobjc-arc, frameworks linked), the shim defining every MPS entry point of the C ABI, and
-../shared/tools/check-objc (compile with -Werror and link for arm64-apple-macos12 against
-a real macOS SDK) when the SDK and clang are here."""
+objc/check_shim.py (compile with -Werror and link for arm64-apple-macos12 against a real
+macOS SDK; docs/shim-check.md) when the SDK and clang are here."""
 import os
 import re
 import runpy
@@ -103,18 +103,64 @@ def _sdk():
     return None
 
 
-CHECK_OBJC = ROOT.parent / "shared" / "tools" / "check-objc"
-if not CHECK_OBJC.exists():
-    CHECK_OBJC = ROOT.parent.parent / "shared" / "tools" / "check-objc"
+CHECK_SHIM = ROOT / "objc" / "check_shim.py"
+_ROOT_CACHE = []
+
+
+def _sdk_root():
+    """The unpacked SDK folder (check_shim.py --print-root unpacks a git SDK once)."""
+    if not _ROOT_CACHE:
+        r = subprocess.run([sys.executable, str(CHECK_SHIM), _sdk(), "--print-root"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        _ROOT_CACHE.append(r.stdout.strip())
+    return _ROOT_CACHE[0]
+
+
+def test_check_shim_without_an_sdk_says_what_to_give(tmp_path):
+    for argv, env in (([], {"MPSKERN_MACOS_SDK": ""}), ([str(tmp_path / "nothing")], {})):
+        r = subprocess.run([sys.executable, str(CHECK_SHIM)] + argv, cwd=tmp_path,
+                           capture_output=True, text=True, env=dict(os.environ, **env))
+        assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("check_shim: ") and "SDK" in lines[0], lines
+    (tmp_path / "notsdk").mkdir()
+    r = subprocess.run([sys.executable, str(CHECK_SHIM), str(tmp_path / "notsdk")], cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "Metal.framework" in r.stderr, r.stderr
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(_sdk() is None or not CHECK_OBJC.exists() or not shutil.which("clang-19"),
-                    reason="needs a macOS SDK (MPSKERN_MACOS_SDK), clang-19/lld-19 and shared/tools/check-objc")
-def test_check_objc_compiles_and_links_against_the_macos_sdk():
-    r = subprocess.run([str(CHECK_OBJC), _sdk()], cwd=ROOT, capture_output=True, text=True, timeout=300)
+@pytest.mark.skipif(_sdk() is None or not shutil.which("clang-19"),
+                    reason="needs a macOS SDK (MPSKERN_MACOS_SDK) and clang-19/lld-19")
+def test_check_shim_compiles_and_links_against_the_macos_sdk(tmp_path):
+    # from a scratch folder: the script finds objc/ beside itself
+    r = subprocess.run([sys.executable, str(CHECK_SHIM), _sdk()], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "check-objc: ok" in r.stdout and "arm64" in r.stdout
+    assert "check_shim: ok" in r.stdout and "arm64-apple-macos12" in r.stdout and "linked" in r.stdout
+
+
+@pytest.mark.skipif(_sdk() is None or not shutil.which("clang-19"),
+                    reason="needs a macOS SDK (MPSKERN_MACOS_SDK) and clang-19/lld-19")
+def test_check_shim_fails_on_an_unknown_selector_and_on_a_missing_symbol(tmp_path):
+    # a copy of the script beside one planted source each: the check must fail (exit 1)
+    # with the compiler's or linker's message, not pass over it
+    cases = {"bad.m": ("#import <Metal/Metal.h>\nvoid mk_bad(void) {\n"
+                       "    id<MTLDevice> d = MTLCreateSystemDefaultDevice();\n"
+                       "    [d newBufferWithNoSuchSelector:4];\n}\n", "newBufferWithNoSuchSelector"),
+             "bad.c": ("extern void mk_not_in_any_framework(void);\n"
+                       "void mk_bad(void) { mk_not_in_any_framework(); }\n", "mk_not_in_any_framework")}
+    for name, (text, needle) in cases.items():
+        (tmp_path / name).mkdir()
+        objc = tmp_path / name / "objc"
+        objc.mkdir()
+        shutil.copy(CHECK_SHIM, objc)
+        (objc / name).write_text(text)
+        r = subprocess.run([sys.executable, str(objc / "check_shim.py"), _sdk()], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 1 and needle in r.stderr and "check_shim: ok" not in r.stdout, \
+            (name, r.returncode, r.stdout, r.stderr)
 
 
 @pytest.mark.slow
@@ -123,9 +169,7 @@ def test_check_objc_compiles_and_links_against_the_macos_sdk():
 def test_shim_also_compiles_for_intel_macs():
     # python.org's macOS Pythons are universal2: setuptools then compiles every source for
     # x86_64 as well, so the shim must (it reports "no Apple silicon GPU" there at run time).
-    sdk = "/tmp/mpskern-macos-sdk/root"                 # where check-objc unpacks the SDK
-    if not os.path.isdir(f"{sdk}/System"):
-        subprocess.run([str(CHECK_OBJC), _sdk()], cwd=ROOT, capture_output=True, timeout=300)
+    sdk = _sdk_root()
     fw = f"{sdk}/System/Library/Frameworks"
     srcs = [str(p.relative_to(ROOT)) for p in sorted(ROOT.glob("objc/*.m"))]
     r = subprocess.run(["clang-19", "-target", "x86_64-apple-macos12", "-isysroot", sdk, f"-F{fw}",
@@ -141,9 +185,7 @@ def test_shim_also_compiles_for_intel_macs():
 def test_static_analyzer_finds_nothing_in_the_shim():
     # clang's analyzer (null dereferences, nullability, ARC/retain misuse, leaks) over code
     # nobody here can run: the closest thing to executing it.
-    sdk = "/tmp/mpskern-macos-sdk/root"
-    if not os.path.isdir(f"{sdk}/System"):
-        subprocess.run([str(CHECK_OBJC), _sdk()], cwd=ROOT, capture_output=True, timeout=300)
+    sdk = _sdk_root()
     srcs = [str(p) for p in sorted(ROOT.glob("objc/*.m")) + sorted(ROOT.glob("objc/*.c"))]
     r = subprocess.run(["clang-19", "--analyze", "-target", "arm64-apple-macos12", "-isysroot", sdk,
                         f"-F{sdk}/System/Library/Frameworks", "-fobjc-arc", f"-I{ROOT}/objc",
@@ -160,9 +202,7 @@ def test_cpu_kernels_compile_with_clang_for_macos(target):
     # The CPU kernels are built with Apple's clang on a Mac (no GCC target_clones, NEON or
     # SSE vector extensions); here only GCC builds them. mk_cpu_blas.c is left out: this
     # SDK has no Accelerate headers.
-    sdk = "/tmp/mpskern-macos-sdk/root"
-    if not os.path.isdir(f"{sdk}/System"):
-        subprocess.run([str(CHECK_OBJC), _sdk()], cwd=ROOT, capture_output=True, timeout=300)
+    sdk = _sdk_root()
     srcs = [str(p.relative_to(ROOT)) for p in sorted(ROOT.glob("objc/cpu/*.c"))
             if p.name != "mk_cpu_blas.c"]
     r = subprocess.run(["clang-19", "-target", target, "-isysroot", sdk, "-std=gnu11", "-O2",

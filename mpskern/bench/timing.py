@@ -1,4 +1,4 @@
-"""The timing protocol (DESIGN.md "Benchmarks and reports"), after triton's do_bench and
+"""The timing protocol (docs/design.md, "Benchmarks and reports"), after triton's do_bench and
 pyperf:
 
 1. warm-up: call for `warmup` seconds (at least once) and keep the fastest call;

@@ -43,6 +43,8 @@ def _as_array(x, name, op):
         raise TypeError(f"{op}: {name} is None; pass a numpy float32 or float16 array")
     kind = type(x).__name__
     what = f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+    if hasattr(x, "__dlpack__"):
+        return _from_dlpack(x, name, op, what)
     try:
         a = np.asarray(x)
     except (TypeError, ValueError) as e:       # ragged lists, objects numpy cannot take
@@ -55,6 +57,35 @@ def _as_array(x, name, op):
         raise TypeError(f"{op}: {name} is {what}, not a numpy array (as one it would be "
                         f"{a.dtype}); pass np.asarray({name}, dtype=np.float32)")
     return a
+
+
+def _from_dlpack(x, name, op, what, floats=True):
+    """A DLPack array (torch CPU tensors, JAX, MLX, CuPy, ...) as a numpy view of its memory,
+    without a copy where the exporter allows it; the op's result is a numpy array. `floats`:
+    refuse other dtypes than float32/float16 (else the caller checks the dtype)."""
+    try:
+        a = np.from_dlpack(x)
+    except (BufferError, RuntimeError, TypeError, ValueError) as e:
+        raise TypeError(f"{op}: {name} is {what} that numpy cannot read through DLPack ({e}); "
+                        "pass a float32 or float16 array in CPU memory (torch: "
+                        f"{name}.detach().cpu().float())") from None
+    if floats and a.dtype not in _CODES:
+        raise TypeError(f"{op}: {name} is {what} of dtype {a.dtype}; mpskern computes in "
+                        "float32 or float16: convert it first (torch: .float() or .half(); "
+                        "numpy, JAX, MLX: .astype(float32))")
+    return a
+
+
+def any_array(x, name, op):
+    """`x` as an ndarray of its own dtype (masks and other non-float inputs): numpy arrays
+    as they are, DLPack arrays as views of their memory, anything else by np.asarray."""
+    if isinstance(x, _ndarray):
+        return x
+    if hasattr(x, "__dlpack__"):
+        kind = type(x).__name__
+        return _from_dlpack(x, name, op, f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}",
+                            floats=False)
+    return np.asarray(x)
 
 
 def _bad_dtype(x, name, op):
@@ -224,7 +255,9 @@ def output(out, shape, dtype, op, inputs=()):
     if out is None:
         return _empty(shape, dtype), None
     if not isinstance(out, _ndarray):
-        raise TypeError(f"{op}: out must be a numpy array, got {type(out).__name__}")
+        hint = (" (np.from_dlpack(out) is a numpy view of a DLPack array's memory)"
+                if hasattr(out, "__dlpack__") else "")
+        raise TypeError(f"{op}: out must be a numpy array, got {type(out).__name__}{hint}")
     if out.shape != tuple(shape) or out.dtype != dtype:
         raise ValueError(f"{op}: out has shape {out.shape} and dtype {out.dtype}, but the result "
                          f"has shape {tuple(shape)} and dtype {np.dtype(dtype)}; pass "

@@ -336,10 +336,14 @@ def _synopsis(doc, cwd):
     (run from cwd, a scratch folder: from the checkout root `python -m` would import the
     source tree, which has no extension when mpskern is installed, as in CI)."""
     argv = doc.argv
-    assert argv[0] == "mpskern", doc.text
-    sub = argv[1]
-    r = _run(_mpskern_argv() + [sub, "--help"], cwd)
-    _ok(r, f"{doc.where}: mpskern {sub} --help")
+    if argv[0] == "python" and (ROOT / argv[1]).is_file():     # a script of the checkout
+        r = _run([sys.executable, str(ROOT / argv[1]), "--help"], cwd)
+        _ok(r, f"{doc.where}: {argv[1]} --help")
+    else:
+        assert argv[0] == "mpskern", doc.text
+        sub = argv[1]
+        r = _run(_mpskern_argv() + [sub, "--help"], cwd)
+        _ok(r, f"{doc.where}: mpskern {sub} --help")
     for t in argv[2:]:
         opt = t.lstrip("[").split("=")[0].rstrip("]")
         if opt.startswith("-"):

@@ -125,7 +125,7 @@ def _mask(m, dtype, scores, args):
     """The mask as the kernels read it (uint8 or `dtype`, C-contiguous with its broadcast
     dimensions of size 1), filling the mask fields of `args`."""
     if not isinstance(m, np.ndarray):
-        m = np.asarray(m)
+        m = _args.any_array(m, "attn_mask", OP)
     if m.dtype == np.bool_:
         kind = MASK_BOOL
     elif m.dtype == dtype or m.dtype == np.float32:

@@ -113,6 +113,12 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     what = f"x has {C} channels (x.shape={x.shape})"
     if training:
         for r, nm in ((running_mean, "running_mean"), (running_var, "running_var")):
+            if r is not None and not isinstance(r, np.ndarray) and hasattr(r, "__dlpack__"):
+                r = _args._as_array(r, nm, op)   # a view of its memory: updated in place
+                if nm == "running_mean":
+                    running_mean = r
+                else:
+                    running_var = r
             if r is not None and isinstance(r, np.ndarray) and not r.flags.writeable:
                 raise ValueError(f"{op}: {nm} is read-only but training=True updates it in "
                                  "place; pass a writable array (or None to skip the update)")

@@ -59,7 +59,8 @@ def _check_launch(grid, tg, threadgroup, limit, who):
 
 
 class Kernel:
-    """A user's MSL kernel; call it to run (see the module docstring)."""
+    """A user's MSL kernel, made by mpskern.metal_kernel(source, name, macros=None); call
+    it to run (Kernel.__call__)."""
 
     def __init__(self, source, name, macros=None):
         if not isinstance(source, str):
@@ -87,6 +88,60 @@ class Kernel:
 
     def __call__(self, *args, grid, threadgroup, backend="auto", check=False, time_limit=None,
                  profile=False):
+        """Run the kernel once over `grid` threads and wait for it; written arrays are
+        updated in place.
+
+        Parameters
+        ----------
+        args : numpy arrays, numpy scalars, bytes
+            Bound in order to [[buffer(0)]], [[buffer(1)]], ...: arrays as device buffers
+            (a read-only array is bound as a copy, so writes to it are discarded), numpy
+            scalars (not float64: MSL has no double), structured scalars and bytes as
+            `constant T&` values.
+        grid : int or tuple of 1 to 3 ints
+            Threads in the grid (dispatchThreads: edge threadgroups may be partial).
+        threadgroup : int or tuple of 1 to 3 ints
+            Threads per threadgroup (at most the device's limit, 1024 on Apple GPUs).
+        backend : str
+            "auto" (default: "metal" where available, else "sim"), "metal" or "sim".
+        check : bool
+            On "sim": the checking mode; a finding raises KernelCheckError.
+        time_limit : float, optional
+            On "sim": seconds after which the run stops with KernelError (a GPU's
+            watchdog does this on Metal). Ctrl-C raises KeyboardInterrupt.
+        profile : bool or dict
+            On "sim" (auto picks it): run the profiling mode and return an
+            mpskern.profiling.Profile (a dict: profiling options).
+
+        Returns
+        -------
+        None, or a Profile
+            A Profile with profile=True; otherwise None.
+
+        Raises
+        ------
+        TypeError
+            An argument that cannot be bound (float64, Python numbers, other objects).
+        ValueError
+            A bad grid or threadgroup, too many arguments, check/time_limit off "sim".
+        KernelCompileError
+            The source does not compile (or Apple's compiler would refuse it).
+        KernelCheckError
+            check=True found a race, divergence, out-of-bounds access or
+            uninitialised read.
+        KernelError
+            The kernel faulted or ran past time_limit.
+
+        Example
+        -------
+            k = mk.metal_kernel('''
+            #include <metal_stdlib>
+            using namespace metal;
+            kernel void add1(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]])
+            { y[i] += 1.0f; }''', "add1")
+            y = np.zeros(100, np.float32)
+            k(y, grid=(100,), threadgroup=(32,), backend="sim", check=True)
+        """
         be = self._backend("sim" if profile and backend == "auto" else backend)
         if check and be.name != "sim":
             raise ValueError("check=True needs backend='sim' (the checking mode is the simulator's)")
@@ -160,5 +215,37 @@ class Kernel:
 
 
 def metal_kernel(source, name, *, macros=None):
-    """A callable for the MSL kernel `name` in `source` (see mpskern.kernel)."""
+    """Your own Metal Shading Language kernel, callable on numpy arrays: on the GPU
+    (backend "metal") or, on any machine, in the simulator ("sim"), whose checking mode
+    reports races, barrier divergence, out-of-bounds accesses and uninitialised
+    threadgroup reads with the .metal line (docs/simulator.md). On the simulator the
+    source is first checked as Apple's compiler would (KernelCompileError with the line).
+    Compilation happens at the first call (cached per backend, source and macros).
+
+    Parameters
+    ----------
+    source : str
+        MSL text (with `#include <metal_stdlib>`).
+    name : str
+        The kernel function's (host) name in source.
+    macros : dict, optional
+        Preprocessor macros NAME -> value (int, float or str), as -D NAME=value.
+
+    Returns
+    -------
+    Kernel
+        Call it with the buffers in [[buffer(i)]] order: see Kernel.__call__.
+
+    Example
+    -------
+        src = '''
+        #include <metal_stdlib>
+        using namespace metal;
+        kernel void scale(device float* y [[buffer(0)]], constant float& a [[buffer(1)]],
+                          uint i [[thread_position_in_grid]]) { y[i] *= a; }
+        '''
+        k = mk.metal_kernel(src, "scale")
+        y = np.ones(256, np.float32)
+        k(y, np.float32(3), grid=(256,), threadgroup=(64,), backend="sim")   # y is 3.0 now
+    """
     return Kernel(source, name, macros)

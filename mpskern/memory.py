@@ -29,7 +29,26 @@ def page_size():
 
 def empty(shape, dtype=np.float32):
     """Like numpy.empty (C order), but the data starts on a page boundary and the
-    allocation is a whole number of pages: Metal can use it without a copy."""
+    allocation is a whole number of pages: Metal can use it without a copy.
+
+    Parameters
+    ----------
+    shape : int or tuple of ints
+        The array's shape.
+    dtype : numpy dtype
+        Default float32.
+
+    Returns
+    -------
+    numpy.ndarray
+        Uninitialised, C order, page-aligned and writable.
+
+    Example
+    -------
+        x = mk.empty((1024, 1024))
+        x[...] = 1.0
+        y = mk.softmax(x)                    # on Metal: no copy of x
+    """
     dtype = np.dtype(dtype)
     try:  # operator.index semantics, as numpy.empty: 2.5 or "3" is an error, not truncated
         shape = (index(shape),) if np.ndim(shape) == 0 else tuple(index(s) for s in shape)

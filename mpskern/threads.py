@@ -11,13 +11,40 @@ MAX_THREADS = 256   # objc/cpu/mk_cpu_threads.c MK_MAX_THREADS
 
 
 def set_num_threads(n):
-    """Use `n` threads for the cpu backend's ops from now on (0: one per core; at most 256)."""
+    """Use `n` threads for the cpu backend's ops from now on (MPSKERN_NUM_THREADS sets the
+    count before the first op instead).
+
+    Parameters
+    ----------
+    n : int
+        0: one per core; more than 256 is taken as 256.
+
+    Returns
+    -------
+    None
+
+    Example
+    -------
+        mk.set_num_threads(2)
+        assert mk.get_num_threads() == 2
+        mk.set_num_threads(0)                # back to one per core
+    """
     n = _args.whole(n, "n", "set_num_threads", 0, " (0: one thread per core)")
     _native.cpu_set_num_threads(min(n, MAX_THREADS))
 
 
 def get_num_threads():
-    """The number of threads the cpu backend's ops use."""
+    """The number of threads the cpu backend's ops use.
+
+    Returns
+    -------
+    int
+        At least 1.
+
+    Example
+    -------
+        print(mk.get_num_threads())
+    """
     return _native.cpu_get_num_threads()
 
 

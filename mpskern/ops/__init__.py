@@ -1,6 +1,7 @@
 """The public ops, one module per family, and the op table: one declaration per op
 (mpskern/ops/op.py says what it holds) that `mpskern bench`, `mpskern tune`, `mpskern
 selftest` and the tests share. mpskern/__init__.py re-exports __all__."""
+from mpskern import _doc
 from mpskern.ops.attention import ATTENTION, scaled_dot_product_attention
 from mpskern.ops.conv2d import CONV2D, conv2d
 from mpskern.ops.devices import Device, devices
@@ -14,6 +15,10 @@ from mpskern.ops.softmax import LOG_SOFTMAX, SOFTMAX, log_softmax, softmax
 __all__ = ["avg_pool2d", "batch_norm", "conv2d", "Device", "devices", "gemm", "group_norm",
            "layer_norm", "linear", "log_softmax", "matmul", "max_pool2d", "rms_norm",
            "scaled_dot_product_attention", "softmax"]
+
+for _f in (avg_pool2d, batch_norm, conv2d, gemm, group_norm, layer_norm, linear, log_softmax,
+           matmul, max_pool2d, rms_norm, scaled_dot_product_attention, softmax):
+    _doc.complete_op(_f)     # backend=, out=, dtypes and errors: written once (mpskern/_doc.py)
 
 # the op table, in the order tools list the ops
 TABLE = {op.name: op for op in (CONV2D, MATMUL, GEMM, LINEAR, MAX_POOL2D, AVG_POOL2D, SOFTMAX,

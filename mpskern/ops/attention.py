@@ -25,10 +25,39 @@ OP = "scaled_dot_product_attention"
 def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=False, scale=None,
                                  enable_gqa=False, *, backend="auto", out=None):
     """softmax(scale * query @ key^T + mask) @ value over the last two dimensions, as
-    torch.nn.functional.scaled_dot_product_attention (no dropout). query (..., Hq, L, E),
-    key (..., Hk, S, E), value (..., Hv, S, Ev) -> (..., Hq, L, Ev). attn_mask: bool (True =
-    may attend) or float (added to the scores), broadcastable to (..., Hq, L, S). A row with
-    nothing to attend to gives 0 @ value, as torch."""
+    torch.nn.functional.scaled_dot_product_attention (no dropout). A row with nothing to
+    attend to gives 0 @ value, as torch.
+
+    Parameters
+    ----------
+    query : array (..., Hq, L, E)
+        The queries.
+    key : array (..., Hk, S, E)
+        query's dtype.
+    value : array (..., Hv, S, Ev)
+        query's dtype.
+    attn_mask : array broadcastable to (..., Hq, L, S), optional
+        bool (True = may attend) or float added to the scores (float32 or query's dtype).
+    is_causal : bool
+        Query i attends to keys 0..i only (no attn_mask with it).
+    scale : float or None
+        None (default): 1 / sqrt(E).
+    enable_gqa : bool
+        Grouped-query attention: key's and value's head counts divide Hq, each key/value
+        head shared by that many query heads.
+
+    Returns
+    -------
+    numpy.ndarray
+        (..., Hq, L, Ev) in query's dtype.
+
+    Example
+    -------
+        rng = np.random.default_rng(0)
+        q = rng.standard_normal((2, 8, 16, 64)).astype(np.float32)
+        kv = rng.standard_normal((2, 2, 16, 64)).astype(np.float32)
+        o = mk.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
+    """
     q, code = _args.array(query, "query", OP)
     k = _args.same_dtype(key, "key", q, "query", OP)
     v = _args.same_dtype(value, "value", q, "query", OP)

@@ -14,9 +14,42 @@ from mpskern.shapes import conv_padding, positive_pair
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, activation=None,
            backend="auto", out=None):
     """2-D convolution (cross-correlation, as torch) of x (N, C, H, W) or (C, H, W) with
-    weight (K, C/groups, R, S) plus bias (K,), then `activation` (None, "relu", "gelu" (erf),
-    "gelu_tanh" or "silu", fused into the kernel's output pass). stride, padding and
-    dilation are an int or a pair; padding may also be "same" (stride 1) or "valid"."""
+    weight (K, C/groups, R, S) plus bias (K,). Layout is NCHW: a channels-last (NHWC)
+    input is refused with the transpose to use.
+
+    Parameters
+    ----------
+    x : array (N, C, H, W) or (C, H, W)
+        The input, NCHW.
+    weight : array (K, C/groups, R, S)
+        x's dtype.
+    bias : array (K,), optional
+        A per-channel vector: float32 or x's dtype.
+    stride : int or (int, int)
+        Default 1.
+    padding : int, (int, int), "same" or "valid"
+        Zero padding on both sides; "same" (stride 1 only) keeps H and W.
+    dilation : int or (int, int)
+        Spacing of the kernel's taps (default 1).
+    groups : int
+        C and K split into this many groups (groups == C: depthwise).
+    activation : str or None
+        None (default), "relu", "gelu" (erf), "gelu_tanh" or "silu", applied last and
+        fused into the kernel's output pass.
+
+    Returns
+    -------
+    numpy.ndarray
+        (N, K, P, Q) (or (K, P, Q) for a 3-D x) in x's dtype, P = (H + 2 pad - dil (R - 1)
+        - 1) // stride + 1 and Q likewise.
+
+    Example
+    -------
+        x = np.ones((2, 8, 16, 16), np.float32)
+        w = np.ones((12, 8, 3, 3), np.float32)
+        y = mk.conv2d(x, w, stride=1, padding="same")           # (2, 12, 16, 16)
+        y = mk.conv2d(x, np.ones((8, 1, 3, 3), np.float32), groups=8)   # depthwise, (2, 8, 14, 14)
+    """
     op = "conv2d"
     x, code = _args.array(x, "x", op)
     w = _args.same_dtype(weight, "weight", x, "x", op)

@@ -23,7 +23,18 @@ class Device:
 
 def devices():
     """A Device for each backend (cpu, metal, mps, sim), whether this machine can run it
-    or not; `reason` says what it runs on, or why it is unavailable."""
+    or not; `reason` says what it runs on, or why it is unavailable.
+
+    Returns
+    -------
+    list of Device
+        One per backend, in the order cpu, metal, mps, sim.
+
+    Example
+    -------
+        for d in mk.devices():
+            print(d.backend, d.available, d.reason)
+    """
     out = []
     for name in backends.NAMES:
         ok, why = backends.availability(name)

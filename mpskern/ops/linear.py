@@ -12,10 +12,32 @@ from mpskern.ops.op import (ACT_FIELD, ACT_NAMES, Check, Field, Op, act_label, n
 def linear(x, weight, bias=None, *, activation=None, backend="auto", out=None):
     """x @ weight.T + bias, as torch.nn.functional.linear: x (..., in_features), weight
     (out_features, in_features) -> (..., out_features); a 1-D weight (in_features,) gives
-    (...). bias (out_features,) is a per-feature vector: float32 or x's dtype. The leading dimensions of x are one GEMM's rows
-    (no copy); the bias is written into the result first and added by the GEMM (beta=1), as torch's addmm.
-    activation: None, "relu", "gelu" (erf), "gelu_tanh" or "silu" after the bias, fused
-    into the GEMM's output pass."""
+    (...). The leading dimensions of x are one GEMM's rows (no copy); the bias is written
+    into the result first and added by the GEMM (beta=1), as torch's addmm.
+
+    Parameters
+    ----------
+    x : array (..., in_features)
+        The input.
+    weight : array (out_features, in_features) or (in_features,)
+        x's dtype; read transposed in place.
+    bias : array (out_features,), optional
+        A per-feature vector: float32 or x's dtype.
+    activation : str or None
+        None (default), "relu", "gelu" (erf), "gelu_tanh" or "silu", applied last and
+        fused into the kernel's output pass.
+
+    Returns
+    -------
+    numpy.ndarray
+        (..., out_features) in x's dtype ((...) for a 1-D weight).
+
+    Example
+    -------
+        x = np.ones((8, 32), np.float32)
+        w = np.ones((16, 32), np.float32)
+        y = mk.linear(x, w, np.zeros(16, np.float32))   # (8, 16), every entry 32.0
+    """
     op = "linear"
     x, code = _args.array(x, "x", op)
     w = _args.same_dtype(weight, "weight", x, "x", op)

@@ -15,7 +15,26 @@ from mpskern.shapes import broadcast_batch
 def matmul(a, b, *, backend="auto", out=None):
     """The matrix product with np.matmul's rules: 1-D operands are promoted (a row
     vector on the left, a column on the right) and the added dimension is removed from
-    the result; batch dimensions (all but the last two) broadcast."""
+    the result; batch dimensions (all but the last two) broadcast.
+
+    Parameters
+    ----------
+    a : array (..., M, K) or (K,)
+        The left operand.
+    b : array (..., K, N) or (K,)
+        The right operand, of a's dtype.
+
+    Returns
+    -------
+    numpy.ndarray
+        (..., M, N) in a's dtype, the batch dimensions broadcast.
+
+    Example
+    -------
+        a = np.ones((2, 64, 32), np.float32)
+        b = np.ones((32, 16), np.float32)
+        y = mk.matmul(a, b)                      # (2, 64, 16), every entry 32.0
+    """
     op = "matmul"
     a, code = _args.array(a, "a", op)
     b = _args.same_dtype(b, "b", a, "a", op)
@@ -92,8 +111,38 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, ac
     beta=None (the default) means 1 when c is given and 0 without it, as torch.addmm: so
     gemm(a, b, c) is a @ b + c. An explicit beta=0 with c ignores c entirely (NaN or Inf
     in it do not reach the result, as torch.addmm documents); a nonzero beta needs c.
-    activation: None, "relu", "gelu" (erf), "gelu_tanh" or "silu", fused into the kernel's
-    output pass."""
+
+    Parameters
+    ----------
+    a : array (M, K) or (B, M, K); (K, M) / (B, K, M) with trans_a
+        The left operand.
+    b : array (K, N) or (B, K, N); (N, K) / (B, N, K) with trans_b
+        The right operand, of a's dtype.
+    c : array broadcastable to (M, N) / (B, M, N), optional
+        Added after scaling by beta; a's dtype.
+    alpha : float
+        Scale of the product (default 1).
+    beta : float or None
+        Scale of c: None is 1 with c and 0 without it.
+    trans_a, trans_b : bool
+        Read a / b transposed (no copy is made).
+    activation : str or None
+        None (default), "relu", "gelu" (erf), "gelu_tanh" or "silu", applied last and
+        fused into the kernel's output pass.
+
+    Returns
+    -------
+    numpy.ndarray
+        (M, N) or (B, M, N) in a's dtype.
+
+    Example
+    -------
+        a = np.ones((64, 32), np.float32)
+        b = np.ones((32, 16), np.float32)
+        c = np.full((64, 16), 2.0, np.float32)
+        y = mk.gemm(a, b, c)                     # a @ b + c: every entry 34.0
+        y = mk.gemm(a.T.copy(), b, c, alpha=0.5, beta=0.0, trans_a=True)   # 0.5 * a @ b
+    """
     op = "gemm"
     a, code = _args.array(a, "a", op)
     b = _args.same_dtype(b, "b", a, "a", op)

@@ -57,13 +57,57 @@ def _rownorm(op, kind, x, normalized_shape, weight, bias, eps, backend, out):
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5, *, backend="auto",
                out=None):
     """(x - mean) / sqrt(var + eps) * weight + bias over the trailing normalized_shape
-    (biased variance, as torch)."""
+    (biased variance, as torch).
+
+    Parameters
+    ----------
+    x : array (..., *normalized_shape)
+        The input.
+    normalized_shape : int or tuple of ints
+        The trailing dimensions normalised together.
+    weight, bias : array of shape normalized_shape, optional
+        Per-feature vectors: float32 or x's dtype.
+    eps : float
+        Added to the variance (default 1e-5).
+
+    Returns
+    -------
+    numpy.ndarray
+        x's shape and dtype.
+
+    Example
+    -------
+        x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float32)
+        h = mk.layer_norm(x, 32, weight=np.ones(32, np.float32), bias=np.zeros(32, np.float32))
+    """
     return _rownorm("layer_norm", LAYER, x, normalized_shape, weight, bias, eps, backend, out)
 
 
 def rms_norm(x, normalized_shape, weight=None, eps=None, *, backend="auto", out=None):
-    """x / sqrt(mean(x^2) + eps) * weight over the trailing normalized_shape; eps=None
-    means the machine epsilon of x's dtype, as torch."""
+    """x / sqrt(mean(x^2) + eps) * weight over the trailing normalized_shape, as
+    torch.nn.functional.rms_norm.
+
+    Parameters
+    ----------
+    x : array (..., *normalized_shape)
+        The input.
+    normalized_shape : int or tuple of ints
+        The trailing dimensions normalised together.
+    weight : array of shape normalized_shape, optional
+        A per-feature vector: float32 or x's dtype.
+    eps : float or None
+        None (default): the machine epsilon of x's dtype, as torch.
+
+    Returns
+    -------
+    numpy.ndarray
+        x's shape and dtype.
+
+    Example
+    -------
+        x = np.random.default_rng(0).standard_normal((4, 32)).astype(np.float16)
+        h = mk.rms_norm(x, 32)                   # float16 in, float16 out
+    """
     return _rownorm("rms_norm", RMS, x, normalized_shape, weight, None, eps, backend, out)
 
 
@@ -77,7 +121,29 @@ def _channels(x, op):
 
 def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, backend="auto", out=None):
     """Normalise x (N, C, *) over each group of C/num_groups channels (and all positions),
-    then scale and shift per channel."""
+    then scale and shift per channel, as torch.
+
+    Parameters
+    ----------
+    x : array (N, C, *)
+        The input.
+    num_groups : int
+        Divides C.
+    weight, bias : array (C,), optional
+        Per-channel vectors: float32 or x's dtype.
+    eps : float
+        Added to the variance (default 1e-5).
+
+    Returns
+    -------
+    numpy.ndarray
+        x's shape and dtype.
+
+    Example
+    -------
+        x = np.random.default_rng(0).standard_normal((2, 8, 4, 4)).astype(np.float32)
+        h = mk.group_norm(x, 4)
+    """
     op = "group_norm"
     x, code, N, C, HW = _channels(x, op)
     g = _args.whole(num_groups, "num_groups", op, 1)
@@ -99,9 +165,39 @@ def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5, *, backend="auto
 
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False,
                momentum=0.1, eps=1e-5, *, backend="auto", out=None):
-    """Normalise x (N, C, *) per channel. Inference: with running_mean/running_var.
-    Training: with the batch's mean and biased variance, and (when given) running stats
-    updated in place: r = (1 - momentum) * r + momentum * stat, unbiased variance."""
+    """Normalise x (N, C, *) per channel, as torch. Inference: with running_mean and
+    running_var. Training: with the batch's mean and biased variance, and (when given)
+    the running statistics updated in place: r = (1 - momentum) * r + momentum * stat,
+    with the unbiased variance.
+
+    Parameters
+    ----------
+    x : array (N, C, *)
+        The input.
+    running_mean, running_var : array (C,) or None
+        Per-channel statistics: float32 or x's dtype; writable when training (numpy or
+        DLPack arrays, updated in place).
+    weight, bias : array (C,), optional
+        Per-channel vectors: float32 or x's dtype.
+    training : bool
+        Use the batch's statistics (and update the running ones).
+    momentum : float
+        Weight of the batch's statistic in the update (default 0.1).
+    eps : float
+        Added to the variance (default 1e-5).
+
+    Returns
+    -------
+    numpy.ndarray
+        x's shape and dtype.
+
+    Example
+    -------
+        x = np.random.default_rng(0).standard_normal((2, 8, 4, 4)).astype(np.float32)
+        mean, var = np.zeros(8, np.float32), np.ones(8, np.float32)
+        h = mk.batch_norm(x, mean, var, training=True)   # mean and var updated in place
+        h = mk.batch_norm(x, mean, var)                  # inference with them
+    """
     op = "batch_norm"
     x, code, N, C, HW = _channels(x, op)
     training = _args.flag(training, "training", op)

@@ -10,17 +10,73 @@ MAX, AVG = structs.POOL_MAX, structs.POOL_AVG
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, *,
                backend="auto", out=None):
-    """Max over kernel_size windows of x (N, C, H, W) or (C, H, W); stride defaults to
-    kernel_size; padding (at most kernel_size // 2) never wins the max."""
+    """Max over kernel_size windows of x (N, C, H, W) or (C, H, W), as torch; padding
+    never wins the max, and NaN does.
+
+    Parameters
+    ----------
+    x : array (N, C, H, W) or (C, H, W)
+        The input, NCHW.
+    kernel_size : int or (int, int)
+        The window.
+    stride : int, (int, int) or None
+        None (default): kernel_size.
+    padding : int or (int, int)
+        At most kernel_size // 2 on each side.
+    dilation : int or (int, int)
+        Spacing of the window's taps (default 1).
+    ceil_mode : bool
+        Round the output size up (a last window that starts inside the input or its left
+        padding is kept).
+
+    Returns
+    -------
+    numpy.ndarray
+        (N, C, P, Q) (or (C, P, Q)) in x's dtype.
+
+    Example
+    -------
+        x = np.arange(2 * 3 * 8 * 8, dtype=np.float32).reshape(2, 3, 8, 8)
+        y = mk.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True)   # (2, 3, 5, 5)
+    """
     return _pool("max_pool2d", MAX, x, kernel_size, stride, padding, dilation, ceil_mode,
                  True, None, backend, out)
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                divisor_override=None, *, backend="auto", out=None):
-    """Mean over kernel_size windows of x (N, C, H, W) or (C, H, W). The divisor counts the
-    zero padding when count_include_pad (but not windows' overhang past it in ceil_mode),
-    or is divisor_override when given."""
+    """Mean over kernel_size windows of x (N, C, H, W) or (C, H, W), as torch. The divisor
+    counts the zero padding when count_include_pad (but not windows' overhang past it in
+    ceil_mode), or is divisor_override when given.
+
+    Parameters
+    ----------
+    x : array (N, C, H, W) or (C, H, W)
+        The input, NCHW.
+    kernel_size : int or (int, int)
+        The window.
+    stride : int, (int, int) or None
+        None (default): kernel_size.
+    padding : int or (int, int)
+        At most kernel_size // 2 on each side.
+    ceil_mode : bool
+        Round the output size up.
+    count_include_pad : bool
+        Count the zero padding in the divisor (default True, as torch).
+    divisor_override : int or None
+        A fixed divisor (>= 1) instead of the window's size.
+
+    Returns
+    -------
+    numpy.ndarray
+        (N, C, P, Q) (or (C, P, Q)) in x's dtype.
+
+    Example
+    -------
+        x = np.ones((2, 3, 8, 8), np.float32)
+        y = mk.avg_pool2d(x, 2)                                   # (2, 3, 4, 4) of 1.0
+        y = mk.avg_pool2d(x, 3, stride=1, padding=1, count_include_pad=False)   # 1.0 at the edges too
+    """
     return _pool("avg_pool2d", AVG, x, kernel_size, stride, padding, 1, ceil_mode,
                  count_include_pad, divisor_override, backend, out)
 

@@ -12,14 +12,53 @@ from mpskern.structs import softmax_args
 
 
 def softmax(x, axis=-1, *, backend="auto", out=None, dim=None):
-    """exp(x - max) / sum(exp(x - max)) along `axis` (numerically stable). dim= is
-    torch's name for axis= and may be given instead of it."""
+    """exp(x - max) / sum(exp(x - max)) along `axis` (numerically stable).
+
+    Parameters
+    ----------
+    x : array
+        Any shape.
+    axis : int
+        The axis normalised (default -1, the last).
+    dim : int, optional
+        torch's name for axis=, accepted instead of it (both at once: TypeError).
+
+    Returns
+    -------
+    numpy.ndarray
+        x's shape and dtype; each slice along axis sums to 1.
+
+    Example
+    -------
+        x = np.array([[1.0, 2.0, 3.0]], np.float32)
+        s = mk.softmax(x, axis=-1)               # [[0.090, 0.245, 0.665]]
+        s = mk.softmax(x, dim=1)                 # the same
+    """
     return _softmax(x, axis, backend, out, 0, "softmax", dim)
 
 
 def log_softmax(x, axis=-1, *, backend="auto", out=None, dim=None):
-    """x - max - log(sum(exp(x - max))) along `axis` (numerically stable). dim= is
-    torch's name for axis= and may be given instead of it."""
+    """x - max - log(sum(exp(x - max))) along `axis` (numerically stable).
+
+    Parameters
+    ----------
+    x : array
+        Any shape.
+    axis : int
+        The axis normalised (default -1, the last).
+    dim : int, optional
+        torch's name for axis=, accepted instead of it (both at once: TypeError).
+
+    Returns
+    -------
+    numpy.ndarray
+        x's shape and dtype.
+
+    Example
+    -------
+        x = np.array([[1.0, 2.0, 3.0]], np.float32)
+        s = mk.log_softmax(x)                    # [[-2.408, -1.408, -0.408]]
+    """
     return _softmax(x, axis, backend, out, 1, "log_softmax", dim)
 
 

@@ -43,6 +43,28 @@ def _help():
     return "\n\n".join(lines)
 
 
+def _command_line(ctx):
+    """The command as given: `mpskern bench` and the options set on the command line (not
+    their defaults), quoted for a shell; from the command's context, so it is the same
+    whatever started the program."""
+    import shlex
+    words = ["mpskern", ctx.info_name]
+    for p in ctx.command.params:
+        src = ctx.get_parameter_source(p.name)
+        if getattr(src, "name", None) != "COMMANDLINE":
+            continue
+        v = ctx.params[p.name]
+        values = v if isinstance(v, (list, tuple)) else [v]
+        if p.param_type_name == "argument":
+            words += [str(getattr(x, "value", x)) for x in values]
+        elif p.is_flag:
+            words.append(p.opts[-1] if v else (p.secondary_opts or [p.opts[-1]])[0])
+        else:
+            for x in values:
+                words += [max(p.opts, key=len), str(getattr(x, "value", x))]
+    return " ".join(shlex.quote(w) for w in words)
+
+
 def _fmt(v, f="{:.3g}"):
     return "-" if v is None else f.format(v)
 
@@ -50,10 +72,11 @@ def _fmt(v, f="{:.3g}"):
 def _table(op, rows):
     metric = "GFLOP/s" if rows and rows[0]["metric"] == "gflops" else "GB/s"
     t = Table(title=f"mpskern bench {op}", title_justify="left")
+    vs_cpu = any(r["backend"] != "cpu" for r in rows)     # a column of 1.00x says nothing
     for c, j in (("shape", "left"), ("dtype", "left"), ("backend", "left"),
                  ("median ms", "right"), ("p10-p90", "right"), (metric, "right"),
-                 ("% peak", "right"), ("x cpu", "right"), ("max err", "right"),
-                 ("note", "left")):
+                 ("% peak", "right")) + ((("x cpu", "right"),) if vs_cpu else ()) + (
+                 ("max err", "right"), ("note", "left")):
         t.add_column(c, justify=j)
     sim = model = False
     for r in rows:
@@ -62,22 +85,34 @@ def _table(op, rows):
         sim |= bool(r["simulated"]) and not modelled
         model |= modelled
         if r["status"] != "ok":
-            t.add_row(r["shape_label"], r["dtype"], be, "-", "-", "-", "-", "-",
+            t.add_row(r["shape_label"], r["dtype"], be, "-", "-", "-", "-", *(["-"] * vs_cpu),
                       _fmt(r["max_err"], "{:.1e}"), tty.line((r["status"], "red"), " (below)"))
             continue
         val = r["gflops"] if r["metric"] == "gflops" else r["gbps"]
         note = tty.line(("unstable", "yellow"), f" ({r['unstable_reason']})") if r["unstable"] else ""
         t.add_row(r["shape_label"], r["dtype"], be, f"{r['median_ms']:.4g}",
+<<<<<<< HEAD
                   "model" if modelled else f"{r['p10_ms']:.3g}-{r['p90_ms']:.3g}", _fmt(val, "{:.1f}"),
                   _fmt(r["pct_peak"], "{:.0f}%"), _fmt(r["speedup_vs_cpu"], "{:.2f}x"),
+=======
+                  f"{r['p10_ms']:.3g}-{r['p90_ms']:.3g}", _fmt(val, "{:.1f}"),
+                  _fmt(r["pct_peak"], "{:.0f}%"),
+                  *([_fmt(r["speedup_vs_cpu"], "{:.2f}x")] * vs_cpu),
+>>>>>>> 5c096f8 (bench/report answer 'what changed': report --compare names both files, shows what differs between the runs' environments (device, cpu, threads, versions, commit, command, load average), p10-p90 of both beside each verdict and the rule used; the rule is stated with the actual --threshold: a 95% percentile bootstrap of the ratio of medians (2000 resamples) when both rows kept their samples (bench --keep-samples -> samples_ms), else the p10-p90 non-overlap rule; 'report --compare OLD -o X' says NEW is missing; 'report' without paths reads results/ (the bench's default) and says so; rows record the command line (from the command's context: the options given); the x-cpu / vs-cpu column only when another backend is in the run; conv2d rows above 100% of peak explained (Winograd) in the bench caption and the report; the CPU peak is measured once per machine and cached with its provenance (how, when, load average, version; MPSKERN_REMEASURE_PEAK=1 re-measures) instead of re-measured every process. tests/test_report_compare.py (8 tests), test_bench_peaks's cache test (fail on main))
                   _fmt(r["max_err"], "{:.1e}"), note)
     notes = []
     if sim:
         notes.append("* sim: mpskern's Metal kernels emulated on the CPU; its times say "
                      "nothing about GPU speed")
+<<<<<<< HEAD
     if model:
         notes.append("+ model-*: modelled GPU time on the family's base chip (docs/profiling.md; "
                      "+-30% uncalibrated), not measured")
+=======
+    if op == "conv2d" and any((r["pct_peak"] or 0) > 100 for r in rows):
+        notes.append("above 100% of peak: GFLOP/s count direct-convolution FLOPs; the cpu "
+                     "backend's Winograd path does ~2-4x fewer multiplications")
+>>>>>>> 5c096f8 (bench/report answer 'what changed': report --compare names both files, shows what differs between the runs' environments (device, cpu, threads, versions, commit, command, load average), p10-p90 of both beside each verdict and the rule used; the rule is stated with the actual --threshold: a 95% percentile bootstrap of the ratio of medians (2000 resamples) when both rows kept their samples (bench --keep-samples -> samples_ms), else the p10-p90 non-overlap rule; 'report --compare OLD -o X' says NEW is missing; 'report' without paths reads results/ (the bench's default) and says so; rows record the command line (from the command's context: the options given); the x-cpu / vs-cpu column only when another backend is in the run; conv2d rows above 100% of peak explained (Winograd) in the bench caption and the report; the CPU peak is measured once per machine and cached with its provenance (how, when, load average, version; MPSKERN_REMEASURE_PEAK=1 re-measures) instead of re-measured every process. tests/test_report_compare.py (8 tests), test_bench_peaks's cache test (fail on main))
     if any(r["timer"] == "gpu" for r in rows):
         notes.append("metal/mps: GPU time from command-buffer timestamps (wall time in the "
                      "results file)")
@@ -87,6 +122,7 @@ def _table(op, rows):
 
 @app.command(help=_help())
 def bench(
+    ctx: typer.Context,
     op: Optional[Op] = typer.Argument(None, help="The op to time (or give --model)."),
     model: Optional[Model] = typer.Option(None, "--model", "-m",
                                           help="A whole network to time instead of an op."),
@@ -108,6 +144,9 @@ def bench(
     no_save: bool = typer.Option(False, "--no-save", help="Do not append to --out."),
     csv: Optional[str] = typer.Option(None, "--csv", help="Also write this run's rows as CSV."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON (only) on stdout."),
+    keep_samples: bool = typer.Option(False, "--keep-samples",
+                                      help="Record every sample in the rows (samples_ms), so "
+                                           "report --compare can bootstrap the ratio."),
 ):
     err = tty.console(stderr=True)
     fail = tty.error
@@ -176,7 +215,8 @@ def bench(
 
         try:
             rows = runner.run(sp, cases, dtypes, tgs, budget=budget, run_id=run_id,
-                              preset=preset, on_row=on_row, on_case=on_case)
+                              preset=preset, on_row=on_row, on_case=on_case,
+                              command=_command_line(ctx), keep_samples=keep_samples)
         except runner.CaseTooBig as e:
             fail(str(e))
         except KeyboardInterrupt:

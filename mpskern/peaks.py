@@ -291,17 +291,30 @@ def measure_cpu(seconds=0.6):
 _session_peak = {}
 
 
+REMEASURE_ENV = "MPSKERN_REMEASURE_PEAK"
+
+
 def cpu_peak(measure=True):
-    """This CPU's peak: measured once per process and merged with the cached one, keeping
-    the higher of each figure (a measurement on a loaded machine only underestimates).
+    """This CPU's peak: measured once per machine and cached (peaks.json) with its
+    provenance (how, when, the load average, the mpskern version), so every later run's
+    "% of peak" uses the same figures. MPSKERN_REMEASURE_PEAK=1 measures again, keeping the
+    higher of each figure (a measurement on a loaded machine only underestimates).
     Without `measure`, the cached peak or None."""
     dev = cpu_device_name()
     if dev in _session_peak:
         return _session_peak[dev]
     old = _load_measured().get(dev)
-    if not measure:
+    if not measure or (old is not None and os.environ.get(REMEASURE_ENV, "") in ("", "0")):
+        if old is not None:
+            _session_peak[dev] = old
         return old
     p = measure_cpu()
+    from mpskern import __version__
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    stamp = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())
+    p = Peak(p.fp32_gflops, None, p.gbps, f"{p.source}; at {stamp}, load average {load:.2f}, "
+             f"mpskern {__version__}; cached in peaks.json ({REMEASURE_ENV}=1 re-measures)",
+             measured=True)
     if old is not None:
         src = old.source if old.fp32_gflops >= p.fp32_gflops else p.source
         p = Peak(max(p.fp32_gflops, old.fp32_gflops), None, max(p.gbps, old.gbps), src,

@@ -25,7 +25,7 @@ def test_bench_help_shows_defaults():
 
 def test_report_help_shows_default():
     out = _flat(runner.invoke(app, ["report", "--help"]).output)
-    assert "[default: NEW of --compare]" in out
+    assert "[default: NEW of --compare, else the bench's default folder, results/]" in out
 
 
 @pytest.mark.parametrize("bad", ["-1", "nan", "inf"])

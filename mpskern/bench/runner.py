@@ -32,12 +32,13 @@ def _rng(op, key, dtype):
 
 
 def run(op, shapes, dtypes, targets, *, budget=0.5, run_id=None, preset="custom",
-        on_row=None, on_case=None, min_samples=10):
+        on_row=None, on_case=None, min_samples=10, command=None, keep_samples=False):
     """Run `shapes` ([(label, shape dict)]) x `dtypes` x `targets` of `op` (a name in the op
     table, or an entry of it or of mpskern.models: anything with the op table's interface);
     returns the rows.
     on_row(row) is called as each case's rows are complete (for appending to a file);
-    on_case(label, dtype, target_name) before each target runs (for progress)."""
+    on_case(label, dtype, target_name) before each target runs (for progress). `command`:
+    the command line recorded in every row; keep_samples: record every sample too."""
     sp = ops.get(op) if isinstance(op, str) else op
     op = sp.name
     run_id = run_id or new_run_id()
@@ -61,8 +62,9 @@ def run(op, shapes, dtypes, targets, *, budget=0.5, run_id=None, preset="custom"
             for t in targets:
                 if on_case:
                     on_case(label, dtype, t.name)
-                r = _one(sp, t, shape, label, dtype, inp, want, cost, tol, budget, min_samples)
-                r.update(run_id=run_id, preset=preset, **mach)
+                r = _one(sp, t, shape, label, dtype, inp, want, cost, tol, budget, min_samples,
+                         keep_samples)
+                r.update(run_id=run_id, preset=preset, command=command, **mach)
                 case.append(r)
             cpu = next((r["median_ms"] for r in case if r["backend"] == "cpu"
                         and r["median_ms"]), None)
@@ -91,7 +93,7 @@ def _safe(f):
         return None
 
 
-def _one(sp, t, shape, label, dtype, inp, want, cost, tol, budget, min_samples):
+def _one(sp, t, shape, label, dtype, inp, want, cost, tol, budget, min_samples, keep_samples=False):
     r = _empty_row(sp, t, shape, label, dtype, budget)
     r.update(flops=cost.flops, bytes=cost.bytes, intensity=cost.intensity, tolerance=tol)
     r.update(device=_safe(t.device), gpu_family=_safe(t.gpu_family), peer_version=_safe(t.version),
@@ -128,7 +130,8 @@ def _one(sp, t, shape, label, dtype, inp, want, cost, tol, budget, min_samples):
              p75_ms=s.p75, iqr_ms=s.iqr, mean_ms=s.mean, min_ms=s.min, n_samples=s.n,
              inner_loop=tm.inner, n_outliers=s.n_outliers, unstable=s.unstable,
              unstable_reason=s.unstable_reason or None, wall_median_ms=w.median,
-             wall_p10_ms=w.p10, wall_p90_ms=w.p90)
+             wall_p10_ms=w.p10, wall_p90_ms=w.p90,
+             samples_ms=[float(x) for x in tm.samples_ms] if keep_samples else None)
     sec = s.median / 1e3
     if sec > 0:
         r.update(gflops=cost.flops / sec / 1e9, gbps=cost.bytes / sec / 1e9)

@@ -63,6 +63,9 @@ COLUMNS = {
     "mpskern_version": "", "git_commit": "checkout HEAD (-dirty with local changes)",
     "os": "", "cpu": "", "cpu_count": "", "gpu": "Metal device of the machine, if any",
     "python": "", "numpy": "", "platform": "sys.platform",
+    "command": "the command line that measured the row (mpskern bench ...), or None",
+    "samples_ms": "every sample's per-call time, primary timer (only with --keep-samples; "
+                  "report --compare then uses a bootstrap of them)",
 }
 
 

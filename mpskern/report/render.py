@@ -11,7 +11,12 @@ from mpskern.report.compare import regressions
 from mpskern.report.data import backend_sort_key, latest, shape_order, with_throughput
 
 MACHINE_COLS = ["os", "cpu", "cpu_count", "gpu", "python", "numpy", "mpskern_version",
-                "git_commit"]
+                "git_commit", "command"]
+OVER_PEAK = ("Rows above 100 % of peak: conv2d's GFLOP/s count the direct convolution's FLOPs "
+             "(2 N K C/g R S P Q) whatever the algorithm. The cpu backend runs 3x3 stride-1 "
+             "convolutions as Winograd F(4x4, 3x3) (about 4x fewer multiplications) or "
+             "F(2x2, 3x3) (2.25x fewer), so its effective rate can pass the FMA peak; the time "
+             "is what to compare.")
 
 
 def _f(v, fmt="{:.3g}"):
@@ -64,6 +69,7 @@ def _case_table(d):
     """One row per shape x backend. Backends with a device clock (gpu, sim) time the
     kernel alone; their wall time per call (with Python and dispatch) gets its own column."""
     dev_clock = bool((d.timer.fillna("wall") != "wall").any())
+    vs_cpu = bool((d.backend != "cpu").any())     # cpu alone: a column of 1.00x says nothing
     rows = []
     for k in shape_order(d):
         for _, r in d[d.shape_key == k].sort_values(
@@ -73,19 +79,21 @@ def _case_table(d):
             wall = [_f(r.wall_median_ms, "{:.4g}")] if dev_clock else []
             if r.status != "ok":
                 rows.append([r.shape_label, be, "-", "-"] + ["-"] * len(wall)
-                            + ["-", "-", "-", _f(r.max_err, "{:.1e}"), _config(r.config, r.zero_copy),
+                            + ["-", "-"] + ["-"] * vs_cpu + [_f(r.max_err, "{:.1e}"),
+                                                             _config(r.config, r.zero_copy),
                                f"{r.status}: {r.error}"])
                 continue
             note = f"unstable ({r.unstable_reason})" if r.unstable else ""
             rows.append([r.shape_label, be, _f(r.median_ms, "{:.4g}"),
                          f"{_f(r.p10_ms, '{:.4g}')} - {_f(r.p90_ms, '{:.4g}')}"] + wall
-                        + [_f(r.value, "{:,.1f}"), _f(r.pct_peak, "{:.0f}%"),
-                           _f(r.speedup_vs_cpu, "{:.2f}x"), _f(r.max_err, "{:.1e}"),
+                        + [_f(r.value, "{:,.1f}"), _f(r.pct_peak, "{:.0f}%")]
+                        + [_f(r.speedup_vs_cpu, "{:.2f}x")] * vs_cpu
+                        + [_f(r.max_err, "{:.1e}"),
                            _config(r.config, r.zero_copy), note])
     unit = d.unit.dropna().iloc[0] if d.unit.notna().any() else "throughput"
     return ("table", ["shape", "backend (timer)", "median ms", "p10 - p90 ms"]
             + (["wall median ms"] if dev_clock else [])
-            + [unit, "% peak", "vs cpu", "max err", "kernel", "note"], rows)
+            + [unit, "% peak"] + ["vs cpu"] * vs_cpu + ["max err", "kernel", "note"], rows)
 
 
 def _config(c, zero_copy=None):
@@ -102,9 +110,11 @@ def _config(c, zero_copy=None):
     return text
 
 
-def build(df, out, cmp=None, title="mpskern benchmark report"):
+def build(df, out, cmp=None, title="mpskern benchmark report", info=None):
     """Write the report for results DataFrame `df` (all rows; the latest per case is
-    shown) and optional comparison `cmp` into folder `out`. Returns the index.html path."""
+    shown) and optional comparison `cmp` into folder `out`; `info`: the comparison's
+    {"old", "new" (file names), "env" (compare.environment), "threshold"}. Returns the
+    index.html path."""
     figdir = os.path.join(out, "figures")
     os.makedirs(figdir, exist_ok=True)
     df = with_throughput(latest(df))
@@ -131,7 +141,7 @@ def build(df, out, cmp=None, title="mpskern benchmark report"):
     blocks.append(("toc", (["Comparison with the old results"] if cmp is not None else [])
                    + ops + ["Roofline"]))
     if cmp is not None:
-        blocks += _compare_blocks(cmp, figdir)
+        blocks += _compare_blocks(cmp, figdir, info or {})
     for op in ops:
         blocks.append(("h2", op))
         for dt in sorted(df[df.op == op].dtype.unique()):
@@ -141,6 +151,8 @@ def build(df, out, cmp=None, title="mpskern benchmark report"):
                 name = f"{_slug(op)}-{dt}-{kind}.png"
                 if fn(df, op, dt, os.path.join(figdir, name)):
                     blocks.append(("img", f"figures/{name}", f"{op} {dt} {kind}"))
+            if (d.op == "conv2d").any() and (d.pct_peak.astype(float) > 100).any():
+                blocks.append(("p", OVER_PEAK))
             blocks.append(_case_table(d))
     blocks.append(("h2", "Roofline"))
     devs = df[df.peak_gflops.notna() & ~df.simulated.fillna(False).astype(bool)].device.dropna().unique()
@@ -164,21 +176,32 @@ def build(df, out, cmp=None, title="mpskern benchmark report"):
     return index
 
 
-def _compare_blocks(cmp, figdir):
+def _compare_blocks(cmp, figdir, info):
+    from mpskern.report.compare import THRESHOLD, rule_text
     reg = regressions(cmp)
-    b = [("h2", "Comparison with the old results"),
-         ("p", f"{len(reg)} regression(s) beyond noise, "
-               f"{int((cmp.verdict == 'improvement').sum())} improvement(s), "
-               f"{int((cmp.verdict == 'same').sum())} within noise. A regression is a median "
-               "more than 5 % slower whose p10-p90 range does not overlap the old one, or a "
-               "case that passed its check before and fails now.")]
+    b = [("h2", "Comparison with the old results")]
+    if info.get("old"):
+        b.append(("p", f"Old: {info['old']}. New: {info['new']}."))
+    env = info.get("env") or []
+    if env:
+        b.append(("p", "What differs between the two runs' environments (a difference here "
+                       "can explain a change as well as the code can):"))
+        b.append(("table", ["", "old", "new"], [list(e) for e in env]))
+    b.append(("p", f"{len(reg)} regression(s) beyond noise, "
+                   f"{int((cmp.verdict == 'improvement').sum())} improvement(s), "
+                   f"{int((cmp.verdict == 'same').sum())} within noise. "
+                   + rule_text(info.get("threshold", THRESHOLD))))
     if reg.shape[0]:
         b.append(("warn", "Regressions: " + "; ".join(reg.case)))
     if figures.comparison(cmp, os.path.join(figdir, "comparison.png")):
         b.append(("img", "figures/comparison.png", "comparison"))
-    rows = [[r.case, _f(r.old_ms, "{:.4g}"), _f(r.new_ms, "{:.4g}"), _f(r.ratio, "{:.3f}"),
-             r.verdict] for r in cmp.sort_values("ratio", ascending=False).itertuples()]
-    b.append(("table", ["case", "old median ms", "new median ms", "new / old", "verdict"], rows))
+    rows = [[r.case, _f(r.old_ms, "{:.4g}"), f"{_f(r.old_p10, '{:.4g}')} - {_f(r.old_p90, '{:.4g}')}",
+             _f(r.new_ms, "{:.4g}"), f"{_f(r.new_p10, '{:.4g}')} - {_f(r.new_p90, '{:.4g}')}",
+             _f(r.ratio, "{:.3f}") + (f" [{r.ci_lo:.3f}, {r.ci_hi:.3f}]" if r.rule == "bootstrap"
+                                      else ""), r.verdict + (f" ({r.rule})" if r.rule else "")]
+            for r in cmp.sort_values("ratio", ascending=False).itertuples()]
+    b.append(("table", ["case", "old median ms", "old p10 - p90", "new median ms",
+                        "new p10 - p90", "new / old [95 % interval]", "verdict (rule)"], rows))
     return b
 
 

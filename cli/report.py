@@ -46,8 +46,9 @@ def report(
         tty.error(f"--compare needs OLD and NEW, and NEW is missing (got {compare[1]!r} where "
                   f"NEW should be): --compare {compare[0]} NEW.jsonl")
     if not paths and compare is None:
-        if not os.path.exists(DEFAULT_RESULTS):
-            tty.error(f"no {DEFAULT_RESULTS}/ folder here (where `mpskern bench` writes by "
+        if not any(f.endswith(".jsonl") for f in (os.listdir(DEFAULT_RESULTS)
+                                                  if os.path.isdir(DEFAULT_RESULTS) else ())):
+            tty.error(f"no results in {DEFAULT_RESULTS}/ here (where `mpskern bench` writes by "
                       "default): give results PATHs (bench.jsonl files or folders) or "
                       "--compare OLD NEW")
         paths = [DEFAULT_RESULTS]

@@ -117,8 +117,10 @@ def test_compare_without_new_says_new_is_missing(tmp_path):
 def test_report_without_paths_reads_the_default_results_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = cli.invoke(app, ["report", "-o", "rep"])
-    assert r.exit_code == 2 and "no results/ folder here" in r.stderr
-    os.makedirs("results")
+    assert r.exit_code == 2 and "no results in results/ here" in r.stderr
+    os.makedirs("results/sub")                 # a folder without results says so too
+    r = cli.invoke(app, ["report", "-o", "rep"])
+    assert r.exit_code == 2 and "no results in results/ here" in r.stderr
     schema.append_jsonl("results/bench.jsonl", _rows())
     r = cli.invoke(app, ["report", "-o", "rep"])
     assert r.exit_code == 0, r.output

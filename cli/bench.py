@@ -91,28 +91,20 @@ def _table(op, rows):
         val = r["gflops"] if r["metric"] == "gflops" else r["gbps"]
         note = tty.line(("unstable", "yellow"), f" ({r['unstable_reason']})") if r["unstable"] else ""
         t.add_row(r["shape_label"], r["dtype"], be, f"{r['median_ms']:.4g}",
-<<<<<<< HEAD
                   "model" if modelled else f"{r['p10_ms']:.3g}-{r['p90_ms']:.3g}", _fmt(val, "{:.1f}"),
-                  _fmt(r["pct_peak"], "{:.0f}%"), _fmt(r["speedup_vs_cpu"], "{:.2f}x"),
-=======
-                  f"{r['p10_ms']:.3g}-{r['p90_ms']:.3g}", _fmt(val, "{:.1f}"),
                   _fmt(r["pct_peak"], "{:.0f}%"),
                   *([_fmt(r["speedup_vs_cpu"], "{:.2f}x")] * vs_cpu),
->>>>>>> 5c096f8 (bench/report answer 'what changed': report --compare names both files, shows what differs between the runs' environments (device, cpu, threads, versions, commit, command, load average), p10-p90 of both beside each verdict and the rule used; the rule is stated with the actual --threshold: a 95% percentile bootstrap of the ratio of medians (2000 resamples) when both rows kept their samples (bench --keep-samples -> samples_ms), else the p10-p90 non-overlap rule; 'report --compare OLD -o X' says NEW is missing; 'report' without paths reads results/ (the bench's default) and says so; rows record the command line (from the command's context: the options given); the x-cpu / vs-cpu column only when another backend is in the run; conv2d rows above 100% of peak explained (Winograd) in the bench caption and the report; the CPU peak is measured once per machine and cached with its provenance (how, when, load average, version; MPSKERN_REMEASURE_PEAK=1 re-measures) instead of re-measured every process. tests/test_report_compare.py (8 tests), test_bench_peaks's cache test (fail on main))
                   _fmt(r["max_err"], "{:.1e}"), note)
     notes = []
     if sim:
         notes.append("* sim: mpskern's Metal kernels emulated on the CPU; its times say "
                      "nothing about GPU speed")
-<<<<<<< HEAD
     if model:
         notes.append("+ model-*: modelled GPU time on the family's base chip (docs/profiling.md; "
                      "+-30% uncalibrated), not measured")
-=======
     if op == "conv2d" and any((r["pct_peak"] or 0) > 100 for r in rows):
         notes.append("above 100% of peak: GFLOP/s count direct-convolution FLOPs; the cpu "
                      "backend's Winograd path does ~2-4x fewer multiplications")
->>>>>>> 5c096f8 (bench/report answer 'what changed': report --compare names both files, shows what differs between the runs' environments (device, cpu, threads, versions, commit, command, load average), p10-p90 of both beside each verdict and the rule used; the rule is stated with the actual --threshold: a 95% percentile bootstrap of the ratio of medians (2000 resamples) when both rows kept their samples (bench --keep-samples -> samples_ms), else the p10-p90 non-overlap rule; 'report --compare OLD -o X' says NEW is missing; 'report' without paths reads results/ (the bench's default) and says so; rows record the command line (from the command's context: the options given); the x-cpu / vs-cpu column only when another backend is in the run; conv2d rows above 100% of peak explained (Winograd) in the bench caption and the report; the CPU peak is measured once per machine and cached with its provenance (how, when, load average, version; MPSKERN_REMEASURE_PEAK=1 re-measures) instead of re-measured every process. tests/test_report_compare.py (8 tests), test_bench_peaks's cache test (fail on main))
     if any(r["timer"] == "gpu" for r in rows):
         notes.append("metal/mps: GPU time from command-buffer timestamps (wall time in the "
                      "results file)")

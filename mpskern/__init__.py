@@ -11,3 +11,4 @@ from mpskern.ops import *  # noqa: F401,F403  (the public ops: mpskern/ops/__ini
 from mpskern.memory import empty  # (page-aligned arrays: zero-copy on Metal)
 from mpskern.threads import get_num_threads, set_num_threads  # noqa: F401
 from mpskern.kernel import Kernel, metal_kernel  # noqa: F401  (users' own MSL kernels)
+from mpskern.bench.measure import BenchmarkResult, benchmark  # noqa: F401  (timing your own code)

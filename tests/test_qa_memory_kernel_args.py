@@ -31,10 +31,15 @@ kernel void ones(device float* y [[buffer(0)]], uint i [[thread_position_in_grid
 """
 
 
-def test_kernel_never_writes_a_read_only_array(tmp_path):
+def test_kernel_never_writes_a_read_only_array(tmp_path, monkeypatch):
     k = mpskern.metal_kernel(_WRITE_ONES, "ones")
     data = b"\0" * 16
     immutable = np.frombuffer(data, np.float32)          # memory of a Python bytes object
+    with pytest.raises(TypeError, match=r"\[\[buffer\(0\)\]\] 'y'.*read-only"):
+        k(immutable, grid=4, threadgroup=4, backend="sim")   # the signature says y is written
+    assert data == b"\0" * 16
+    # where the signature cannot be read (no preprocessor), the array is bound as a copy
+    monkeypatch.setattr(mpskern.kernel_args, "signature", lambda *a: None)
     k(immutable, grid=4, threadgroup=4, backend="sim")
     assert data == b"\0" * 16 and not immutable.any()
     np.zeros(64, np.float32).tofile(tmp_path / "z.bin")
@@ -46,8 +51,11 @@ def test_kernel_never_writes_a_read_only_array(tmp_path):
     assert (y == 1).all()
 
 
-def test_kernel_rejects_float64_scalars():
+def test_kernel_rejects_float64_scalars(monkeypatch):
     k = mpskern.metal_kernel(_WRITE_ONES, "ones")
+    with pytest.raises(TypeError, match=r"argument 1 would bind \[\[buffer\(1\)\]\]"):
+        k(np.zeros(4, np.float32), np.float64(2.0), grid=4, threadgroup=4, backend="sim")
+    monkeypatch.setattr(mpskern.kernel_args, "signature", lambda *a: None)   # (no preprocessor)
     with pytest.raises(TypeError, match=r"argument 1: a float64 scalar .* np.float32"):
         k(np.zeros(4, np.float32), np.float64(2.0), grid=4, threadgroup=4, backend="sim")
 

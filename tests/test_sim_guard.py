@@ -121,10 +121,14 @@ def test_aliasing_bindings_stay_aliased():
     assert z.tolist() == [1, 1, 1, 1, 1, 2, 3, 4, 4, 5, 6, 7]
 
 
-def test_read_only_arrays_are_not_written():
+def test_read_only_arrays_are_not_written(monkeypatch):
     x = np.arange(8, dtype=np.float32)
     x.flags.writeable = False
     y = np.zeros(8, np.float32)
+    with pytest.raises(TypeError, match=r"\[\[buffer\(0\)\]\] 'a'.*read-only"):
+        _kernel("twice")(x, y, grid=(8,), threadgroup=(8,), backend="sim")   # a is written
+    # where the signature cannot be read (no preprocessor), a copy is bound and x stays
+    monkeypatch.setattr(mpskern.kernel_args, "signature", lambda *a: None)
     _kernel("twice")(x, y, grid=(8,), threadgroup=(8,), backend="sim")
     np.testing.assert_array_equal(x, np.arange(8))
     np.testing.assert_array_equal(y, np.ones(8))

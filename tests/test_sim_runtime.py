@@ -106,7 +106,7 @@ def test_bad_arguments():
         k(x.astype(np.float64), x, np.float32(2), np.uint32(4), grid=(4,), threadgroup=(4,), backend="sim")
     with pytest.raises(ValueError, match="allows 1024"):
         k(x, x, np.float32(2), np.uint32(4), grid=(4,), threadgroup=(2048,), backend="sim")
-    with pytest.raises(ValueError, match=r"buffer\(3\)\]\] is not bound"):
+    with pytest.raises(TypeError, match=r"missing: \[\[buffer\(3\)\]\] 'n'"):
         k(x, x, np.float32(2), grid=(4,), threadgroup=(4,), backend="sim")
     with pytest.raises(ValueError, match="no kernel named 'nope'.*saxpy"):
         mpskern.metal_kernel(SAXPY, "nope")(x, grid=(1,), threadgroup=(1,), backend="sim")

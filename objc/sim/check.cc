@@ -75,6 +75,11 @@ struct Checker {
     std::vector<TgVar> tg_vars;
     const Library *lib;
     uint32_t group_serial = 0;
+    // The first read of never-written threadgroup memory in this barrier interval. Not
+    // reported at once: another thread may write the word later in the same interval
+    // (a missing barrier, reported as such by the write); at the next barrier or at the
+    // threadgroup's end nobody has, and it is reported as an uninitialised read.
+    std::string uninit;
 };
 
 static size_t page_size() { return (size_t)sysconf(_SC_PAGESIZE); }
@@ -163,7 +168,15 @@ void checker_begin_group(Checker *c, Worker *w) {
     if (tg->shadow.size() < (w->arena_cap + 3) / 4) tg->shadow.resize((w->arena_cap + 3) / 4);
 }
 
-void checker_end_group(Checker *, Worker *) {}
+static bool uninit_pending(Checker *c) {
+    if (c->uninit.empty()) return false;
+    c->job->set_error(MK_ERR_CHECK, c->uninit);
+    return true;
+}
+
+bool checker_barrier(Checker *c, Worker *) { return !uninit_pending(c); }
+
+void checker_end_group(Checker *c, Worker *) { uninit_pending(c); }
 
 std::string describe_pc(const Library *lib, const void *pc) {
     static std::mutex mu;
@@ -292,11 +305,18 @@ void checker_access(Worker *w, const void *addr, unsigned size, int is_write, co
         return !(same_sg && p.sg_epoch != cur.sg_epoch);
     };
     auto race = [&](const Access &p, const char *pk, const char *ck) {
-        std::string scope = p.group != cur.group ? " by two threadgroups (threadgroups of a dispatch are unordered)"
-                                                 : " with no barrier between them";
-        report(w, "data race on " + std::string(buf_desc(*reg, tmp, sizeof tmp, off)) + " in kernel '" + kname +
-                      "': " + ck + " at " + at(c, pc) + " by " + who(cur) + " and " + pk + " at " +
-                      at(c, p.pc) + " by " + who(p) + scope);
+        std::string head = "data race on " + std::string(buf_desc(*reg, tmp, sizeof tmp, off)) + " in kernel '" +
+                           kname + "': ";
+        if (p.group != cur.group)
+            report(w, head + ck + " at " + at(c, pc) + " by " + who(cur) + " and " + pk + " at " + at(c, p.pc) +
+                          " by " + who(p) + " by two threadgroups (threadgroups of a dispatch are unordered)");
+        // one threadgroup: a barrier would order them; the write first, as a reader thinks of it
+        bool cur_first = strcmp(pk, "read") == 0;
+        const Access &a = cur_first ? cur : p, &b = cur_first ? p : cur;
+        const char *ak = cur_first ? ck : pk, *bk = cur_first ? pk : ck;
+        auto noun = [](const char *k) { return std::string(strcmp(k, "read") ? "write" : "read"); };
+        report(w, head + "no barrier between the " + noun(ak) + " at " + at(c, a.pc) + " by " + who(a) +
+                      " and the " + noun(bk) + " at " + at(c, b.pc) + " by " + who(b));
     };
     size_t w0 = off / 4, w1 = (off + size + 3) / 4;
     for (size_t k = w0; k < w1 && k < reg->shadow.size(); k++) {
@@ -314,10 +334,10 @@ void checker_access(Worker *w, const void *addr, unsigned size, int is_write, co
             s.w = cur;
             s.written |= m;
         } else {
-            if (reg->kind == Region::TG && (s.written & m) != m)
-                report(w, "read of uninitialised threadgroup memory in kernel '" + std::string(kname) + "' at " +
-                              at(c, pc) + " by " + who(cur) + ": " + buf_desc(*reg, tmp, sizeof tmp, off) +
-                              " was not written by any thread of this threadgroup before");
+            if (reg->kind == Region::TG && (s.written & m) != m && c->uninit.empty())
+                c->uninit = "read of uninitialised threadgroup memory in kernel '" + std::string(kname) + "' at " +
+                            at(c, pc) + " by " + who(cur) + ": " + buf_desc(*reg, tmp, sizeof tmp, off) +
+                            " was not written by any thread of this threadgroup before";
             if ((s.wmask & m) && conflicts(s.w)) race(s.w, "written", "read");
             s.rmask = (s.r.lane == cur.lane && s.r.group == cur.group && s.r.epoch == cur.epoch) ? (uint8_t)(s.rmask | m) : m;
             s.r = cur;

@@ -514,6 +514,7 @@ static bool resolve_barrier(Worker *w) {
         j->set_error(MK_ERR_CHECK, msg);
         return false;
     }
+    if (j->checker && !checker_barrier(j->checker, w)) return false;   // (an uninitialised read)
     if (j->profiler) profiler_barrier(j->profiler, w);
     for (int i = 0; i < w->nlanes; i++)
         if (w->lanes[i].state == L_BARRIER) w->lanes[i].state = L_RUN;

@@ -226,6 +226,7 @@ Checker *checker_create(Job &job);
 void checker_free(Checker *c);
 void checker_begin_group(Checker *c, Worker *w);
 void checker_end_group(Checker *c, Worker *w);
+bool checker_barrier(Checker *c, Worker *w);   // false: a finding (the job's error is set)
 void checker_access(Worker *w, const void *addr, unsigned size, int is_write, const void *pc);
 // a threadgroup variable at `off` in the arena (registered once per dispatch)
 void checker_tg_var(Checker *c, size_t off, size_t size, const char *name, const char *file, int line);

@@ -88,6 +88,7 @@ GROUPS = [
     ("Devices, threads and memory", ["devices", "Device", "get_num_threads", "set_num_threads",
                                      "empty"]),
     ("Your own Metal kernels", ["metal_kernel", "Kernel"]),
+    ("Timing your own code", ["benchmark", "BenchmarkResult"]),
     ("Errors", ["MpskernError", "BackendUnavailable", "Unsupported", "KernelError",
                 "KernelCompileError", "KernelCheckError"]),
 ]

@@ -103,13 +103,45 @@ def _load():
 
 def benchmark(fn, *args, name=None, budget=0.5, min_samples=10, device_ms=None, flops=None,
               bytes=None, shape=None, dtype=None, **kwargs):  # noqa: A002 - the schema's word
-    """Time fn(*args, **kwargs) as `mpskern bench` times an op and return a
-    BenchmarkResult (print it; .append(path) writes a row `mpskern report` reads).
+    """Time fn(*args, **kwargs) with `mpskern bench`'s protocol and statistics: a warm-up,
+    an inner loop calibrated to samples of >= 1 ms, samples until the budget is spent;
+    median, p10..p90, MAD outliers and the `unstable` verdict.
 
-    name: the row's op name (default: the kernel's or function's name); budget: seconds of
-    sampling (>= min_samples samples); device_ms: a callable giving the device time in ms of
-    the last call (an mpskern.metal_kernel needs none: its run time is used); flops / bytes
-    per call give GFLOP/s and GB/s; shape (a dict) and dtype label the row."""
+    Parameters
+    ----------
+    fn : callable
+        What to time. An mpskern.metal_kernel is timed by its own run time (GPU
+        command-buffer timestamps on Metal, the simulator's run time on sim).
+    args, kwargs : any
+        Passed to every call of fn.
+    name : str, optional
+        The result's (and the row's op) name; default: the kernel's or function's name.
+    budget : float
+        Seconds of sampling (default 0.5), at least min_samples samples.
+    min_samples : int
+        Fewest samples (default 10); fewer (a slow call) is flagged unstable.
+    device_ms : callable, optional
+        The device time in ms of the last call, for other device-timed code; default:
+        wall time (perf_counter).
+    flops, bytes : float, optional
+        Work per call: the result then gives GFLOP/s and GB/s.
+    shape : dict, optional
+        Fields labelling the row (e.g. {"n": 4096}).
+    dtype : str, optional
+        The dtype the row is filed under.
+
+    Returns
+    -------
+    BenchmarkResult
+        Prints as one line; .median_ms, .summary (all statistics), .samples_ms;
+        .append(path) adds a row to a JSON Lines file `mpskern report` reads.
+
+    Example
+    -------
+        r = mk.benchmark(np.dot, np.ones((64, 64), np.float32), np.ones((64, 64), np.float32),
+                         budget=0.05, flops=2 * 64 ** 3)
+        print(r)              # dot (python, wall time): median ... us, p10-p90 ..., GFLOP/s
+    """
     from mpskern.kernel import Kernel
     if not callable(fn):
         raise TypeError(f"benchmark needs a callable, got {type(fn).__name__}")

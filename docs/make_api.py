@@ -4,12 +4,15 @@
     python docs/make_api.py --check    # exit 1 if docs/api.md is stale (what the tests check)
 """
 import argparse
+import importlib.machinery
 import pathlib
 import sys
 
 API = pathlib.Path(__file__).resolve().parent / "api.md"
 ROOT = API.parent.parent
-if list((ROOT / "mpskern").glob("_native*")):       # a checkout built in place: its mpskern
+# a checkout built in place: its mpskern (a compiled extension, not _native.pyx, else the
+# installed mpskern: a fresh clone after `pip install .` has only the sources)
+if any((ROOT / "mpskern" / f"_native{s}").exists() for s in importlib.machinery.EXTENSION_SUFFIXES):
     sys.path.insert(0, str(ROOT))
 
 import mpskern  # noqa: E402

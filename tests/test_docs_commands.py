@@ -253,6 +253,11 @@ def _run_mpskern(doc, scratch):
                 return
     elif sub == "selftest":
         args = args + ["--op", "softmax"]
+        if "--calibrate" in args and not backends.availability("metal")[0]:
+            r = _run(_mpskern_argv() + args, scratch, env)     # measures a Mac's GPU
+            lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
+            assert r.returncode == 2 and len(lines) == 1 and "Metal GPU" in lines[0], lines
+            pytest.skip("selftest --calibrate needs a Mac's GPU: said in one line")
     _files_read(args, scratch)
     _ok(_run(_mpskern_argv() + args, scratch, env), f"{doc.where}: mpskern {' '.join(args)}")
 

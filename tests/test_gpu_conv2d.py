@@ -184,7 +184,7 @@ def test_route():
 
 
 def test_tile_set_that_only_the_tiled_kernel_fits(sim):
-    cfg = dict(variant="tiled", BM=96, BN=96, BK=32, WM=1, WN=2)
+    cfg = dict(variant="tiled", BM=96, BN=96, BK=32, WM=2, WN=3)   # 48 accumulators per lane
     assert spaces.problems("conv2d", cfg, sim.info) == []
     assert spaces.problems("conv2d", dict(cfg, variant="simd"), sim.info)
     rng = np.random.default_rng(11)

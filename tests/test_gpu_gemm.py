@@ -377,7 +377,7 @@ def test_pipeline_thread_limit_steps_down_unless_pinned():
 def test_tile_set_that_only_the_tiled_kernel_fits(sim):
     """96x96x32 fits the tiled kernel (24 KiB) but not the simd one (its 36 KiB output
     tile): the rules say so per variant, the library still compiles, the tiled kernel runs."""
-    cfg = dict(variant="tiled", BM=96, BN=96, BK=32, WM=1, WN=2)
+    cfg = dict(variant="tiled", BM=96, BN=96, BK=32, WM=2, WN=3)   # 48 accumulators per lane
     assert spaces.problems("gemm", cfg, sim.info) == []
     assert any("threadgroup memory" in p
                for p in spaces.problems("gemm", dict(cfg, variant="simd"), sim.info))

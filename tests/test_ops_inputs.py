@@ -70,8 +70,7 @@ def test_zero_size_batches_skip_the_backend(monkeypatch, fn, args, kw, shape):
 
     def boom(*a, **k):
         raise AssertionError("the backend was called for an empty result")
-    for m in ("gemm", "conv2d", "pool2d", "softmax", "rownorm", "group_norm", "batch_norm"):
-        monkeypatch.setattr(cpu, m, boom)
+    monkeypatch.setattr(cpu, "execute", boom)   # every kernel goes through execute
     got = fn(*args, backend="cpu", **kw)
     assert got.shape == shape and got.dtype == args[0].dtype
 

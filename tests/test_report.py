@@ -87,7 +87,8 @@ def test_compare_flags_regressions_beyond_noise(results, tmp_path):
     assert "Comparison with the old results" in (out / "index.html").read_text()
 
 
-def test_report_errors(tmp_path):
+def test_report_errors(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)     # no results/ here (other tests' benches write the session cwd's)
     r = CliRunner().invoke(app, ["report", "-o", str(tmp_path)])
     assert r.exit_code == 2 and "give results" in r.stderr
     r = CliRunner().invoke(app, ["report", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path)])

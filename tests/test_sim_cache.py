@@ -174,7 +174,7 @@ def test_ctrl_c_while_compiling_leaves_no_temporary_file(tmp_path, to):
         while not glob.glob(str(tmp_path / "sim" / "*.cc")):    # the compiler's input
             assert p.poll() is None and time.time() < deadline, "no compile seen"
             time.sleep(0.02)
-        time.sleep(0.2)                                        # the compiler is running
+        time.sleep(0.05)                                       # the compiler is running
         if to == "the process":
             p.send_signal(signal.SIGINT)
         else:
@@ -183,9 +183,16 @@ def test_ctrl_c_while_compiling_leaves_no_temporary_file(tmp_path, to):
     finally:
         if p.poll() is None:
             p.kill()
+    if p.returncode == 0 and out.strip():
+        pytest.skip("the compile ended before the signal arrived (a fast machine): nothing "
+                    "was interrupted")
     assert p.returncode == -signal.SIGINT, f"rc {p.returncode}\n{err[-2000:]}"
     assert err.strip().splitlines()[-1] == "KeyboardInterrupt", err[-2000:]
-    leftovers = [f for f in os.listdir(tmp_path / "sim")
+    names = set(os.listdir(tmp_path / "sim"))
+    # a library published whole before the signal (its .so and .so.sum) is a finished entry,
+    # not a half-made one (on a fast machine a first build can end before the interrupt)
+    whole = {n for n in names if n.endswith(".so") and n + ".sum" in names}
+    leftovers = [f for f in sorted(names - whole - {n + ".sum" for n in whole})
                  if not f.endswith(".lock") and not re.fullmatch(r"stubs-[0-9a-f]+", f)]
     assert not leftovers, f"left in the cache: {leftovers}"
     _check(_run(code, tmp_path), want, "the run after the interrupted one")

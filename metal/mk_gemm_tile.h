@@ -7,13 +7,13 @@
 //          rows lane_row + 4*i, columns lane_col + 8*j (strided, so neighbouring lanes read
 //          neighbouring threadgroup words);
 //   simd:  8x8 simdgroup_matrix fragments, FM x FN of them per SIMD-group.
-// Tile parameters come in as macros (mpskern/tuning/spaces.py declares the space and the
+// Tile parameters come in as macros (mpskern/tuning/tiles.py declares the space and the
 // rules; the same macro set goes to Metal's preprocessorMacros and the simulator's -D).
 #ifndef MK_GEMM_TILE_H
 #define MK_GEMM_TILE_H
 
 #if !defined(MK_BM) || !defined(MK_BN) || !defined(MK_BK) || !defined(MK_WM) || !defined(MK_WN)
-#error "GEMM tile macros MK_BM, MK_BN, MK_BK, MK_WM, MK_WN must be defined (see mpskern/tuning/spaces.py)"
+#error "GEMM tile macros MK_BM, MK_BN, MK_BK, MK_WM, MK_WN must be defined (see mpskern/tuning/tiles.py)"
 #endif
 
 #define MK_NT (MK_SIMD_WIDTH * MK_WM * MK_WN)   // threads per threadgroup

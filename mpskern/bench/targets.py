@@ -3,8 +3,6 @@ CPU and MPS, MLX) under the same protocol. A Target binds an op's inputs to a ca
 that runs the op once and returns a numpy result (outputs preallocated where the API
 allows, so the timed loop measures the op, not numpy's allocator).
 """
-import importlib
-
 import numpy as np
 
 from mpskern import peaks
@@ -156,7 +154,7 @@ class TorchTarget(Target):
 
     def availability(self):
         try:
-            torch = importlib.import_module("torch")
+            import torch
         except ImportError:
             return False, "PyTorch is not installed (pip install torch)"
         if self.dev == "mps" and not (torch.backends.mps.is_available()):
@@ -204,7 +202,7 @@ class MlxTarget(Target):
 
     def availability(self):
         try:
-            mx = importlib.import_module("mlx.core")
+            import mlx.core as mx
         except ImportError:
             return False, "MLX is not installed (macOS on Apple silicon: pip install mlx)"
         return True, f"mlx {getattr(mx, '__version__', '?')}"

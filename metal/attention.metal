@@ -407,37 +407,11 @@ kernel void attention_tiled(const device T* q [[buffer(0)]],
 }
 #endif  // ATT_TILED_FITS
 
-// Explicit instantiations: the host names are the kernels' names (op_variant_dtype).
+// The kernels, one per dtype (mk_common.h's MK_PER_DTYPE): <name>_f32, <name>_f16.
 #if !defined(MK_NO_SIMDGROUP_MATRIX)
-template [[host_name("attention_simd_f32")]] kernel void attention_simd<float>(
-    const device float* q [[buffer(0)]], const device float* k [[buffer(1)]],
-    const device float* v [[buffer(2)]], const device uchar* mbool [[buffer(3)]],
-    const device float* madd [[buffer(4)]], device float* out [[buffer(5)]],
-    constant mk_attention_args& a [[buffer(6)]],
-    uint3 tgp [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]);
-template [[host_name("attention_simd_f16")]] kernel void attention_simd<half>(
-    const device half* q [[buffer(0)]], const device half* k [[buffer(1)]],
-    const device half* v [[buffer(2)]], const device uchar* mbool [[buffer(3)]],
-    const device half* madd [[buffer(4)]], device half* out [[buffer(5)]],
-    constant mk_attention_args& a [[buffer(6)]],
-    uint3 tgp [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]);
+MK_PER_DTYPE(attention_simd)
 #endif
 
 #if ATT_TILED_FITS
-template [[host_name("attention_tiled_f32")]] kernel void attention_tiled<float>(
-    const device float* q [[buffer(0)]], const device float* k [[buffer(1)]],
-    const device float* v [[buffer(2)]], const device uchar* mbool [[buffer(3)]],
-    const device float* madd [[buffer(4)]], device float* out [[buffer(5)]],
-    constant mk_attention_args& a [[buffer(6)]],
-    uint3 tgp [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]);
-template [[host_name("attention_tiled_f16")]] kernel void attention_tiled<half>(
-    const device half* q [[buffer(0)]], const device half* k [[buffer(1)]],
-    const device half* v [[buffer(2)]], const device uchar* mbool [[buffer(3)]],
-    const device half* madd [[buffer(4)]], device half* out [[buffer(5)]],
-    constant mk_attention_args& a [[buffer(6)]],
-    uint3 tgp [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]);
+MK_PER_DTYPE(attention_tiled)
 #endif

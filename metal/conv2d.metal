@@ -60,14 +60,7 @@ kernel void conv2d_depthwise(const device T* x [[buffer(0)]],
     }
 }
 
-template [[host_name("conv2d_depthwise_f32")]] kernel void conv2d_depthwise<float>(
-    const device float* x [[buffer(0)]], const device float* w [[buffer(1)]],
-    const device float* bias [[buffer(2)]], device float* y [[buffer(3)]],
-    constant mk_conv2d_args& a [[buffer(4)]], uint gid [[thread_position_in_grid]]);
-template [[host_name("conv2d_depthwise_f16")]] kernel void conv2d_depthwise<half>(
-    const device half* x [[buffer(0)]], const device half* w [[buffer(1)]],
-    const device float* bias [[buffer(2)]], device half* y [[buffer(3)]],
-    constant mk_conv2d_args& a [[buffer(4)]], uint gid [[thread_position_in_grid]]);
+MK_PER_DTYPE(conv2d_depthwise)
 
 #if defined(MK_BM)   // the implicit-GEMM kernels need the GEMM tile macros
 #include "mk_gemm_tile.h"
@@ -259,30 +252,10 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
 }
 #endif
 
-// Explicit instantiations: the host names are the kernels' names (op_variant_dtype).
-template [[host_name("conv2d_tiled_f32")]] kernel void conv2d_tiled<float>(
-    const device float* x [[buffer(0)]], const device float* w [[buffer(1)]],
-    const device float* bias [[buffer(2)]], device float* y [[buffer(3)]],
-    constant mk_conv2d_args& a [[buffer(4)]], uint3 tgp [[threadgroup_position_in_grid]],
-    uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]]);
-template [[host_name("conv2d_tiled_f16")]] kernel void conv2d_tiled<half>(
-    const device half* x [[buffer(0)]], const device half* w [[buffer(1)]],
-    const device float* bias [[buffer(2)]], device half* y [[buffer(3)]],
-    constant mk_conv2d_args& a [[buffer(4)]], uint3 tgp [[threadgroup_position_in_grid]],
-    uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]],
-    uint lane [[thread_index_in_simdgroup]]);
+// The kernels, one per dtype (mk_common.h): <name>_f32, <name>_f16.
+MK_PER_DTYPE(conv2d_tiled)
 #if MK_CONV_SIMD_FITS
-template [[host_name("conv2d_simd_f32")]] kernel void conv2d_simd<float>(
-    const device float* x [[buffer(0)]], const device float* w [[buffer(1)]],
-    const device float* bias [[buffer(2)]], device float* y [[buffer(3)]],
-    constant mk_conv2d_args& a [[buffer(4)]], uint3 tgp [[threadgroup_position_in_grid]],
-    uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]]);
-template [[host_name("conv2d_simd_f16")]] kernel void conv2d_simd<half>(
-    const device half* x [[buffer(0)]], const device half* w [[buffer(1)]],
-    const device float* bias [[buffer(2)]], device half* y [[buffer(3)]],
-    constant mk_conv2d_args& a [[buffer(4)]], uint3 tgp [[threadgroup_position_in_grid]],
-    uint tid [[thread_index_in_threadgroup]], uint sg [[simdgroup_index_in_threadgroup]]);
+MK_PER_DTYPE(conv2d_simd)
 #endif
 
 #endif  // MK_BM

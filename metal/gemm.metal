@@ -183,40 +183,11 @@ kernel void gemm_splitk_reduce(const device float* partial [[buffer(0)]],
     }
 }
 
-// Explicit instantiations: the host names are the kernels' names (op_variant_dtype).
-template [[host_name("gemm_tiled_f32")]] kernel void gemm_tiled<float>(
-    const device float* A [[buffer(0)]], const device float* B [[buffer(1)]],
-    const device float* C [[buffer(2)]], device float* out [[buffer(3)]],
-    constant mk_gemm_args& args [[buffer(4)]], device float* partial [[buffer(5)]],
-    uint3 tgp [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]);
-template [[host_name("gemm_tiled_f16")]] kernel void gemm_tiled<half>(
-    const device half* A [[buffer(0)]], const device half* B [[buffer(1)]],
-    const device half* C [[buffer(2)]], device half* out [[buffer(3)]],
-    constant mk_gemm_args& args [[buffer(4)]], device float* partial [[buffer(5)]],
-    uint3 tgp [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]], uint lane [[thread_index_in_simdgroup]]);
+// The kernels, one per dtype (mk_common.h): <name>_f32, <name>_f16.
+MK_PER_DTYPE(gemm_tiled)
 
 #if MK_SIMD_FITS
-template [[host_name("gemm_simd_f32")]] kernel void gemm_simd<float>(
-    const device float* A [[buffer(0)]], const device float* B [[buffer(1)]],
-    const device float* C [[buffer(2)]], device float* out [[buffer(3)]],
-    constant mk_gemm_args& args [[buffer(4)]], device float* partial [[buffer(5)]],
-    uint3 tgp [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]]);
-template [[host_name("gemm_simd_f16")]] kernel void gemm_simd<half>(
-    const device half* A [[buffer(0)]], const device half* B [[buffer(1)]],
-    const device half* C [[buffer(2)]], device half* out [[buffer(3)]],
-    constant mk_gemm_args& args [[buffer(4)]], device float* partial [[buffer(5)]],
-    uint3 tgp [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-    uint sg [[simdgroup_index_in_threadgroup]]);
+MK_PER_DTYPE(gemm_simd)
 #endif
 
-template [[host_name("gemm_splitk_reduce_f32")]] kernel void gemm_splitk_reduce<float>(
-    const device float* partial [[buffer(0)]], const device float* C [[buffer(1)]],
-    device float* out [[buffer(2)]], constant mk_gemm_args& args [[buffer(3)]],
-    uint gid [[thread_position_in_grid]]);
-template [[host_name("gemm_splitk_reduce_f16")]] kernel void gemm_splitk_reduce<half>(
-    const device float* partial [[buffer(0)]], const device half* C [[buffer(1)]],
-    device half* out [[buffer(2)]], constant mk_gemm_args& args [[buffer(3)]],
-    uint gid [[thread_position_in_grid]]);
+MK_PER_DTYPE(gemm_splitk_reduce)

@@ -9,6 +9,18 @@ using namespace metal;
 
 #define MK_SIMD_WIDTH 32
 
+// Per-dtype kernels, one style in every file: a template kernel `fn` over the storage type T
+// (named <family>_<variant>), then MK_PER_DTYPE(fn), which instantiates it as fn_f32
+// (T = float) and fn_f16 (T = half): the names mpskern.paths.kernel_name builds. The
+// instantiation `template [[host_name("fn_f32")]] [[kernel]] decltype(fn<float>) fn<float>;`
+// does not repeat the parameter list (Apple's compiler takes this form); the simulator's
+// front-end reads the parameters' roles from the template's definition.
+#define MK_STR_(x) #x
+#define MK_STR(x) MK_STR_(x)
+#define MK_INSTANTIATE(fn, T, sfx) \
+    template [[host_name(MK_STR(fn##_##sfx))]] [[kernel]] decltype(fn<T>) fn<T>;
+#define MK_PER_DTYPE(fn) MK_INSTANTIATE(fn, float, f32) MK_INSTANTIATE(fn, half, f16)
+
 // Number of b-sized pieces covering a (a >= 0, b > 0).
 inline int mk_cdiv(int a, int b) { return (a + b - 1) / b; }
 

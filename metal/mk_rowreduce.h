@@ -12,27 +12,11 @@
 #include <metal_stdlib>
 using namespace metal;
 
-inline float mk_row_sum(float v, threadgroup float* scratch, uint tid, uint lane, uint sg,
-                        uint tpr)
+// The row's sum (or maximum) of v: a SIMD reduction, then one partial per SIMD-group of the row.
+inline float mk_row_reduce(float v, bool is_max, threadgroup float* scratch, uint tid, uint lane,
+                           uint sg, uint tpr)
 {
-    const float s = simd_sum(v);
-    if (lane == 0) {
-        scratch[sg] = s;
-    }
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    const uint per_row = tpr / 32;
-    const uint first = (tid / tpr) * per_row;
-    float r = 0.0f;
-    for (uint k = 0; k < per_row; ++k) {
-        r += scratch[first + k];
-    }
-    return r;
-}
-
-inline float mk_row_max(float v, threadgroup float* scratch, uint tid, uint lane, uint sg,
-                        uint tpr)
-{
-    const float s = simd_max(v);
+    const float s = is_max ? simd_max(v) : simd_sum(v);
     if (lane == 0) {
         scratch[sg] = s;
     }
@@ -41,9 +25,21 @@ inline float mk_row_max(float v, threadgroup float* scratch, uint tid, uint lane
     const uint first = (tid / tpr) * per_row;
     float r = scratch[first];
     for (uint k = 1; k < per_row; ++k) {
-        r = max(r, scratch[first + k]);
+        r = is_max ? max(r, scratch[first + k]) : r + scratch[first + k];
     }
     return r;
+}
+
+inline float mk_row_sum(float v, threadgroup float* scratch, uint tid, uint lane, uint sg,
+                        uint tpr)
+{
+    return mk_row_reduce(v, false, scratch, tid, lane, sg, tpr);
+}
+
+inline float mk_row_max(float v, threadgroup float* scratch, uint tid, uint lane, uint sg,
+                        uint tpr)
+{
+    return mk_row_reduce(v, true, scratch, tid, lane, sg, tpr);
 }
 
 // Mean and variance of a row from per-thread moments (count c, mean mu, sum of squared

@@ -22,10 +22,9 @@
 // MK_RPG) threadgroups of MK_TPR*MK_RPG threads (stats: a row is a chunk of a channel);
 // finish: C threads; apply: N*C*HW threads.
 // Absent weight/bias (has_weight/has_bias == 0) may be bound to any buffer: never read.
-#include <metal_stdlib>
+#include "mk_common.h"
 #include "mk_args.h"
 #include "mk_rowreduce.h"
-using namespace metal;
 
 #ifndef MK_TPR
 #define MK_TPR 256
@@ -80,11 +79,16 @@ inline void nm_step(thread float& c, thread float& mu, thread float& m2, float x
 // ---------------------------------------------------------------- layer_norm / rms_norm
 
 template <typename T>
-inline void rownorm_rows_impl(const device T* x, const device float* w, const device float* b,
-                              device T* y, constant mk_rownorm_args& a,
-                              threadgroup float* red0, threadgroup float* red1,
-                              uint group, uint tid, uint lane, uint sg)
+kernel void norm_rownorm_rows(const device T* x [[buffer(0)]], const device float* w [[buffer(1)]],
+                              const device float* b [[buffer(2)]], device T* y [[buffer(3)]],
+                              constant mk_rownorm_args& a [[buffer(4)]],
+                              uint group [[threadgroup_position_in_grid]],
+                              uint tid [[thread_position_in_threadgroup]],
+                              uint lane [[thread_index_in_simdgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]])
 {
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     const int t = int(tid % MK_TPR);
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int n = row < a.rows ? a.n : 0;
@@ -111,11 +115,17 @@ inline void rownorm_rows_impl(const device T* x, const device float* w, const de
 }
 
 template <typename T>
-inline void rownorm_looped_impl(const device T* x, const device float* w, const device float* b,
-                                device T* y, constant mk_rownorm_args& a,
-                                threadgroup float* red0, threadgroup float* red1,
-                                uint group, uint tid, uint lane, uint sg)
+kernel void norm_rownorm_looped(const device T* x [[buffer(0)]],
+                                const device float* w [[buffer(1)]],
+                                const device float* b [[buffer(2)]], device T* y [[buffer(3)]],
+                                constant mk_rownorm_args& a [[buffer(4)]],
+                                uint group [[threadgroup_position_in_grid]],
+                                uint tid [[thread_position_in_threadgroup]],
+                                uint lane [[thread_index_in_simdgroup]],
+                                uint sg [[simdgroup_index_in_threadgroup]])
 {
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     const int t = int(tid % MK_TPR);
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int n = row < a.rows ? a.n : 0;
@@ -141,12 +151,16 @@ inline void rownorm_looped_impl(const device T* x, const device float* w, const 
 // ---------------------------------------------------------------- group_norm
 
 template <typename T>
-inline void group_norm_rows_impl(const device T* x, const device float* w,
-                                 const device float* b, device T* y,
-                                 constant mk_group_norm_args& a,
-                                 threadgroup float* red0, threadgroup float* red1,
-                                 uint group, uint tid, uint lane, uint sg)
+kernel void norm_group_rows(const device T* x [[buffer(0)]], const device float* w [[buffer(1)]],
+                            const device float* b [[buffer(2)]], device T* y [[buffer(3)]],
+                            constant mk_group_norm_args& a [[buffer(4)]],
+                            uint group [[threadgroup_position_in_grid]],
+                            uint tid [[thread_position_in_threadgroup]],
+                            uint lane [[thread_index_in_simdgroup]],
+                            uint sg [[simdgroup_index_in_threadgroup]])
 {
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     const int t = int(tid % MK_TPR);
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int cg = a.C / a.groups;
@@ -176,12 +190,16 @@ inline void group_norm_rows_impl(const device T* x, const device float* w,
 }
 
 template <typename T>
-inline void group_norm_looped_impl(const device T* x, const device float* w,
-                                   const device float* b, device T* y,
-                                   constant mk_group_norm_args& a,
-                                   threadgroup float* red0, threadgroup float* red1,
-                                   uint group, uint tid, uint lane, uint sg)
+kernel void norm_group_looped(const device T* x [[buffer(0)]], const device float* w [[buffer(1)]],
+                              const device float* b [[buffer(2)]], device T* y [[buffer(3)]],
+                              constant mk_group_norm_args& a [[buffer(4)]],
+                              uint group [[threadgroup_position_in_grid]],
+                              uint tid [[thread_position_in_threadgroup]],
+                              uint lane [[thread_index_in_simdgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]])
 {
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     const int t = int(tid % MK_TPR);
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int cg = a.C / a.groups;
@@ -213,11 +231,16 @@ inline void group_norm_looped_impl(const device T* x, const device float* w,
 // many elements still fill the GPU): partial[3*r .. 3*r+2] = (count, mean, M2) of row r =
 // channel * split + chunk. Chunks are never empty (the encoder picks split so).
 template <typename T>
-inline void batch_norm_stats_impl(const device T* x, device float* partial,
-                                  constant mk_batch_norm_args& a, int split,
-                                  threadgroup float* red0, threadgroup float* red1,
-                                  uint group, uint tid, uint lane, uint sg)
+kernel void norm_batch_stats(const device T* x [[buffer(0)]], device float* partial [[buffer(1)]],
+                             constant mk_batch_norm_args& a [[buffer(2)]],
+                             constant int& split [[buffer(3)]],
+                             uint group [[threadgroup_position_in_grid]],
+                             uint tid [[thread_position_in_threadgroup]],
+                             uint lane [[thread_index_in_simdgroup]],
+                             uint sg [[simdgroup_index_in_threadgroup]])
 {
+    threadgroup float red0[NM_THREADS / 32];
+    threadgroup float red1[NM_THREADS / 32];
     const int t = int(tid % MK_TPR);
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const bool live = row < a.C * split;
@@ -244,9 +267,15 @@ inline void batch_norm_stats_impl(const device T* x, device float* partial,
 
 // One thread per channel: combine its chunks' moments exactly (Chan et al.), store mean and
 // biased variance in stats[0:C], stats[C:2C], update the running statistics (unbiased).
-inline void batch_norm_finish_impl(const device float* partial, device float* running_mean,
-                                   device float* running_var, device float* stats,
-                                   constant mk_batch_norm_args& a, int split, uint gid)
+// Statistics are float32 whatever x is: T is unused, only norm_batch_finish_f32 exists.
+template <typename T>
+kernel void norm_batch_finish(const device float* partial [[buffer(0)]],
+                              device float* running_mean [[buffer(1)]],
+                              device float* running_var [[buffer(2)]],
+                              device float* stats [[buffer(3)]],
+                              constant mk_batch_norm_args& a [[buffer(4)]],
+                              constant int& split [[buffer(5)]],
+                              uint gid [[thread_position_in_grid]])
 {
     const int ch = int(gid);
     if (ch < a.C) {
@@ -274,10 +303,13 @@ inline void batch_norm_finish_impl(const device float* partial, device float* ru
 }
 
 template <typename T>
-inline void batch_norm_apply_impl(const device T* x, const device float* mean,
-                                  const device float* var, const device float* w,
-                                  const device float* b, device T* y,
-                                  constant mk_batch_norm_args& a, uint gid)
+kernel void norm_batch_apply(const device T* x [[buffer(0)]],
+                             const device float* mean [[buffer(1)]],
+                             const device float* var [[buffer(2)]],
+                             const device float* w [[buffer(3)]],
+                             const device float* b [[buffer(4)]], device T* y [[buffer(5)]],
+                             constant mk_batch_norm_args& a [[buffer(6)]],
+                             uint gid [[thread_position_in_grid]])
 {
     if (int(gid) < a.N * a.C * a.HW) {
         const int ch = (int(gid) / a.HW) % a.C;
@@ -290,188 +322,11 @@ inline void batch_norm_apply_impl(const device T* x, const device float* mean,
     }
 }
 
-// ---------------------------------------------------------------- kernels
-
-kernel void norm_rownorm_rows_f32(const device float* x [[buffer(0)]],
-                             const device float* w [[buffer(1)]],
-                             const device float* b [[buffer(2)]],
-                             device float* y [[buffer(3)]],
-                             constant mk_rownorm_args& a [[buffer(4)]],
-                             uint group [[threadgroup_position_in_grid]],
-                             uint tid [[thread_position_in_threadgroup]],
-                             uint lane [[thread_index_in_simdgroup]],
-                             uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red0[NM_THREADS / 32];
-    threadgroup float red1[NM_THREADS / 32];
-    rownorm_rows_impl<float>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
-}
-
-kernel void norm_rownorm_rows_f16(const device half* x [[buffer(0)]],
-                             const device float* w [[buffer(1)]],
-                             const device float* b [[buffer(2)]],
-                             device half* y [[buffer(3)]],
-                             constant mk_rownorm_args& a [[buffer(4)]],
-                             uint group [[threadgroup_position_in_grid]],
-                             uint tid [[thread_position_in_threadgroup]],
-                             uint lane [[thread_index_in_simdgroup]],
-                             uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red0[NM_THREADS / 32];
-    threadgroup float red1[NM_THREADS / 32];
-    rownorm_rows_impl<half>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
-}
-
-kernel void norm_rownorm_looped_f32(const device float* x [[buffer(0)]],
-                               const device float* w [[buffer(1)]],
-                               const device float* b [[buffer(2)]],
-                               device float* y [[buffer(3)]],
-                               constant mk_rownorm_args& a [[buffer(4)]],
-                               uint group [[threadgroup_position_in_grid]],
-                               uint tid [[thread_position_in_threadgroup]],
-                               uint lane [[thread_index_in_simdgroup]],
-                               uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red0[NM_THREADS / 32];
-    threadgroup float red1[NM_THREADS / 32];
-    rownorm_looped_impl<float>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
-}
-
-kernel void norm_rownorm_looped_f16(const device half* x [[buffer(0)]],
-                               const device float* w [[buffer(1)]],
-                               const device float* b [[buffer(2)]],
-                               device half* y [[buffer(3)]],
-                               constant mk_rownorm_args& a [[buffer(4)]],
-                               uint group [[threadgroup_position_in_grid]],
-                               uint tid [[thread_position_in_threadgroup]],
-                               uint lane [[thread_index_in_simdgroup]],
-                               uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red0[NM_THREADS / 32];
-    threadgroup float red1[NM_THREADS / 32];
-    rownorm_looped_impl<half>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
-}
-
-kernel void norm_group_rows_f32(const device float* x [[buffer(0)]],
-                                const device float* w [[buffer(1)]],
-                                const device float* b [[buffer(2)]],
-                                device float* y [[buffer(3)]],
-                                constant mk_group_norm_args& a [[buffer(4)]],
-                                uint group [[threadgroup_position_in_grid]],
-                                uint tid [[thread_position_in_threadgroup]],
-                                uint lane [[thread_index_in_simdgroup]],
-                                uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red0[NM_THREADS / 32];
-    threadgroup float red1[NM_THREADS / 32];
-    group_norm_rows_impl<float>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
-}
-
-kernel void norm_group_rows_f16(const device half* x [[buffer(0)]],
-                                const device float* w [[buffer(1)]],
-                                const device float* b [[buffer(2)]],
-                                device half* y [[buffer(3)]],
-                                constant mk_group_norm_args& a [[buffer(4)]],
-                                uint group [[threadgroup_position_in_grid]],
-                                uint tid [[thread_position_in_threadgroup]],
-                                uint lane [[thread_index_in_simdgroup]],
-                                uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red0[NM_THREADS / 32];
-    threadgroup float red1[NM_THREADS / 32];
-    group_norm_rows_impl<half>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
-}
-
-kernel void norm_group_looped_f32(const device float* x [[buffer(0)]],
-                                  const device float* w [[buffer(1)]],
-                                  const device float* b [[buffer(2)]],
-                                  device float* y [[buffer(3)]],
-                                  constant mk_group_norm_args& a [[buffer(4)]],
-                                  uint group [[threadgroup_position_in_grid]],
-                                  uint tid [[thread_position_in_threadgroup]],
-                                  uint lane [[thread_index_in_simdgroup]],
-                                  uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red0[NM_THREADS / 32];
-    threadgroup float red1[NM_THREADS / 32];
-    group_norm_looped_impl<float>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
-}
-
-kernel void norm_group_looped_f16(const device half* x [[buffer(0)]],
-                                  const device float* w [[buffer(1)]],
-                                  const device float* b [[buffer(2)]],
-                                  device half* y [[buffer(3)]],
-                                  constant mk_group_norm_args& a [[buffer(4)]],
-                                  uint group [[threadgroup_position_in_grid]],
-                                  uint tid [[thread_position_in_threadgroup]],
-                                  uint lane [[thread_index_in_simdgroup]],
-                                  uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red0[NM_THREADS / 32];
-    threadgroup float red1[NM_THREADS / 32];
-    group_norm_looped_impl<half>(x, w, b, y, a, red0, red1, group, tid, lane, sg);
-}
-
-kernel void norm_batch_stats_f32(const device float* x [[buffer(0)]],
-                                 device float* partial [[buffer(1)]],
-                                 constant mk_batch_norm_args& a [[buffer(2)]],
-                                 constant int& split [[buffer(3)]],
-                                 uint group [[threadgroup_position_in_grid]],
-                                 uint tid [[thread_position_in_threadgroup]],
-                                 uint lane [[thread_index_in_simdgroup]],
-                                 uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red0[NM_THREADS / 32];
-    threadgroup float red1[NM_THREADS / 32];
-    batch_norm_stats_impl<float>(x, partial, a, split, red0, red1, group, tid, lane, sg);
-}
-
-kernel void norm_batch_stats_f16(const device half* x [[buffer(0)]],
-                                 device float* partial [[buffer(1)]],
-                                 constant mk_batch_norm_args& a [[buffer(2)]],
-                                 constant int& split [[buffer(3)]],
-                                 uint group [[threadgroup_position_in_grid]],
-                                 uint tid [[thread_position_in_threadgroup]],
-                                 uint lane [[thread_index_in_simdgroup]],
-                                 uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red0[NM_THREADS / 32];
-    threadgroup float red1[NM_THREADS / 32];
-    batch_norm_stats_impl<half>(x, partial, a, split, red0, red1, group, tid, lane, sg);
-}
-
-// statistics are float32 whatever x is: one kernel serves both dtypes
-kernel void norm_batch_finish_f32(const device float* partial [[buffer(0)]],
-                                  device float* running_mean [[buffer(1)]],
-                                  device float* running_var [[buffer(2)]],
-                                  device float* stats [[buffer(3)]],
-                                  constant mk_batch_norm_args& a [[buffer(4)]],
-                                  constant int& split [[buffer(5)]],
-                                  uint gid [[thread_position_in_grid]])
-{
-    batch_norm_finish_impl(partial, running_mean, running_var, stats, a, split, gid);
-}
-
-kernel void norm_batch_apply_f32(const device float* x [[buffer(0)]],
-                                 const device float* mean [[buffer(1)]],
-                                 const device float* var [[buffer(2)]],
-                                 const device float* w [[buffer(3)]],
-                                 const device float* b [[buffer(4)]],
-                                 device float* y [[buffer(5)]],
-                                 constant mk_batch_norm_args& a [[buffer(6)]],
-                                 uint gid [[thread_position_in_grid]])
-{
-    batch_norm_apply_impl<float>(x, mean, var, w, b, y, a, gid);
-}
-
-kernel void norm_batch_apply_f16(const device half* x [[buffer(0)]],
-                                 const device float* mean [[buffer(1)]],
-                                 const device float* var [[buffer(2)]],
-                                 const device float* w [[buffer(3)]],
-                                 const device float* b [[buffer(4)]],
-                                 device half* y [[buffer(5)]],
-                                 constant mk_batch_norm_args& a [[buffer(6)]],
-                                 uint gid [[thread_position_in_grid]])
-{
-    batch_norm_apply_impl<half>(x, mean, var, w, b, y, a, gid);
-}
+// The kernels, one per dtype (mk_common.h): <name>_f32, <name>_f16.
+MK_PER_DTYPE(norm_rownorm_rows)
+MK_PER_DTYPE(norm_rownorm_looped)
+MK_PER_DTYPE(norm_group_rows)
+MK_PER_DTYPE(norm_group_looped)
+MK_PER_DTYPE(norm_batch_stats)
+MK_PER_DTYPE(norm_batch_apply)
+MK_INSTANTIATE(norm_batch_finish, float, f32)     // serves both dtypes (float32 statistics)

@@ -8,13 +8,13 @@
 //   no input element gives 0 (torch does the same).
 // Dispatch: N*C*P*Q threads (grid counted in threads, any threadgroup size); no macros.
 // float32 accumulation for both storage types.
-#include <metal_stdlib>
+#include "mk_common.h"
 #include "mk_args.h"
-using namespace metal;
 
 template <typename T>
-inline void pool2d_max_impl(const device T* x, device T* y, constant mk_pool2d_args& a,
-                            uint gid)
+kernel void pool_max(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
+                     constant mk_pool2d_args& a [[buffer(2)]],
+                     uint gid [[thread_position_in_grid]])
 {
     const int total = a.N * a.C * a.P * a.Q;
     if (int(gid) < total) {
@@ -50,8 +50,9 @@ inline void pool2d_max_impl(const device T* x, device T* y, constant mk_pool2d_a
 }
 
 template <typename T>
-inline void pool2d_avg_impl(const device T* x, device T* y, constant mk_pool2d_args& a,
-                            uint gid)
+kernel void pool_avg(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
+                     constant mk_pool2d_args& a [[buffer(2)]],
+                     uint gid [[thread_position_in_grid]])
 {
     const int total = a.N * a.C * a.P * a.Q;
     if (int(gid) < total) {
@@ -81,34 +82,5 @@ inline void pool2d_avg_impl(const device T* x, device T* y, constant mk_pool2d_a
     }
 }
 
-kernel void pool_max_f32(const device float* x [[buffer(0)]],
-                           device float* y [[buffer(1)]],
-                           constant mk_pool2d_args& a [[buffer(2)]],
-                           uint gid [[thread_position_in_grid]])
-{
-    pool2d_max_impl<float>(x, y, a, gid);
-}
-
-kernel void pool_max_f16(const device half* x [[buffer(0)]],
-                           device half* y [[buffer(1)]],
-                           constant mk_pool2d_args& a [[buffer(2)]],
-                           uint gid [[thread_position_in_grid]])
-{
-    pool2d_max_impl<half>(x, y, a, gid);
-}
-
-kernel void pool_avg_f32(const device float* x [[buffer(0)]],
-                           device float* y [[buffer(1)]],
-                           constant mk_pool2d_args& a [[buffer(2)]],
-                           uint gid [[thread_position_in_grid]])
-{
-    pool2d_avg_impl<float>(x, y, a, gid);
-}
-
-kernel void pool_avg_f16(const device half* x [[buffer(0)]],
-                           device half* y [[buffer(1)]],
-                           constant mk_pool2d_args& a [[buffer(2)]],
-                           uint gid [[thread_position_in_grid]])
-{
-    pool2d_avg_impl<half>(x, y, a, gid);
-}
+MK_PER_DTYPE(pool_max)
+MK_PER_DTYPE(pool_avg)

@@ -14,10 +14,9 @@
 // Dispatch: rows/looped: ceil(outer*inner / MK_RPG) threadgroups of MK_TPR*MK_RPG threads;
 // cols: outer*inner threads (any threadgroup size).
 // float32 accumulation for both storage types.
-#include <metal_stdlib>
+#include "mk_common.h"
 #include "mk_args.h"
 #include "mk_rowreduce.h"
-using namespace metal;
 
 #ifndef MK_TPR
 #define MK_TPR 256
@@ -78,10 +77,15 @@ inline T sm_out(float x, float m, float s, bool log_out)
 }
 
 template <typename T>
-inline void softmax_rows_impl(const device T* x, device T* y, constant mk_softmax_args& a,
-                              threadgroup float* red_max, threadgroup float* red_sum,
-                              uint group, uint tid, uint lane, uint sg)
+kernel void softmax_rows(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
+                         constant mk_softmax_args& a [[buffer(2)]],
+                         uint group [[threadgroup_position_in_grid]],
+                         uint tid [[thread_position_in_threadgroup]],
+                         uint lane [[thread_index_in_simdgroup]],
+                         uint sg [[simdgroup_index_in_threadgroup]])
 {
+    threadgroup float red_max[SM_THREADS / 32];
+    threadgroup float red_sum[SM_THREADS / 32];
     const int t = int(tid % MK_TPR);
     const sm_row r = sm_locate(a, int(group) * MK_RPG + int(tid / MK_TPR));
     float v[MK_VPT];
@@ -109,10 +113,15 @@ inline void softmax_rows_impl(const device T* x, device T* y, constant mk_softma
 }
 
 template <typename T>
-inline void softmax_looped_impl(const device T* x, device T* y, constant mk_softmax_args& a,
-                                threadgroup float* red_max, threadgroup float* red_sum,
-                                uint group, uint tid, uint lane, uint sg)
+kernel void softmax_looped(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
+                           constant mk_softmax_args& a [[buffer(2)]],
+                           uint group [[threadgroup_position_in_grid]],
+                           uint tid [[thread_position_in_threadgroup]],
+                           uint lane [[thread_index_in_simdgroup]],
+                           uint sg [[simdgroup_index_in_threadgroup]])
 {
+    threadgroup float red_max[SM_THREADS / 32];
+    threadgroup float red_sum[SM_THREADS / 32];
     const int t = int(tid % MK_TPR);
     const sm_row r = sm_locate(a, int(group) * MK_RPG + int(tid / MK_TPR));
     const int n = r.live ? a.n : 0;
@@ -132,8 +141,9 @@ inline void softmax_looped_impl(const device T* x, device T* y, constant mk_soft
 }
 
 template <typename T>
-inline void softmax_cols_impl(const device T* x, device T* y, constant mk_softmax_args& a,
-                              uint gid)
+kernel void softmax_cols(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
+                         constant mk_softmax_args& a [[buffer(2)]],
+                         uint gid [[thread_position_in_grid]])
 {
     const sm_row r = sm_locate(a, int(gid));
     if (r.live) {
@@ -149,70 +159,6 @@ inline void softmax_cols_impl(const device T* x, device T* y, constant mk_softma
     }
 }
 
-kernel void softmax_rows_f32(const device float* x [[buffer(0)]],
-                             device float* y [[buffer(1)]],
-                             constant mk_softmax_args& a [[buffer(2)]],
-                             uint group [[threadgroup_position_in_grid]],
-                             uint tid [[thread_position_in_threadgroup]],
-                             uint lane [[thread_index_in_simdgroup]],
-                             uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red_max[SM_THREADS / 32];
-    threadgroup float red_sum[SM_THREADS / 32];
-    softmax_rows_impl<float>(x, y, a, red_max, red_sum, group, tid, lane, sg);
-}
-
-kernel void softmax_rows_f16(const device half* x [[buffer(0)]],
-                             device half* y [[buffer(1)]],
-                             constant mk_softmax_args& a [[buffer(2)]],
-                             uint group [[threadgroup_position_in_grid]],
-                             uint tid [[thread_position_in_threadgroup]],
-                             uint lane [[thread_index_in_simdgroup]],
-                             uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red_max[SM_THREADS / 32];
-    threadgroup float red_sum[SM_THREADS / 32];
-    softmax_rows_impl<half>(x, y, a, red_max, red_sum, group, tid, lane, sg);
-}
-
-kernel void softmax_looped_f32(const device float* x [[buffer(0)]],
-                               device float* y [[buffer(1)]],
-                               constant mk_softmax_args& a [[buffer(2)]],
-                               uint group [[threadgroup_position_in_grid]],
-                               uint tid [[thread_position_in_threadgroup]],
-                               uint lane [[thread_index_in_simdgroup]],
-                               uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red_max[SM_THREADS / 32];
-    threadgroup float red_sum[SM_THREADS / 32];
-    softmax_looped_impl<float>(x, y, a, red_max, red_sum, group, tid, lane, sg);
-}
-
-kernel void softmax_looped_f16(const device half* x [[buffer(0)]],
-                               device half* y [[buffer(1)]],
-                               constant mk_softmax_args& a [[buffer(2)]],
-                               uint group [[threadgroup_position_in_grid]],
-                               uint tid [[thread_position_in_threadgroup]],
-                               uint lane [[thread_index_in_simdgroup]],
-                               uint sg [[simdgroup_index_in_threadgroup]])
-{
-    threadgroup float red_max[SM_THREADS / 32];
-    threadgroup float red_sum[SM_THREADS / 32];
-    softmax_looped_impl<half>(x, y, a, red_max, red_sum, group, tid, lane, sg);
-}
-
-kernel void softmax_cols_f32(const device float* x [[buffer(0)]],
-                             device float* y [[buffer(1)]],
-                             constant mk_softmax_args& a [[buffer(2)]],
-                             uint gid [[thread_position_in_grid]])
-{
-    softmax_cols_impl<float>(x, y, a, gid);
-}
-
-kernel void softmax_cols_f16(const device half* x [[buffer(0)]],
-                             device half* y [[buffer(1)]],
-                             constant mk_softmax_args& a [[buffer(2)]],
-                             uint gid [[thread_position_in_grid]])
-{
-    softmax_cols_impl<half>(x, y, a, gid);
-}
+MK_PER_DTYPE(softmax_rows)
+MK_PER_DTYPE(softmax_looped)
+MK_PER_DTYPE(softmax_cols)

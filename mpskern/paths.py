@@ -23,6 +23,22 @@ SIM_INCLUDE_DIR = _first(os.path.join(_PKG, "_data", "sim_include"),
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[^\n]*$', re.M)
 
 
+_SUFFIX = {"float32": "f32", "float16": "f16"}
+
+
+def kernel_name(family, variant, dtype):
+    """The name of a kernel of metal/: <family>_<variant>_<f32|f16>, e.g. ("gemm", "simd",
+    float32) -> "gemm_simd_f32". metal/mk_common.h's MK_PER_DTYPE instantiates the template
+    kernel <family>_<variant> under these names; the tuning spaces (Space.kernel) and the
+    GPU encoders build every name here. dtype: _native.F32/F16, a numpy dtype or its name;
+    any other is a TypeError."""
+    from mpskern.tuning.lookup import dtype_name
+    sfx = _SUFFIX.get(dtype_name(dtype))
+    if sfx is None:
+        raise TypeError(f"GPU kernels take float32 or float16 (dtype {dtype!r})")
+    return f"{family}_{variant}_{sfx}"
+
+
 @lru_cache(maxsize=None)
 def metal_source(name):
     """The MSL source of metal/`name` with project headers ("...") inlined once each:

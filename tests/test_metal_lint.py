@@ -313,33 +313,51 @@ def rule_literals_and_overloads(fname, src, code):
     return found
 
 
+# metal/mk_common.h's instantiation macros: MK_PER_DTYPE(fn) -> fn_f32, fn_f16;
+# MK_INSTANTIATE(fn, T, sfx) -> fn_sfx (a kernel that exists for one dtype only)
+INST_RE = re.compile(r"\bMK_PER_DTYPE\s*\(\s*(\w+)\s*\)"
+                     r"|\bMK_INSTANTIATE\s*\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\)")
+SUFFIX = {"float": "f32", "half": "f16"}
+
+
 def rule_kernel_names(fname, src, code):
+    """One style for every kernel: a template kernel <stem>_<variant> over the storage type,
+    instantiated by MK_PER_DTYPE (or MK_INSTANTIATE for a one-dtype kernel), whose host
+    names are <stem>_<variant>_<f32|f16> (mpskern.paths.kernel_name)."""
     found = []
     stem = os.path.splitext(fname)[0]
     names = {}
-    for m in re.finditer(r'\[\[\s*host_name\s*\(\s*"([^"]*)"\s*\)\s*\]\]', code):
-        host = m.group(1)
+    for m in INST_RE.finditer(code):
         ln = line_of(code, m.start())
-        nm = NAME_RE.match(host)
-        if not nm or not host.startswith(stem + "_"):
-            found.append(f"{fname}:{ln}: kernel name {host!r} is not {stem}_<variant>_<f32|f16>")
+        fn = m.group(1) or m.group(2)
+        if m.group(1):
+            sfxs = ("f32", "f16")
+        elif SUFFIX.get(m.group(3)) != m.group(4):
+            found.append(f"{fname}:{ln}: MK_INSTANTIATE({fn}, {m.group(3)}, {m.group(4)}): the "
+                         f"suffix of {m.group(3)} is {SUFFIX.get(m.group(3), 'none')}")
             continue
-        tail = code[m.end():]
-        km = KERNEL_RE.match(tail.lstrip())
-        if km:
-            names.setdefault(km.group(1), set()).add(host.rsplit("_", 1)[1])
+        else:
+            sfxs = (m.group(4),)
+        for sfx in sfxs:
+            host = f"{fn}_{sfx}"
+            if not NAME_RE.match(host) or not host.startswith(stem + "_"):
+                found.append(f"{fname}:{ln}: kernel name {host!r} is not "
+                             f"{stem}_<variant>_<f32|f16>")
+            names.setdefault(fn, set()).add(sfx)
+    for m in re.finditer(r'\[\[\s*host_name\s*\(', code):
+        found.append(f"{fname}:{line_of(code, m.start())}: a hand-written instantiation; "
+                     f"use MK_PER_DTYPE(fn) (metal/mk_common.h)")
     for name, targs, _params, body, off in kernels(code):
         if body is None:
             continue
-        templ = re.search(r"template\s*<[^>]*>\s*$", code[max(0, off - 200):off])
-        if templ:
-            missing = {"f32", "f16"} - names.get(name, set())
-            if missing:
-                found.append(f"{fname}:{line_of(code, off)}: template kernel {name} has no "
-                             f"instantiation for {sorted(missing)}")
-        elif not (NAME_RE.match(name) and name.startswith(stem + "_")):
-            found.append(f"{fname}:{line_of(code, off)}: kernel name {name!r} is not "
-                         f"{stem}_<variant>_<f32|f16>")
+        # attributes may stand between `template <...>` and `kernel` ([[max_total_threads...]])
+        templ = re.search(r"template\s*<[^>]*>\s*(?:\[\[[^\]]*\]\]\s*)*$", code[max(0, off - 300):off])
+        if not templ:
+            found.append(f"{fname}:{line_of(code, off)}: kernel {name} is not a template over "
+                         f"the storage type instantiated by MK_PER_DTYPE (metal/mk_common.h)")
+        elif not names.get(name):
+            found.append(f"{fname}:{line_of(code, off)}: template kernel {name} has no "
+                         f"instantiation (MK_PER_DTYPE({name}))")
     return found
 
 
@@ -401,12 +419,7 @@ kernel void demo_plain(const device T* x [[buffer(0)]], device T* y [[buffer(1)]
         y[tid] = T(tile[tid] + half(1.0));
     }
 }
-template [[host_name("demo_plain_f32")]] kernel void demo_plain<float>(
-    const device float* x [[buffer(0)]], device float* y [[buffer(1)]],
-    constant mk_softmax_args& a [[buffer(2)]], uint tid [[thread_index_in_threadgroup]]);
-template [[host_name("demo_plain_f16")]] kernel void demo_plain<half>(
-    const device half* x [[buffer(0)]], device half* y [[buffer(1)]],
-    constant mk_softmax_args& a [[buffer(2)]], uint tid [[thread_index_in_threadgroup]]);
+MK_PER_DTYPE(demo_plain)
 """
 
 PLANTED = {
@@ -430,8 +443,20 @@ PLANTED = {
                      "    if (tid > 3) { return; }\n    tile[tid] = float(x[tid]);",
                      "must not return early"),
     "half literal": ("half(1.0)", "1.0h", "half literal"),
-    "name": ('"demo_plain_f16"', '"demo_plain_half"', "is not demo_<variant>"),
-    "missing f16": ('template [[host_name("demo_plain_f16")]]', "template", "['f16']"),
+    "name": ("MK_PER_DTYPE(demo_plain)", "MK_PER_DTYPE(demo_plain)\nMK_INSTANTIATE(demo_plain, "
+             "half, half)", "the suffix of half is f16"),
+    "not demo_": ("MK_PER_DTYPE(demo_plain)", "MK_PER_DTYPE(demo_plain)\nMK_PER_DTYPE(plain)",
+                  "'plain_f32' is not demo_<variant>"),
+    "missing instantiation": ("MK_PER_DTYPE(demo_plain)", "", "has no instantiation"),
+    "hand-written instantiation": (
+        "MK_PER_DTYPE(demo_plain)",
+        'template [[host_name("demo_plain_f32")]] kernel void demo_plain<float>(\n'
+        "    const device float* x [[buffer(0)]], device float* y [[buffer(1)]],\n"
+        "    constant mk_softmax_args& a [[buffer(2)]], uint tid [[thread_index_in_threadgroup]]);",
+        "hand-written instantiation"),
+    "wrapper kernel": ("MK_PER_DTYPE(demo_plain)", "MK_PER_DTYPE(demo_plain)\n"
+                       "kernel void demo_plain_f64(const device float* x [[buffer(0)]])\n"
+                       "{\n}\n", "not a template"),
 }
 
 

@@ -4,8 +4,10 @@ Input is *preprocessed* MSL (see compiler.preprocess: the C preprocessor has alr
 with the tile macros, so kernel names and sizes made by macros are visible, and line
 markers name the real .metal file). The translation
   - finds the kernels: `kernel void f(...) {...}` definitions and the explicit
-    instantiations `template [[host_name("n")]] kernel void f<T>(...);`, and reads each
-    parameter's role from its attribute ([[buffer(i)]], [[threadgroup(i)]], built-ins);
+    instantiations `template [[host_name("n")]] kernel void f<T>(...);` and
+    `template [[host_name("n")]] [[kernel]] decltype(f<T>) f<T>;` (metal/mk_common.h's
+    MK_PER_DTYPE), and reads each parameter's role from its attribute ([[buffer(i)]],
+    [[threadgroup(i)]], built-ins; an instantiation's from its template);
   - removes every [[...]] attribute (`threadgroup` is an empty macro in C++, so
     [[threadgroup(0)]] would not parse; g++/clang would warn about the others);
   - rewrites what C++ cannot say: `1.0h` half literals, the `constant` address space
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 
 from mpskern._native import MAX_BINDINGS
 
-FRONTEND_VERSION = 3
+FRONTEND_VERSION = 4
 MAX_BUFFER_INDEX = MAX_BINDINGS - 1     # Metal: [[buffer(0)]] .. [[buffer(30)]] (objc/mpskern.h)
 
 
@@ -50,6 +52,10 @@ ALIASES3 = {"grid_size": "threads_per_grid"}
 
 _MARKER = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"[^\n]*$', re.M)
 _KERNEL = re.compile(r'(?:\[\[\s*kernel\s*\]\]|\bkernel\b)\s*void\s+([A-Za-z_]\w*)\s*')
+# `template [[host_name("f_f32")]] [[kernel]] decltype(f<float>) f<float>;` (the form Apple's
+# compiler takes without repeating the parameter list; metal/mk_common.h's MK_INSTANTIATE)
+_DECLTYPE_INST = re.compile(r'\btemplate\s*\[\[\s*host_name\s*\(\s*"([^"]*)"\s*\)\s*\]\]\s*'
+                            r'(?:\[\[\s*kernel\s*\]\]|\bkernel\b)\s*decltype\s*\(\s*([A-Za-z_]\w*)\s*(?=<)')
 _ATTR = re.compile(r'\[\[(.*?)\]\]', re.S)
 _HALF_LIT = re.compile(r'(?<![\w.])((?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)[hH](?![\w.])')
 _CONSTANT = re.compile(r'\bconstant\b(\s+const\b)?|\bconst\s+constant\b')
@@ -247,12 +253,36 @@ def find_kernels(text, lines):
         if max_threads is None and is_instantiation:
             max_threads = template_max.get(name)
         kernels.append(Kernel(host or name, name + targs, params, fname, line, max_threads or "0"))
+    kernels += _decltype_instantiations(text, lines, templates, template_max)
     seen = set()
     for k in kernels:
         if k.host_name in seen:
             raise TranslateError(f"{k.file}:{k.line}: two kernels named '{k.host_name}'")
         seen.add(k.host_name)
     return kernels
+
+
+def _decltype_instantiations(text, lines, templates, template_max):
+    """Kernels instantiated as `template [[host_name("n")]] [[kernel]] decltype(f<A>) f<A>;`:
+    the parameters' roles are the template definition's (the glue takes their types from
+    the instantiated function itself, see glue)."""
+    out = []
+    for m in _DECLTYPE_INST.finditer(text):
+        host, name = m.group(1), m.group(2)
+        end = _match_close(text, m.end(), "<", ">")
+        targs = text[m.end():end]
+        tail = re.match(r"\s*\)\s*" + re.escape(name) + r"\s*" + re.escape(targs) + r"\s*;",
+                        text[end:])
+        fname, line = lines.at(m.start())
+        if end < 0 or not tail:
+            raise TranslateError(f"{fname}:{line}: kernel '{host}': expected "
+                                 f"decltype({name}<...>) {name}<...>; with the same arguments")
+        if templates.get(name) is None:
+            raise TranslateError(f"{fname}:{line}: kernel '{host}' instantiates '{name}', which "
+                                 f"is not a template kernel defined above with readable parameters")
+        out.append(Kernel(host, name + targs, templates[name], fname, line,
+                          template_max.get(name) or "0"))
+    return out
 
 
 def _rewrite_tg_decls(text):
@@ -267,17 +297,27 @@ def _rewrite_tg_decls(text):
     return _TG_DECL.sub(sub, text)
 
 
-def _arg_expr(p):
+def _arg_expr(p, i):
+    """The glue's argument for parameter i (role from `p`); its type is read off the
+    kernel's own function type (F), so template parameters need no textual substitution."""
+    t = f"__mk_arg<F, {i}>::type"
     if p.attr == "buffer":
-        return f"__mk_bind<{p.type}>(B[{p.index}])"
+        return f"__mk_bind<{t}>(B[{p.index}])"
     if p.attr == "threadgroup":
-        return f"({p.type})(TG[{p.index}])"
+        return f"({t})(TG[{p.index}])"
     if p.attr == "grid_origin":
-        return f"__mk_builtin3<{p.type}>(__mk_zero3)"
+        return f"__mk_builtin3<{t}>(__mk_zero3)"
     name = ALIASES3.get(p.attr, p.attr)
     if name in BUILTINS3:
-        return f"__mk_builtin3<{p.type}>(L->{name})"
-    return f"__mk_builtin1<{p.type}>(L->{BUILTINS1[name]})"
+        return f"__mk_builtin3<{t}>(L->{name})"
+    return f"__mk_builtin1<{t}>(L->{BUILTINS1[name]})"
+
+
+# The type of parameter I of a function pointer type F.
+_ARG_TRAIT = """template <class F, int I> struct __mk_arg;
+template <class R, class H, class... A> struct __mk_arg<R (*)(H, A...), 0> { typedef H type; };
+template <class R, class H, class... A, int I> struct __mk_arg<R (*)(H, A...), I> {
+  typedef typename __mk_arg<R (*)(A...), I - 1>::type type; };"""
 
 
 def _c_string(s):
@@ -286,21 +326,24 @@ def _c_string(s):
 
 def glue(kernels, needs_fibers, checked, profiled=False):
     out = ['\n# 1 "<mpskern glue>"',
-           "static const uint32_t __mk_zero3[3] = {0, 0, 0};"]
+           "static const uint32_t __mk_zero3[3] = {0, 0, 0};", _ARG_TRAIT]
     for i, k in enumerate(kernels):
-        args = ",\n      ".join(_arg_expr(p) for p in k.params)
+        args = ",\n      ".join(_arg_expr(p, j) for j, p in enumerate(k.params))
         out.append(f'#line {k.line} {_c_string(k.file)}')
         out.append(f"static void __mk_glue_{i}(void *const *B, void *const *TG, const mk_sim_lane *L) {{"
-                   f" (void)B; (void)TG; (void)L; {k.callee}({args}); }}")
+                   f" (void)B; (void)TG; (void)L; typedef decltype(&{k.callee}) F;"
+                   f" {k.callee}({args}); }}")
     out.append('# 1 "<mpskern glue>"')
     rows = []
     for i, k in enumerate(kernels):
-        refs = [p for p in k.params if p.attr == "buffer" and p.type.rstrip().endswith("&")]
+        refs = [(j, p) for j, p in enumerate(k.params)
+                if p.attr == "buffer" and p.type.rstrip().endswith("&")]
         bufs = sum(1 << p.index for p in k.params if p.attr == "buffer")
-        byts = sum(1 << p.index for p in refs)
+        byts = sum(1 << p.index for _, p in refs)
         tgs = sum(1 << p.index for p in k.params if p.attr == "threadgroup")
-        sizes = ", ".join(f"{{{p.index}u, (uint32_t)sizeof(std::remove_reference<{p.type}>::type)}}"
-                          for p in refs)
+        sizes = ", ".join(f"{{{p.index}u, (uint32_t)sizeof(std::remove_reference<"
+                          f"__mk_arg<decltype(&{k.callee}), {j}>::type>::type)}}"
+                          for j, p in refs)
         out.append(f"static const mk_sim_bytes_param __mk_bytes_{i}[] = {{{sizes or '{0u, 0u}'}}};")
         rows.append(f"  {{{_c_string(k.host_name)}, __mk_glue_{i}, {_c_string(k.file)}, {k.line}, "
                     f"{bufs}u, {byts}u, {tgs}u, (uint32_t)({k.max_threads}), {len(refs)}u, __mk_bytes_{i}}},")

@@ -12,7 +12,7 @@ optional `split_k`, a threadgroup size) change the dispatch, not the compiled ke
 """
 from dataclasses import dataclass, field
 
-from mpskern.tuning import lookup
+from mpskern import paths
 
 FLOAT = 4   # bytes per staged element: tiles are staged in threadgroup memory as float
 
@@ -39,7 +39,7 @@ class Space:
     fallback: object = None         # (dtype, shape key) -> what it returns when no choice
                                     # fits (select() then says why); None: the first choice
 
-    def kernel(self, config, dtype):
-        """The kernel's name: op_variant_dtype."""
-        sfx = {"float32": "f32", "float16": "f16"}[lookup.dtype_name(dtype)]
-        return f"{self.op}_{config['variant']}_{sfx}"
+    def kernel(self, config, dtype, variant=None):
+        """The name of the kernel (paths.kernel_name: op_variant_dtype) of `config`'s
+        variant, or of another `variant` of the same family (a helper kernel)."""
+        return paths.kernel_name(self.op, variant or config["variant"], dtype)

@@ -8,7 +8,7 @@ slot a call does not use is bound to q (never read).
 """
 from mpskern import _native
 from mpskern._errors import Unsupported
-from mpskern.backends.gpu.context import MAX_GRID_YZ, cdiv, configure, nothing, pipelines, suffix
+from mpskern.backends.gpu.context import MAX_GRID_YZ, cdiv, configure, nothing, pipelines
 from mpskern.tuning import spaces
 
 SPACE = "attention"

@@ -35,15 +35,6 @@ def cdiv(a, b):
     return -(-a // b)
 
 
-def suffix(dtype):
-    """The kernel-name suffix of a dtype code (_native.F32 -> "f32")."""
-    if dtype == _native.F32:
-        return "f32"
-    if dtype == _native.F16:
-        return "f16"
-    raise TypeError(f"GPU kernels take float32 or float16 (dtype code {dtype!r})")
-
-
 class Context:
     """The Metal (or simulated) device as the encoders use it: created on first use, kernels
     compiled once (Metal: at run time from source; sim: mpskern.sim's front-end and host

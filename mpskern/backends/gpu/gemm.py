@@ -10,7 +10,7 @@ command buffer.
 from mpskern import _native
 from mpskern._errors import Unsupported
 from mpskern.backends.gpu.context import (MAX_GRID_YZ, activation_macros, cdiv, configure,
-                                          helper_threads, nothing, pipelines, suffix)
+                                          helper_threads, nothing, pipelines)
 from mpskern.tuning import spaces
 
 SPACE = "gemm"
@@ -50,8 +50,8 @@ def gemm(ctx, args, dtype, A, B, C, out, config=None):
                 threadgroup=(spaces.threads(SPACE, cfg), 1, 1),
                 bindings=[bA, bB, bC, bO, packed, partial])]
     if split > 1:
-        red = ctx.compiled(f"gemm_splitk_reduce_{suffix(dtype)}", spaces.SPACES[SPACE].file,
-                           dict(spaces.macros(SPACE, cfg), **act))
+        red = ctx.compiled(spaces.SPACES[SPACE].kernel(cfg, dtype, variant="splitk_reduce"),
+                           spaces.SPACES[SPACE].file, dict(spaces.macros(SPACE, cfg), **act))
         t = helper_threads(red, REDUCE_THREADS)
         run.append(dict(pipeline=red, grid=(cdiv(batch * M * N, t), 1, 1), threadgroup=(t, 1, 1),
                         bindings=[partial, bC, bO, packed]))

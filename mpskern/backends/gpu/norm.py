@@ -13,7 +13,7 @@ import numpy as np
 
 from mpskern import _native
 from mpskern.backends.gpu import rows as R
-from mpskern.backends.gpu.context import configure, helper_threads, nothing, pipelines, suffix
+from mpskern.backends.gpu.context import configure, helper_threads, nothing, pipelines
 from mpskern.tuning import spaces
 
 
@@ -23,12 +23,12 @@ def _optional(ctx, v, fallback):
     return fallback if v is None else ctx.buffer(v)
 
 
-def _rows_op(ctx, op, kind, args, dtype, x, weight, bias, y, rows, n, config):
+def _rows_op(ctx, op, args, dtype, x, weight, bias, y, rows, n, config):
     if not (rows and n):
         return nothing()
     cfg, level = configure(ctx, op, dtype, (rows, n), config)
     cfg, level, (pipe,) = pipelines(ctx, op, dtype, (rows, n), cfg, level, lambda c: [
-        (f"norm_{kind}_{c['variant']}_{suffix(dtype)}", R.row_threads(c))])
+        (spaces.SPACES[op].kernel(c, dtype), R.row_threads(c))])
     xb, yb = ctx.buffer(x), ctx.buffer(y, writable=True)
     binds = [xb, _optional(ctx, weight, xb), _optional(ctx, bias, xb), yb,
              _native.pack_args(op, args)]
@@ -38,7 +38,7 @@ def _rows_op(ctx, op, kind, args, dtype, x, weight, bias, y, rows, n, config):
 
 def rownorm(ctx, args, dtype, x, weight, bias, y, config=None):
     """Encoder: layer_norm (kind 0) or rms_norm (kind 1) of x viewed as (rows, n)."""
-    return _rows_op(ctx, "rownorm", "rownorm", args, dtype, x, weight, bias, y,
+    return _rows_op(ctx, "rownorm", args, dtype, x, weight, bias, y,
                     args["rows"], args["n"], config)
 
 
@@ -46,7 +46,7 @@ def group_norm(ctx, args, dtype, x, weight, bias, y, config=None):
     """Encoder: group_norm of x (N, C, HW); a (sample, group) is one row."""
     if args["groups"] < 1 or args["C"] % args["groups"]:
         raise ValueError(f"group_norm: groups={args['groups']} must divide C={args['C']}")
-    return _rows_op(ctx, "group_norm", "group", args, dtype, x, weight, bias, y,
+    return _rows_op(ctx, "group_norm", args, dtype, x, weight, bias, y,
                     args["N"] * args["groups"], args["C"] // args["groups"] * args["HW"],
                     config)
 
@@ -61,12 +61,13 @@ def batch_norm(ctx, args, dtype, x, running_mean, running_var, weight, bias, y, 
     N, C, HW = args["N"], args["C"], args["HW"]
     if not (N and C and HW):
         return nothing()
-    op, sfx = "batch_norm", suffix(dtype)
+    op = "batch_norm"
+    sp = spaces.SPACES[op]
     cfg, level = configure(ctx, op, dtype, (N, C, HW), config)
 
     def kernels(c):             # the elementwise normalisation; training: the statistics
-        apply = [(f"norm_batch_apply_{sfx}", c.get("threads", 256))]
-        return apply + [(f"norm_batch_stats_{sfx}", R.row_threads(c))] if training else apply
+        apply = [(sp.kernel(c, dtype, variant="apply"), c.get("threads", 256))]
+        return apply + [(sp.kernel(c, dtype), R.row_threads(c))] if training else apply
     cfg, level, pipes = pipelines(ctx, op, dtype, (N, C, HW), cfg, level, kernels)
     apply, threads = pipes[0], cfg.get("threads", 256)
     packed = _native.pack_args(op, args)
@@ -87,8 +88,8 @@ def batch_norm(ctx, args, dtype, x, running_mean, running_var, weight, bias, y, 
         else:
             rm = rv = stats       # never touched: has_running == 0
         nsplit = np.int32(split).tobytes()
-        fin = ctx.compiled("norm_batch_finish_f32", spaces.SPACES[op].file,
-                           spaces.macros(op, cfg))
+        fin = ctx.compiled(sp.kernel(cfg, _native.F32, variant="finish"), sp.file,
+                           spaces.macros(op, cfg))    # float32 statistics for either dtype
         mean, var = (stats, 0), (stats, 4 * C)
         run = [R.row_dispatch(pipes[1], cfg, C * split, [xb, partial, packed, nsplit]),
                R.elementwise_dispatch(fin, helper_threads(fin, 32), C,

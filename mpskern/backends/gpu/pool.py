@@ -4,7 +4,8 @@ mpskern/tuning/spaces.py) is only the threads per threadgroup, so one compiled l
 serves every configuration."""
 from mpskern import _native
 from mpskern.backends.gpu import rows as R
-from mpskern.backends.gpu.context import configure, nothing, pipelines, suffix
+from mpskern.backends.gpu.context import configure, nothing, pipelines
+from mpskern.tuning import spaces
 
 SPACE = "pool2d"
 MODES = {0: "max", 1: "avg"}      # MK_POOL_MAX / MK_POOL_AVG in metal/mk_args.h
@@ -19,7 +20,7 @@ def pool2d(ctx, args, dtype, x, y, config=None):
     if not all(shape):
         return nothing()
     cfg, level = configure(ctx, SPACE, dtype, shape, config)
-    kernel = f"pool_{mode}_{suffix(dtype)}"
+    kernel = spaces.SPACES[SPACE].kernel(None, dtype, variant=mode)
     cfg, level, (pipe,) = pipelines(ctx, SPACE, dtype, shape, cfg, level,
                                     lambda c: [(kernel, c["threads"])])
     xb, yb = ctx.buffer(x), ctx.buffer(y, writable=True)

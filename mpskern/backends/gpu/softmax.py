@@ -10,7 +10,8 @@ otherwise a threadgroup reduces each row.
 """
 from mpskern import _native
 from mpskern.backends.gpu import rows as R
-from mpskern.backends.gpu.context import configure, nothing, pipelines, suffix
+from mpskern.backends.gpu.context import configure, nothing, pipelines
+from mpskern.tuning import spaces
 
 COLS_MIN_ROWS = 1024   # mpskern's own threshold, not measured yet
 
@@ -32,7 +33,7 @@ def softmax(ctx, args, dtype, x, y, config=None):
     cfg, level = configure(ctx, op, dtype, shape, config)
     cols = op == "softmax_cols"
     cfg, level, (pipe,) = pipelines(ctx, op, dtype, shape, cfg, level, lambda c: [
-        (f"softmax_{c['variant']}_{suffix(dtype)}", c["threads"] if cols else R.row_threads(c))])
+        (spaces.SPACES[op].kernel(c, dtype), c["threads"] if cols else R.row_threads(c))])
     xb, yb = ctx.buffer(x), ctx.buffer(y, writable=True)
     packed = _native.pack_args("softmax", args)
     rows = args["outer"] * args["inner"]

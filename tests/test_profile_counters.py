@@ -26,6 +26,21 @@ kernel void vec4(const device float4* x [[buffer(0)]], device float4* y [[buffer
     y[i] = x[i] * 2.0f;
 }
 
+kernel void vec4_local(const device float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                       uint i [[thread_position_in_grid]]) {
+    const float4 v = ((const device float4*)x)[i];      // a copy into a local: one 16-byte load
+    ((device float4*)y)[i] = v;
+}
+
+kernel void scalar4_unrolled(const device float* x [[buffer(0)]], device float* y [[buffer(1)]],
+                             uint i [[thread_position_in_grid]]) {
+    float s = 0.0f;
+    for (int j = 0; j < 4; ++j) {                        // unrolled: four scalar loads, one line
+        s += x[4 * i + j];
+    }
+    y[i] = s;
+}
+
 kernel void scalar4(const device float* x [[buffer(0)]], device float* y [[buffer(1)]],
                     uint i [[thread_position_in_grid]]) {
     y[i] = x[4 * i] + x[4 * i + 1] + x[4 * i + 2] + x[4 * i + 3];
@@ -88,7 +103,7 @@ kernel void mma(const device float* a [[buffer(0)]], device float* c [[buffer(1)
 @pytest.fixture(scope="module")
 def k():
     return {name: mpskern.metal_kernel(SRC, name) for name in
-            ("strided", "vec4", "scalar4", "half4_copy", "banks", "barriers", "divisions",
+            ("strided", "vec4", "vec4_local", "scalar4_unrolled", "scalar4", "half4_copy", "banks", "barriers", "divisions",
              "flops", "mma")}
 
 
@@ -133,6 +148,24 @@ def test_vector_loads_are_vector_and_scalar_runs_are_not(k):
     yh = np.zeros(4096, np.float16)
     d = _one(k["half4_copy"](xh, yh, grid=1024, threadgroup=128, profile=True))
     assert d["device"]["load"]["width"]["8"] == 1024 and d["device"]["load"]["vector"] == 1.0
+
+
+def test_vector_copied_into_a_local_is_one_vector_access(k):
+    # `float4 v = p[i]` is split by the host ABI into two <2 x float> loads on one source
+    # line: still one 16-byte access per lane; unrolled scalar loads stay scalar
+    x = np.arange(4096, dtype=np.float32)
+    y = np.zeros(4096, np.float32)
+    d = _one(k["vec4_local"](x, y, grid=1024, threadgroup=128, profile=True))
+    np.testing.assert_array_equal(y, x)
+    for kind in ("load", "store"):
+        m = d["device"][kind]
+        assert m["width"]["16"] == 1024 and m["vector"] == 1.0, (kind, m["width"])
+        assert m["instr"] == 32 and m["coalescing"] == 1.0
+    y1 = np.zeros(1024, np.float32)
+    d = _one(k["scalar4_unrolled"](x, y1, grid=1024, threadgroup=128, profile=True))
+    np.testing.assert_array_equal(y1, x.reshape(-1, 4).sum(axis=1))
+    ld = d["device"]["load"]
+    assert ld["vector"] == 0.0 and ld["width"]["4"] == 4096
 
 
 @pytest.mark.parametrize("stride,conflict", [(1, 1.0), (3, 1.0), (4, 4.0), (8, 8.0), (32, 32.0),

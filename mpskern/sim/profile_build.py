@@ -37,7 +37,7 @@ from functools import lru_cache
 from mpskern._errors import KernelCompileError
 from mpskern.paths import SIM_INCLUDE_DIR
 
-TABLE_VERSION = 1
+TABLE_VERSION = 2          # part of the profiling build key: bump when instrument() changes
 IR_FLAGS = ["-x", "c++", "-std=c++17", "-O2", "-g", "-fPIC", "-fno-math-errno", "-fno-exceptions",
             "-fvisibility=hidden", "-w", "-fsanitize=thread",
             "-mllvm", "-tsan-instrument-func-entry-exit=0",
@@ -283,6 +283,26 @@ def _new_block(fn, label):
             "divs": defaultdict(int), "mma": defaultdict(int), "simd": defaultdict(int), "mem": 0}
 
 
+_VECTOR_ACCESS = re.compile(r"(?:= load (?:volatile )?<\d+ x |^\s*store (?:volatile )?<\d+ x )")
+# a pointer into an MSL vector (the simulator's metal::vec) or an offset from one
+_VEC_GEP = re.compile(r"^\s*(%[\w.$-]+) = getelementptr (?:inbounds |nuw |nusw |inrange\S* )*"
+                      r"(%\"struct\.metal::(?:packed_)?vec(?:\.\d+)?\"|i8), ptr (%[\w.$-]+)")
+
+
+def _vector_access(lines, at, vec_ptrs):
+    """Whether the load/store that the sanitizer call at lines[at] guards is a piece of an
+    MSL vector value: its address points into a metal::vec (`float4 v = p[i]` lowered to
+    element loads) or it moves an LLVM vector (the host ABI's <2 x float> halves)."""
+    operand = _TSAN.match(lines[at]).group(4).strip().split()[-1]
+    if operand in vec_ptrs:
+        return True
+    for ln in lines[at + 1:at + 4]:
+        s = ln.strip()
+        if s and not s.startswith(("#dbg_", ";")):
+            return bool(_VECTOR_ACCESS.search(s))
+    return False
+
+
 def instrument(text):
     """(instrumented IR text, table) for clang's IR `text` (see the module docstring)."""
     lines = text.split("\n")
@@ -318,7 +338,7 @@ def instrument(text):
             out.append(f"  call void @__mk_prof_bb(i32 {len(blocks) - 1})")
             pending_bb = False
 
-    for ln in lines:
+    for at, ln in enumerate(lines):
         if not in_fn:
             m = _DEFINE.match(ln)
             if m and ln.rstrip().endswith("{"):
@@ -329,6 +349,7 @@ def instrument(text):
                 in_fn = True
                 out.append(ln)
                 block = None
+                vec_ptrs = set()         # SSA pointers into MSL vectors (_vector_access)
                 if instrumented:
                     start_block("entry")
                 else:
@@ -378,10 +399,13 @@ def instrument(text):
                 continue                 # a global (the runtime table pointer): not the kernel's
             size, write = int(tm.group(3)), tm.group(2) == "write"
             # the pieces of one vector / aggregate value: made inside the simulator's headers
-            # (vector operators, simdgroup_load/store) or by the compiler (line 0: the copy
-            # of a struct such as float4 lowered to loads)
+            # (vector operators, simdgroup_load/store), by the compiler (line 0: the copy
+            # of a struct such as float4 lowered to loads), or an access of an LLVM vector
+            # type (`float4 v = p[i]`: the host ABI splits the copy into <2 x float>
+            # halves; with the vectorizers off only MSL vector values have such types)
             header = _is_header(inner_file)
-            merge = dm is not None and (header or made_by_compiler)
+            merge = dm is not None and (header or made_by_compiler or
+                                        _vector_access(lines, at, vec_ptrs))
             sid = len(sites)
             key = site_keys.setdefault((fn, dm.group(1)), sid) if merge else sid
             line = _source_line(frames)
@@ -394,6 +418,9 @@ def instrument(text):
                        f"i32 {info}){tm.group(5)}")
             continue
         out.append(ln)
+        gm = _VEC_GEP.match(ln)
+        if gm and (gm.group(2) != "i8" or gm.group(3) in vec_ptrs):
+            vec_ptrs.add(gm.group(1))
         if s.startswith(("br ", "switch ", "indirectbr ")):
             succ[block["label"]].extend(re.findall(r"label %([\w.$-]+)", s))
         _count(block, s, inner_file, inner_fn, frames)

@@ -13,7 +13,8 @@ them), each resource's time is its work on that core at its rate:
   threadgroup  bank-cycles (measured, conflicts included) at one per core-cycle
   L1           the lines every memory instruction touches at 64 B/cycle per core
   L2           the distinct lines each threadgroup touches at 32 B/cycle per core
-  DRAM         the dispatch's footprint (distinct lines) at the chip's memory bandwidth
+  DRAM         the dispatch's footprint (distinct lines; sampled grids: scaled, at most
+               each buffer's size) at the chip's memory bandwidth
 issue and threadgroup time are divided by an occupancy efficiency: resident SIMD-groups
 per core (limited by threads, threadgroup memory and registers per core) mapped through
 metal-benchmarks' FFMA throughput at 4/8/24/88 SIMD-groups per core. The estimate is the
@@ -109,6 +110,20 @@ def occupancy(c, fam, registers):
     return max(1, limits[name]), name
 
 
+def dram_bytes(c):
+    """The bytes a dispatch moves to or from DRAM: its footprint (distinct lines touched).
+    When the grid was sampled, the profiled threadgroups' lines of each buffer scaled by the
+    groups they stand for, at most the whole buffer (a buffer every group shares, e.g. a
+    gemm operand, is then counted once)."""
+    dev = c["device"]
+    if dev.get("footprint_exact", True) or not c.get("groups_profiled"):
+        return dev["footprint"]
+    scale = c["groups"] / c["groups_profiled"]
+    L = dev["line_bytes"]
+    return sum(min(math.ceil(b["bytes"] / L) * L, b["lines_touched"] * L * scale)
+               for b in dev["buffers"])
+
+
 def estimate(c, chip, *, registers=None, registers_source=None, calibration=None):
     """The modelled Estimate of one dispatch's counters `c` on `chip` (a peaks.Chip, a
     device name or a family)."""
@@ -135,7 +150,7 @@ def estimate(c, chip, *, registers=None, registers_source=None, calibration=None
                                                 fam.threadgroup_bytes_per_cycle) / clock / eff,
         "L1": s * dev["line_traffic"] / (fam.l1_bytes_per_cycle * clock),
         "L2": s * dev.get("group_line_traffic", dev["line_traffic"]) / (fam.l2_bytes_per_cycle * clock),
-        "DRAM": 1e3 * dev["footprint"] / (chip.gbps * 1e9),
+        "DRAM": 1e3 * dram_bytes(c) / (chip.gbps * 1e9),
     }
     bound = max(times, key=lambda k: times[k])
     launch = fam.launch_us / 1e3

@@ -12,6 +12,11 @@ import inspect
 import re
 import textwrap
 
+ACTIVATION_PARAMETER = '''\
+activation : str or None
+    None (default), "relu", "gelu" (erf), "gelu_tanh" or "silu", applied last and
+    fused into the kernel's output pass.
+'''
 OP_PARAMETERS = '''\
 backend : str
     "auto" (default: "metal" where available, else "cpu"), "cpu", "metal", "mps" or
@@ -66,15 +71,18 @@ def parameters(text):
 
 
 def complete_op(fn):
-    """Add the shared backend=/out= parameters and the Dtypes and Raises sections to an op's
-    docstring (once)."""
+    """Add the shared parameters (activation= where the op has it, backend=, out=) and the
+    Dtypes and Raises sections to an op's docstring (once)."""
     doc = inspect.cleandoc(fn.__doc__ or "")
     if "\nbackend : str" in doc:
         return fn
     head, sep, rest = doc.partition("\nReturns\n-------\n")
     if not sep:
         raise ValueError(f"{fn.__name__}'s docstring has no Returns section")
-    doc = head.rstrip() + "\n" + OP_PARAMETERS + "\nReturns\n-------\n" + rest
+    shared = OP_PARAMETERS
+    if "activation" in inspect.signature(fn).parameters:
+        shared = ACTIVATION_PARAMETER + shared
+    doc = head.rstrip() + "\n" + shared + "\nReturns\n-------\n" + rest
     head, sep, example = doc.partition("\nExample\n-------\n")
     fn.__doc__ = head.rstrip() + "\n\n" + OP_SECTIONS + (sep + example if sep else "")
     return fn

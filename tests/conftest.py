@@ -42,3 +42,14 @@ def _subprocesses_see_this_mpskern(tmp_path_factory):
         os.environ.pop("PYTHONPATH", None)
     else:
         os.environ["PYTHONPATH"] = old_pp
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """The CPU kernels' thread count for one test, 1 and 2 (the single-thread path and a
+    split), restored after. A module may define its own (tests/test_cpu_partitions.py)."""
+    from mpskern import _native
+    old = _native.cpu_get_num_threads()
+    _native.cpu_set_num_threads(request.param)
+    yield request.param
+    _native.cpu_set_num_threads(old)

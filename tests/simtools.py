@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mpskern import _native, backends
+from mpskern.tuning import spaces
 
 DT = {np.float32: _native.F32, np.float16: _native.F16}
 
@@ -49,3 +50,19 @@ def in_both_orders(be, call, seed=None):
             outs.append(call() if seed is None else call(np.random.default_rng(seed)))
     assert all(a.tobytes() == b.tobytes() for a, b in zip(*outs)), \
         "forward and reverse fiber orders give different bits"
+
+
+def shipped_configs():
+    """(metal file, sorted macro items) of every configuration the tuning spaces ship."""
+    out = set()
+    for op in spaces.SPACES:
+        for cfg in spaces.shipped(op):
+            out.add((spaces.SPACES[op].file, tuple(sorted(spaces.macros(op, cfg).items()))))
+    return sorted(out)
+
+
+# the planted-bug kernels of the checking-mode tests: the source head and one signature
+BUG_HEAD = "#include <metal_stdlib>\nusing namespace metal;\n"
+BUG_ARGS = ("device const float* x [[buffer(0)]], device float* y [[buffer(1)]], "
+            "uint i [[thread_index_in_threadgroup]], uint g [[thread_position_in_grid]], "
+            "uint tg [[threadgroup_position_in_grid]]")

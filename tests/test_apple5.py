@@ -5,6 +5,7 @@ leaves every simdgroup_matrix kernel out of every .metal file; the tuning rules 
 simd variants there and the defaults step down to the tiled ones; selftest marks the rows."""
 import numpy as np
 import pytest
+from simtools import shipped_configs
 
 from mpskern import backends, sim
 from mpskern.cli import selftest as st
@@ -18,16 +19,8 @@ SIMD_WORDS = {"simdgroup_matrix", "simdgroup_load", "simdgroup_store", "simdgrou
               "simdgroup_multiply", "make_filled_simdgroup_matrix"}
 
 
-def _shipped():
-    out = set()
-    for op in spaces.SPACES:
-        for cfg in spaces.shipped(op):
-            out.add((spaces.SPACES[op].file, tuple(sorted(spaces.macros(op, cfg).items()))))
-    return sorted(out)
-
-
 @pytest.mark.skipif(not sim.available()[0], reason="needs a host C++ compiler")
-@pytest.mark.parametrize("fname,macros", _shipped())
+@pytest.mark.parametrize("fname,macros", shipped_configs())
 def test_no_simdgroup_matrix_left_and_still_valid_msl(fname, macros):
     m = {k: str(v) for k, v in macros}
     pre = compiler.preprocess(strict.guard_includes(metal_source(fname)), dict(m, MK_NO_SIMDGROUP_MATRIX="1"))

@@ -17,14 +17,6 @@ from mpskern import _native
 DTYPES = [np.float32, np.float16]
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    old = _native.cpu_get_num_threads()
-    _native.cpu_set_num_threads(request.param)
-    yield request.param
-    _native.cpu_set_num_threads(old)
-
-
 def run_check(rng, dtype, dims, mask=None, mask_shape=None, causal=False, scale=None, kv_batch=None):
     q, k, v, m = T.case(rng, dtype, *dims, mask=mask, mask_shape=mask_shape, kv_batch=kv_batch)
     got = T.run_cpu(q, k, v, m, causal, scale)

@@ -29,14 +29,6 @@ def close(got, ref, dtype, scale=1.0):
                                atol=t["atol"] * scale)
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request):
-    old = _native.cpu_get_num_threads()
-    _native.cpu_set_num_threads(request.param)
-    yield request.param
-    _native.cpu_set_num_threads(old)
-
-
 # ------------------------------------------------------------------------------ gemm
 def gemm_args(batch, M, N, K, ta, tb, has_c, alpha, beta, sa, sb, sc):
     return dict(batch=batch, M=M, N=N, K=K, lda=M if ta else K, ldb=K if tb else N, ldc=N,

@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
+from simtools import shipped_configs
 from typer.testing import CliRunner
 
 import mpskern
@@ -20,7 +21,6 @@ from mpskern._errors import KernelCompileError
 from mpskern.cli.main import app
 from mpskern.paths import METAL_DIR
 from mpskern.sim import strict
-from mpskern.tuning import spaces
 
 pytestmark = pytest.mark.skipif(not sim.available()[0], reason="no host C++ compiler")
 needs_clang = pytest.mark.skipif(not strict.typecheck_available()[0],
@@ -247,15 +247,7 @@ def test_valid_idioms_pass_every_stage_separately():
         assert strict.typecheck(pre) == []
 
 
-def _shipped():
-    out = set()
-    for op in spaces.SPACES:
-        for cfg in spaces.shipped(op):
-            out.add((spaces.SPACES[op].file, tuple(sorted(spaces.macros(op, cfg).items()))))
-    return sorted(out)
-
-
-@pytest.mark.parametrize("fname,macros", _shipped())
+@pytest.mark.parametrize("fname,macros", shipped_configs())
 def test_every_shipped_kernel_passes_check_msl(fname, macros):
     args = ["check-msl", os.path.join(METAL_DIR, fname)]
     for k, v in macros:

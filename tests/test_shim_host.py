@@ -381,18 +381,14 @@ def test_page_span_refuses_what_cannot_be_wrapped(lib):
 
 
 def test_zero_copy_and_fast_math_switches(lib, monkeypatch):
-    monkeypatch.delenv("MPSKERN_ZERO_COPY", raising=False)
-    assert lib.mk_shim_zero_copy_allowed() == 1
-    monkeypatch.setenv("MPSKERN_ZERO_COPY", "0")
-    assert lib.mk_shim_zero_copy_allowed() == 0
-    monkeypatch.setenv("MPSKERN_ZERO_COPY", "1")
-    assert lib.mk_shim_zero_copy_allowed() == 1
-    monkeypatch.delenv("MPSKERN_METAL_FAST_MATH", raising=False)
-    assert lib.mk_shim_fast_math() == 0
-    monkeypatch.setenv("MPSKERN_METAL_FAST_MATH", "1")
-    assert lib.mk_shim_fast_math() == 1
-    monkeypatch.setenv("MPSKERN_METAL_FAST_MATH", "0")
-    assert lib.mk_shim_fast_math() == 0
+    # variable, the switch it sets, its value unset, and after "0" / "1"
+    for var, switch, unset in (("MPSKERN_ZERO_COPY", lib.mk_shim_zero_copy_allowed, 1),
+                               ("MPSKERN_METAL_FAST_MATH", lib.mk_shim_fast_math, 0)):
+        monkeypatch.delenv(var, raising=False)
+        assert switch() == unset, var
+        for value in ("0", "1", "0") if unset else ("1", "0"):
+            monkeypatch.setenv(var, value)
+            assert switch() == int(value), (var, value)
 
 
 def test_copy_mode_mirrors_by_direction(lib):

@@ -4,16 +4,14 @@ import re
 
 import numpy as np
 import pytest
+from simtools import BUG_ARGS, BUG_HEAD
 
 import mpskern
 from mpskern import sim
 
 pytestmark = pytest.mark.skipif(not sim.available()[0], reason="no host C++ compiler")
 
-HEAD = "#include <metal_stdlib>\nusing namespace metal;\n"
-ARGS = ("device const float* x [[buffer(0)]], device float* y [[buffer(1)]], "
-        "uint i [[thread_index_in_threadgroup]], uint g [[thread_position_in_grid]], "
-        "uint tg [[threadgroup_position_in_grid]]")
+HEAD, ARGS = BUG_HEAD, BUG_ARGS
 
 BUGS = {
     # name: (body, marker line, expected finding)

@@ -6,21 +6,10 @@ computes the right answer with the limit at 256 and at 64 -- its encoder steps d
 configuration the pipeline allows."""
 import numpy as np
 import pytest
+from simtools import sim  # noqa: F401  (fixture)
 
 import mpskern
-from mpskern import backends
 from mpskern.cli import selftest
-
-
-@pytest.fixture
-def sim():
-    ok, why = backends.availability("sim")
-    if not ok:
-        pytest.skip(f"sim unavailable: {why}")
-    be = backends.get("sim")
-    be.set_sim_options()
-    yield be
-    be.set_sim_options()
 
 
 KERNEL = """

@@ -140,12 +140,7 @@ def _one(sp, t, shape, label, dtype, inp, want, cost, tol, budget, min_samples, 
             and sp.work_done):
         pk = peaks.raise_measured(r["device"], pk, r["gflops"])
     if pk is not None and sec > 0:
-        pg, pb = pk.gflops(dtype), pk.gbps
-        r.update(peak_gflops=pg, peak_gbps=pb, peak_source=pk.source)
-        if r["metric"] == "gflops" and pg:
-            r["pct_peak"] = 100 * r["gflops"] / pg
-        elif r["metric"] == "gbps" and pb:
-            r["pct_peak"] = 100 * r["gbps"] / pb
+        schema.set_peak(r, pk, dtype)
     return _stamp(r)
 
 

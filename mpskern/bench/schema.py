@@ -69,6 +69,17 @@ COLUMNS = {
 }
 
 
+def set_peak(row, peak, dtype):
+    """Fill a measured (or modelled) row's peak columns from a peaks.Peak: peak_gflops,
+    peak_gbps, peak_source, and pct_peak of the row's metric where that peak is known."""
+    pg, pb = peak.gflops(dtype), peak.gbps
+    row.update(peak_gflops=pg, peak_gbps=pb, peak_source=peak.source)
+    if row["metric"] == "gflops" and pg:
+        row["pct_peak"] = 100 * row["gflops"] / pg
+    elif row["metric"] == "gbps" and pb:
+        row["pct_peak"] = 100 * row["gbps"] / pb
+
+
 def clean(v):
     """JSON-safe: NaN/inf floats become None; numpy scalars become Python ones."""
     if isinstance(v, dict):

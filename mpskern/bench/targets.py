@@ -6,6 +6,7 @@ allows, so the timed loop measures the op, not numpy's allocator).
 import numpy as np
 
 from mpskern import peaks
+from mpskern.bench import schema
 
 PEERS = ("torch-cpu", "torch-mps", "mlx")
 
@@ -136,12 +137,7 @@ class ModelTarget(Target):
                  model=dict(m.as_dict(), sampled=any(d["sampled"] for d in prof.dispatches)))
         pk = self.peak()
         if pk is not None:
-            pg, pb = pk.gflops(dtype), pk.gbps
-            r.update(peak_gflops=pg, peak_gbps=pb, peak_source=pk.source)
-            if r["metric"] == "gflops" and pg:
-                r["pct_peak"] = 100 * r["gflops"] / pg
-            elif r["metric"] == "gbps" and pb:
-                r["pct_peak"] = 100 * r["gbps"] / pb
+            schema.set_peak(r, pk, dtype)
         return r
 
 

@@ -7,9 +7,9 @@ from mpskern.ops.conv2d import CONV2D, conv2d
 from mpskern.ops.devices import Device, devices
 from mpskern.ops.linear import LINEAR, linear
 from mpskern.ops.matmul import GEMM, MATMUL, gemm, matmul
-from mpskern.ops.norm import (BATCH_NORM, GROUP_NORM, LAYER_NORM, RMS_NORM, batch_norm,
-                              group_norm, layer_norm, rms_norm)
+from mpskern.ops.channel_norm import BATCH_NORM, GROUP_NORM, batch_norm, group_norm
 from mpskern.ops.pool import AVG_POOL2D, MAX_POOL2D, avg_pool2d, max_pool2d
+from mpskern.ops.row_norm import LAYER_NORM, RMS_NORM, layer_norm, rms_norm
 from mpskern.ops.softmax import LOG_SOFTMAX, SOFTMAX, log_softmax, softmax
 
 __all__ = ["avg_pool2d", "batch_norm", "conv2d", "Device", "devices", "gemm", "group_norm",

@@ -33,9 +33,6 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, a
         Spacing of the kernel's taps (default 1).
     groups : int
         C and K split into this many groups (groups == C: depthwise).
-    activation : str or None
-        None (default), "relu", "gelu" (erf), "gelu_tanh" or "silu", applied last and
-        fused into the kernel's output pass.
 
     Returns
     -------

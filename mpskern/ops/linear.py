@@ -23,9 +23,6 @@ def linear(x, weight, bias=None, *, activation=None, backend="auto", out=None):
         x's dtype; read transposed in place.
     bias : array (out_features,), optional
         A per-feature vector: float32 or x's dtype.
-    activation : str or None
-        None (default), "relu", "gelu" (erf), "gelu_tanh" or "silu", applied last and
-        fused into the kernel's output pass.
 
     Returns
     -------

@@ -126,9 +126,6 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, ac
         Scale of c: None is 1 with c and 0 without it.
     trans_a, trans_b : bool
         Read a / b transposed (no copy is made).
-    activation : str or None
-        None (default), "relu", "gelu" (erf), "gelu_tanh" or "silu", applied last and
-        fused into the kernel's output pass.
 
     Returns
     -------

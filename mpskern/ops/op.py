@@ -75,6 +75,15 @@ def torch_activation(F, y, name):
     return {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[name](y)
 
 
+NORM_EPS = 1e-5                     # the norms' eps in the table's inputs and checks (torch's default)
+
+
+def torch_call_weights_as_x(op, F, t):
+    """Op.torch_call of an op whose per-feature weights (op.keywords) torch wants in x's dtype."""
+    dt = t["x"].dtype
+    return op.of(F)(t["x"], **{p: t[k].to(dt) for k, p in op.keywords.items()}, **t["p"])
+
+
 def vector(rng, n, lo=0.5, hi=1.5):
     """A per-channel float32 parameter (weights, biases, running statistics)."""
     return rng.uniform(lo, hi, n).astype(np.float32)

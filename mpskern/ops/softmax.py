@@ -38,21 +38,22 @@ def softmax(x, axis=-1, *, backend="auto", out=None, dim=None):
 
 
 def log_softmax(x, axis=-1, *, backend="auto", out=None, dim=None):
-    """x - max - log(sum(exp(x - max))) along `axis` (numerically stable).
+    """x - max - log(sum(exp(x - max))) along `axis` (numerically stable): the log of
+    softmax(x, axis) without its underflow to 0 (log 0 = -inf).
 
     Parameters
     ----------
     x : array
-        Any shape.
+        The logits, any shape.
     axis : int
-        The axis normalised (default -1, the last).
+        The axis of the log-probabilities (default -1, the last).
     dim : int, optional
-        torch's name for axis=, accepted instead of it (both at once: TypeError).
+        Accepted instead of axis= (torch's name); giving both is a TypeError.
 
     Returns
     -------
     numpy.ndarray
-        x's shape and dtype.
+        x's shape and dtype; exp of each slice along axis sums to 1.
 
     Example
     -------

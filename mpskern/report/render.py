@@ -213,32 +213,6 @@ th{background:#f3f3f3}td{font-variant-numeric:tabular-nums}img{max-width:100%;ma
 border-bottom:1px solid #ddd}"""
 
 
-def to_html(blocks, title):
-    e = html.escape
-    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title>"
-           f"<style>{_CSS}</style></head><body>"]
-    for b in blocks:
-        k = b[0]
-        if k in ("h1", "h2", "h3"):
-            out.append(f"<{k} id='{_slug(b[1])}'>{e(b[1])}</{k}>")
-        elif k == "p":
-            out.append(f"<p>{e(b[1])}</p>")
-        elif k == "warn":
-            out.append(f"<p class='warn'>{e(b[1])}</p>")
-        elif k == "img":
-            out.append(f"<img src='{e(b[1])}' alt='{e(b[2])}'>")
-        elif k == "toc":
-            out.append("<p>" + " | ".join(f"<a href='#{_slug(t)}'>{e(t)}</a>" for t in b[1])
-                       + "</p>")
-        elif k == "table":
-            head = "".join(f"<th>{e(str(h))}</th>" for h in b[1])
-            body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>"
-                           for r in b[2])
-            out.append(f"<table><tr>{head}</tr>{body}</table>")
-    out.append("</body></html>\n")
-    return "\n".join(out)
-
-
 def _md_anchor(title):
     """GitHub's heading anchor: lower case, spaces to dashes, punctuation but - and _ gone."""
     return re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-")
@@ -248,28 +222,47 @@ def _md_cell(c):
     return str(c).replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(blocks):
-    out = []
-    for b in blocks:
-        k = b[0]
-        if k == "h1":
-            out.append(f"# {b[1]}\n")
-        elif k == "h2":
-            out.append(f"## {b[1]}\n")
-        elif k == "h3":
-            out.append(f"### {b[1]}\n")
-        elif k == "p":
-            out.append(f"{b[1]}\n")
-        elif k == "warn":
-            out.append(f"> **Note:** {b[1]}\n")
-        elif k == "img":
-            out.append(f"![{b[2]}]({b[1]})\n")
-        elif k == "toc":
-            out.append(" | ".join(f"[{t}](#{_md_anchor(t)})" for t in b[1]) + "\n")
-        elif k == "table":
-            hdr = [h or " " for h in b[1]]
-            out.append("| " + " | ".join(map(_md_cell, hdr)) + " |")
-            out.append("|" + "---|" * len(hdr))
-            out += ["| " + " | ".join(map(_md_cell, r)) + " |" for r in b[2]]
-            out.append("")
+def _html_table(head, rows):
+    e = html.escape
+    cells = "".join(f"<th>{e(str(h))}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{cells}</tr>{body}</table>"
+
+
+def _md_table(head, rows):
+    hdr = [h or " " for h in head]
+    lines = ["| " + " | ".join(map(_md_cell, hdr)) + " |", "|" + "---|" * len(hdr)]
+    return "\n".join(lines + ["| " + " | ".join(map(_md_cell, r)) + " |" for r in rows]) + "\n"
+
+
+def _html_heading(level):
+    return lambda b: f"<h{level} id='{_slug(b[1])}'>{html.escape(b[1])}</h{level}>"
+
+
+# block kind -> (its HTML, its Markdown); a block is (kind, text or items, ...)
+FORMATS = {
+    "h1": (_html_heading(1), lambda b: f"# {b[1]}\n"),
+    "h2": (_html_heading(2), lambda b: f"## {b[1]}\n"),
+    "h3": (_html_heading(3), lambda b: f"### {b[1]}\n"),
+    "p": (lambda b: f"<p>{html.escape(b[1])}</p>", lambda b: f"{b[1]}\n"),
+    "warn": (lambda b: f"<p class='warn'>{html.escape(b[1])}</p>",
+             lambda b: f"> **Note:** {b[1]}\n"),
+    "img": (lambda b: f"<img src='{html.escape(b[1])}' alt='{html.escape(b[2])}'>",
+            lambda b: f"![{b[2]}]({b[1]})\n"),
+    "toc": (lambda b: "<p>" + " | ".join(f"<a href='#{_slug(t)}'>{html.escape(t)}</a>"
+                                         for t in b[1]) + "</p>",
+            lambda b: " | ".join(f"[{t}](#{_md_anchor(t)})" for t in b[1]) + "\n"),
+    "table": (lambda b: _html_table(b[1], b[2]), lambda b: _md_table(b[1], b[2])),
+}
+
+
+def to_html(blocks, title):
+    out = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+           f"<style>{_CSS}</style></head><body>"]
+    out += [FORMATS[b[0]][0](b) for b in blocks if b[0] in FORMATS]
+    out.append("</body></html>\n")
     return "\n".join(out)
+
+
+def to_markdown(blocks):
+    return "\n".join(FORMATS[b[0]][1](b) for b in blocks if b[0] in FORMATS)

@@ -32,7 +32,7 @@ except ImportError:   # not POSIX: builders race, which the checks below still s
 
 from mpskern._errors import KernelCompileError
 from mpskern.paths import SIM_INCLUDE_DIR
-from mpskern.sim import frontend, msl_clang, msl_rules, parse, profile_build, strict
+from mpskern.sim import frontend, profile_build, strict, toolchain
 
 # MSL the simulator claims to be (kernels may test __METAL_VERSION__), and a marker.
 PRE_DEFINES = ["-D__METAL_VERSION__=310", "-D__MPSKERN_SIM__=1", "-D__HAVE_SIMDGROUP_MATRIX__=1"]
@@ -82,16 +82,7 @@ def _cache_subdir():
 def compiler():
     """(path, version line) of the host C++ compiler: $CXX, else clang++, g++, c++."""
     cands = [os.environ["CXX"]] if os.environ.get("CXX") else ["clang++", "g++", "c++"]
-    for c in cands:
-        path = shutil.which(c)
-        if path:
-            try:
-                ver = subprocess.run([path, "--version"], capture_output=True, text=True,
-                                     timeout=30).stdout.splitlines()[0]
-            except (OSError, subprocess.SubprocessError, IndexError):
-                continue
-            return path, ver
-    return None, None
+    return next(toolchain.found(cands), (None, None))
 
 
 def available():
@@ -119,8 +110,9 @@ def cxx_flags():
 def _headers_hash():
     h = hashlib.sha256()
     files = [os.path.join(SIM_INCLUDE_DIR, n) for n in sorted(os.listdir(SIM_INCLUDE_DIR))]
-    files += [frontend.__file__, parse.__file__, strict.__file__, msl_rules.__file__,
-              msl_clang.__file__, profile_build.__file__]   # translation, checks, profiling
+    # the front-end's own modules (translation, checks, profiling builds): all of mpskern/sim/
+    here = os.path.dirname(os.path.abspath(__file__))
+    files += [os.path.join(here, n) for n in sorted(os.listdir(here)) if n.endswith(".py")]
     for p in files:
         name = os.path.basename(p)
         if os.path.isfile(p):

@@ -12,14 +12,14 @@ them. Without a usable clang, typecheck() returns None and warns once.
 """
 import os
 import re
-import shutil
 import subprocess
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 from mpskern.paths import SIM_INCLUDE_DIR
-from mpskern.sim import frontend
+from mpskern.sim import frontend, toolchain
+from mpskern.sim import msl_tokens as T
 from mpskern.sim import parse as P
 from mpskern.sim.msl_rules import Finding
 
@@ -35,17 +35,12 @@ def clang():
     env = os.environ.get("MPSKERN_CLANG")
     if env and env.lower() in ("0", "none", "off"):
         return None, "MPSKERN_CLANG=%s" % env, None
-    cands = [env] if env else ["clang"] + [f"clang-{v}" for v in range(22, 13, -1)]
-    for c in cands:
-        path = shutil.which(c)
-        if not path:
-            continue
-        try:
-            ver = subprocess.run([path, "--version"], capture_output=True, text=True,
-                                 timeout=30).stdout.splitlines()[0]
+    cands = [env] if env else toolchain.versioned("clang")
+    for path, ver in toolchain.found(cands):
+        try:        # its C++ include directories
             r = subprocess.run([path, "-x", "c++", "-E", "-v", "-"], input="", capture_output=True,
                                text=True, timeout=30)
-        except (OSError, subprocess.SubprocessError, IndexError):
+        except (OSError, subprocess.SubprocessError):
             continue
         dirs, on = [], False
         for ln in r.stderr.splitlines():
@@ -106,10 +101,10 @@ def _thread_insertions(prog):
             continue
         for span in f.params:
             ts, words = P.param_words(prog, span)
-            if ts and P.is_pointer_or_ref(words) and not P.SPACE_WORDS.intersection(words) and \
+            if ts and P.is_pointer_or_ref(words) and not T.SPACE_WORDS.intersection(words) and \
                     words[0] not in ("typename", "class", "template"):
                 at.add(toks[ts[0]].pos)
-    types = set(P.SCALARS) | P.VECTOR_TYPES | prog.type_names
+    types = set(T.SCALARS) | T.VECTOR_TYPES | prog.type_names
     for st in prog.statements:
         if st.scope != "body":
             continue
@@ -120,7 +115,7 @@ def _thread_insertions(prog):
             continue
         j += 1
         if j <= st.last and toks[j].text == "<":
-            j = P.angle_close(toks, j) + 1
+            j = T.angle_close(toks, j) + 1
         while j <= st.last and toks[j].text == "const":
             j += 1
         if j > st.last or toks[j].text not in ("*", "&", "&&"):
@@ -129,7 +124,7 @@ def _thread_insertions(prog):
             j += 1
         if j <= st.last and toks[j].kind == "id" and j + 1 <= st.last + 1:
             words = [toks[k].text for k in range(st.first, j)]
-            if not P.SPACE_WORDS.intersection(words):
+            if not T.SPACE_WORDS.intersection(words):
                 at.add(toks[st.first].pos)
     return sorted(at)
 

@@ -15,6 +15,7 @@ runs them before every simulator build and in `mpskern check-msl`).
 import re
 from dataclasses import dataclass
 
+from mpskern.sim import msl_tokens as T
 from mpskern.sim import parse as P
 from mpskern.sim.frontend import MAX_BUFFER_INDEX
 
@@ -37,22 +38,9 @@ _METAL_INCLUDE = re.compile(r'[ \t]*#[ \t]*include[ \t]*<metal_\w+>[ \t]*$')
 _MARK = "__mk_foreign_include__"
 
 
-def _strip_comments(src):
-    """Comments blanked (newlines kept), strings left alone."""
-    out, i = [], 0
-    pat = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'', re.S)
-    for m in pat.finditer(src):
-        out.append(src[i:m.start()])
-        tok = m.group(0)
-        out.append(P.blank(tok) if tok[0] == "/" else tok)
-        i = m.end()
-    out.append(src[i:])
-    return "".join(out)
-
-
 def guard_includes(source):
     """source with every include but <metal_*> replaced by a marker (lines kept)."""
-    code = _strip_comments(source)
+    code = T.strip_comments(source)
     out, pos = [], 0
     for m in _INCLUDE.finditer(code):
         if _METAL_INCLUDE.fullmatch(m.group(1)):
@@ -158,40 +146,27 @@ _DECL_SKIP = frozenset(("typedef", "using", "template", "namespace", "static_ass
 
 
 def _declared_names(prog, a, b):
-    """Identifiers a declaration statement tokens[a..b] declares (before each `=`, `[`,
-    `{`, `(`, at top level, the last identifier of each comma-separated declarator)."""
+    """Token indices of the names a declaration statement tokens[a..b] declares: in each
+    comma-separated declarator, the last identifier before its top-level `=`, `[`, `{` or
+    `(` (an initialiser's names are not declared)."""
     toks = prog.tokens
-    names, depth, last = [], 0, None
-    for j in range(a, b + 1):
-        t = toks[j].text
-        if t in ("(", "[", "{", "<"):
-            if depth == 0 and last is not None and t != "<":
-                names.append(last)
-                last = None
-            depth += 1
-        elif t in (")", "]", "}", ">"):
-            depth -= 1
-        elif depth == 0:
-            if t in ("=", ",", ";"):
-                if last is not None:
-                    names.append(last)
-                last = None
-                if t == "=":
-                    depth_skip = 0
-                    # skip the initialiser up to the next top-level comma
-                    k = j + 1
-                    while k <= b:
-                        tk = toks[k].text
-                        if tk in ("(", "[", "{", "<"):
-                            depth_skip += 1
-                        elif tk in (")", "]", "}", ">"):
-                            depth_skip -= 1
-                        elif tk == "," and depth_skip == 0:
-                            break
-                        k += 1
-            elif toks[j].kind == "id":
+    end = b if toks[b].text == ";" else b + 1
+    names = []
+    for s, e in T.split_params(toks, a - 1, end):
+        last, depth = None, 0
+        for j in range(s, e):
+            t = toks[j].text
+            if depth == 0 and t in ("=", "[", "{", "("):
+                break
+            if t == "<":
+                depth += 1
+            elif t == ">":
+                depth -= 1
+            elif depth == 0 and toks[j].kind == "id":
                 last = j
-    return sorted(set(names))
+        if last is not None:
+            names.append(last)
+    return names
 
 
 def rule_program_scope(prog):
@@ -242,19 +217,8 @@ def rule_program_scope(prog):
 
 def _declares_pointer(prog, a, b):
     """Whether the declaration tokens[a..b] declares a pointer or reference (a `*`/`&`
-    before the first declared name, outside template brackets)."""
-    depth = 0
-    for j in range(a, b + 1):
-        t = prog.tokens[j].text
-        if t == "<":
-            depth += 1
-        elif t == ">":
-            depth -= 1
-        elif depth == 0 and t in ("*", "&", "&&"):
-            return True
-        elif depth == 0 and t in ("=", "[", ";", "("):
-            return False
-    return False
+    before the first declarator's end, outside template brackets)."""
+    return P.is_pointer_or_ref([t.text for t in prog.tokens[a:b + 1]], stop=("=", "[", ";", "("))
 
 
 def rule_recursion(prog):
@@ -315,7 +279,7 @@ def rule_kernel_params(prog):
             if not ts or not P.is_pointer_or_ref(words):
                 continue
             name = next((toks[k].text for k in reversed(ts) if toks[k].kind == "id"), "?")
-            spaces = P.SPACE_WORDS.intersection(words)
+            spaces = T.SPACE_WORDS.intersection(words)
             if not spaces:
                 out.append(_find(prog, ts[0], f"kernel '{f.name}': parameter '{name}' is a pointer "
                                               f"or reference without an address space; write "
@@ -338,7 +302,7 @@ def rule_simdgroup_matrix(prog):
     for i in range(len(toks) - 2):
         if toks[i].text == "simdgroup_matrix" and toks[i + 1].text == "<":
             el = toks[i + 2].text
-            if (el in P.SCALARS or el in P.VECTOR_TYPES) and el not in ("float", "half") or \
+            if (el in T.SCALARS or el in T.VECTOR_TYPES) and el not in ("float", "half") or \
                     el in ("const", "unsigned", "signed"):
                 out.append(_find(prog, i, f"simdgroup_matrix<{el}, ...>: the element type must be "
                                           f"float or half"))

@@ -11,44 +11,21 @@ not a C++ parser: it knows braces, parentheses, statements and declarations' hea
     prog.where(pos)         # (file, line) of an offset (line markers honoured)
     prog.function_at(pos)   # the Function whose body holds pos, or None
 
-Attributes [[...]] are blanked before tokenising ([[kernel]] counts as `kernel`);
-preprocessor lines (line markers, #pragma) are skipped. Offsets are into the text given.
+The tokens come from mpskern/sim/msl_tokens.py: attributes [[...]] are blanked before
+tokenising ([[kernel]] counts as `kernel`); preprocessor lines (line markers, #pragma) are
+skipped. Offsets are into the text given.
 """
 import re
 from dataclasses import dataclass, field
 
-_MARKER = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"[^\n]*$', re.M)
-_PP_LINE = re.compile(r"^[ \t]*#[^\n]*", re.M)
-_ATTR = re.compile(r"\[\[(.*?)\]\]", re.S)
-_TOKEN = re.compile(r"""
-    (?P<str>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-  | (?P<num>\.?\d(?:[eEpP][+-]|[\w.])*)
-  | (?P<id>[A-Za-z_]\w*)
-  | (?P<punct>::|->|\.\.\.|&&|\|\||[-+*/%&|^!=<>]=|\S)
-""", re.X)
+from mpskern.sim.msl_tokens import SCALARS, angle_close, match, split_params, tokenize
 
-ADDRESS_SPACES = ("device", "constant", "threadgroup", "thread", "threadgroup_imageblock",
-                  "ray_data", "object_data")
-SPACE_WORDS = frozenset(ADDRESS_SPACES)
-# MSL's scalar and vector type names (and the few typedefs the standard library adds)
-SCALARS = ("bool", "char", "uchar", "short", "ushort", "int", "uint", "long", "ulong", "half",
-           "float", "bfloat", "size_t", "ptrdiff_t", "int8_t", "uint8_t", "int16_t", "uint16_t",
-           "int32_t", "uint32_t", "int64_t", "uint64_t", "unsigned", "signed", "void")
-VECTOR_TYPES = frozenset(f"{p}{s}{n}" for s in SCALARS[:11] for n in (2, 3, 4)
-                         for p in ("", "packed_"))
+_MARKER = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"[^\n]*$', re.M)
 _CLASS_KEYS = ("struct", "class", "union", "enum")
 _NOT_A_CALL = frozenset(("if", "for", "while", "switch", "return", "sizeof", "alignof",
                          "alignas", "decltype", "noexcept", "static_assert", "static_cast",
                          "reinterpret_cast", "const_cast", "dynamic_cast", "catch", "throw",
                          "__attribute__", "defined", "operator", "new", "delete", "typeid"))
-
-
-@dataclass
-class Token:
-    kind: str       # "id", "num", "str", "punct"
-    text: str
-    pos: int        # offset in the text
-    end: int
 
 
 @dataclass
@@ -101,76 +78,6 @@ class Program:
         """Token indices of a parameter's text span."""
         a, b = span
         return [i for i, t in enumerate(self.tokens) if a <= t.pos < b]
-
-
-def blank(s):
-    """Spaces for s, keeping its newlines (offsets and line numbers stay put)."""
-    return re.sub(r"[^\n]", " ", s)
-
-
-def tokenize(text):
-    """Tokens of text with attributes blanked ([[kernel]] -> kernel) and preprocessor
-    lines skipped."""
-    def attr(m):
-        inner = m.group(1).strip()
-        if inner == "kernel":
-            return "kernel" + blank(m.group(0))[6:]
-        return blank(m.group(0))
-    code = _PP_LINE.sub(lambda m: blank(m.group(0)), text)
-    code = _ATTR.sub(attr, code)
-    return [Token(m.lastgroup, m.group(0), m.start(), m.end()) for m in _TOKEN.finditer(code)]
-
-
-def match(tokens, i, open_t, close_t):
-    """Index of the token closing the bracket tokens[i] (len(tokens) if unbalanced)."""
-    depth = 0
-    for j in range(i, len(tokens)):
-        t = tokens[j].text
-        if t == open_t:
-            depth += 1
-        elif t == close_t:
-            depth -= 1
-            if depth == 0:
-                return j
-    return len(tokens)
-
-
-def angle_close(tokens, i):
-    """Index of the `>` closing the template bracket at tokens[i] (a `<`), skipping
-    parenthesised expressions; len(tokens) when a ; { } comes first."""
-    depth = 0
-    j = i
-    while j < len(tokens):
-        t = tokens[j].text
-        if t in ("(", "["):
-            j = match(tokens, j, t, ")" if t == "(" else "]")
-        elif t == "<":
-            depth += 1
-        elif t == ">":
-            depth -= 1
-            if depth == 0:
-                return j
-        elif t in (";", "{", "}"):
-            return len(tokens)
-        j += 1
-    return len(tokens)
-
-
-def split_params(tokens, po, pc):
-    """Token index ranges [a, b) of the comma-separated items between tokens po and pc."""
-    out, depth, start = [], 0, po + 1
-    for j in range(po + 1, pc):
-        t = tokens[j].text
-        if t in ("(", "[", "{", "<"):
-            depth += 1
-        elif t in (")", "]", "}", ">"):
-            depth -= 1
-        elif t == "," and depth == 0:
-            out.append((start, j))
-            start = j + 1
-    if start < pc:
-        out.append((start, pc))
-    return [(a, b) for a, b in out if b > a]
 
 
 _SKIP_PARENS = frozenset(("decltype", "alignas", "__attribute__", "noexcept", "sizeof", "alignof",
@@ -401,9 +308,9 @@ def param_words(prog, span):
     return ts, words
 
 
-def is_pointer_or_ref(words):
+def is_pointer_or_ref(words, stop=()):
     """Whether a declaration's words declare a pointer or reference (a * or & outside
-    template brackets)."""
+    template brackets, before any of the words `stop` there)."""
     depth = 0
     for w in words:
         if w == "<":
@@ -412,4 +319,6 @@ def is_pointer_or_ref(words):
             depth -= 1
         elif depth == 0 and w in ("*", "&", "&&"):
             return True
+        elif depth == 0 and w in stop:
+            return False
     return False

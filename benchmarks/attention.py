@@ -2,6 +2,7 @@
 F.scaled_dot_product_attention (issue 13's targets), with cpu_vs_peers.py's protocol.
 
     python benchmarks/attention.py [--threads 2] [--rounds 7] [--gap 0.25] [--only attention,models,memory]
+                                   [--strict]
 
 Groups:
   attention  (1, 12, 1024, 64) and (8, 8, 512, 64), causal and not: float32 ratio = torch time /
@@ -15,12 +16,16 @@ Groups:
 Timing: medians of interleaved rounds, an idle gap before every sample (see cpu_vs_peers.py);
 every case is checked against torch before it is timed. Read the ratios, not the times, on a
 shared machine.
+Exit status: 0 when every case ran and agreed with torch, whatever the ratios (a benchmark
+reports: a missed target is a MISS row and the last line counts them); non-zero when a case
+crashed or disagreed with torch; --strict also exits 1 when a target was missed.
 """
 import argparse
 import os
 import platform
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -55,8 +60,11 @@ def timed(rows, name, q, k, v, rounds, target, goal, **kw):
     return t
 
 
+TARGET_SHAPES = ((1, 12, 1024, 64), (8, 8, 512, 64))   # issue 13's (B, H, L, E)
+
+
 def run_attention(rows, rounds, target):
-    for shape in ((1, 12, 1024, 64), (8, 8, 512, 64)):
+    for shape in TARGET_SHAPES:
         for causal in (False, True):
             label = f"{shape} {'causal' if causal else 'full'}"
             q, k, v = qkv(shape, shape, np.float32)
@@ -126,17 +134,26 @@ print(status("VmHWM") - before if before is not None else maxrss() - before_max)
 """
 
 
-def run_memory(rows, threads):
+MEMORY_TARGET_MIB = 64
+
+
+def run_memory(threads):
+    # the child imports the mpskern this process runs (an in-place build or the installed
+    # one), from a neutral folder: `python -c` puts its cwd first on sys.path, and a checkout
+    # root there would shadow an installed mpskern with the unbuilt source tree
+    home = os.path.dirname(os.path.dirname(os.path.abspath(mpskern.__file__)))
     env = dict(os.environ, MPSKERN_NUM_THREADS=str(threads),
-               PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([home, os.environ.get("PYTHONPATH", "")]))
     got = {}
     for which in ("torch", "mpskern"):
         r = subprocess.run([sys.executable, "-c", PEAK, which, str(threads)], env=env,
-                           capture_output=True, text=True, check=True)
+                           cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True)
         got[which] = float(r.stdout.split()[-1])
+    ok = "ok" if got["mpskern"] < MEMORY_TARGET_MIB else "MISS"
     print(f"peak RSS added by (1, 1, 8192, 64) self-attention (peak during the call - resident "
-          f"before): mpskern {got['mpskern']:.1f} MiB (target < 64), torch {got['torch']:.1f} MiB\n")
-    return got
+          f"before): mpskern {got['mpskern']:.1f} MiB (target < {MEMORY_TARGET_MIB}: {ok}), "
+          f"torch {got['torch']:.1f} MiB\n")
+    return ok == "MISS"
 
 
 def main(argv=None):
@@ -146,6 +163,7 @@ def main(argv=None):
     ap.add_argument("--target", type=float, default=0.2, help="seconds per timing sample")
     ap.add_argument("--gap", type=float, default=P.GAP)
     ap.add_argument("--only", default="attention,models,memory")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = ap.parse_args(argv)
     P.GAP = args.gap
     torch.set_num_threads(args.threads)
@@ -155,21 +173,20 @@ def main(argv=None):
           f"interleaved rounds, {P.GAP:g} s idle before each sample; ratio = torch time / "
           f"mpskern time (float16 vs float32 rows: mpskern's float32 time / float16 time)\n")
     groups = args.only.split(",")
-    if "memory" in groups:
-        run_memory([], args.threads)
+    miss = run_memory(args.threads) if "memory" in groups else 0
     rows = []
     if "attention" in groups:
         run_attention(rows, args.rounds, args.target)
     if "models" in groups:
         run_models(rows, args.rounds, args.target)
-    miss = 0
     print(f"{'case':62s} {'peer':>7s} {'peer time':>12s} {'mpskern':>12s} {'ratio':>6s}  target")
     for name, peer, tp, tm, goal in rows:
         ratio = tp / tm
         ok = "" if goal is None else ("ok" if ratio >= goal else f"MISS (>= {goal:.2f})")
         miss += ok.startswith("MISS")
         print(f"{name:62s} {peer:>7s} {P.fmt_t(tp)} {P.fmt_t(tm)} {ratio:6.2f}  {ok}")
-    return 1 if miss else 0
+    print(f"\n{len(rows)} rows{' + memory' if 'memory' in groups else ''}, {miss} below target")
+    return 1 if miss and args.strict else 0
 
 
 if __name__ == "__main__":

@@ -88,11 +88,9 @@ def complete_op(fn):
     return fn
 
 
-# the reference's chapters: every public name of mpskern is in exactly one
-GROUPS = [
-    ("Ops", ["matmul", "gemm", "linear", "conv2d", "max_pool2d", "avg_pool2d", "softmax",
-             "log_softmax", "layer_norm", "rms_norm", "group_norm", "batch_norm",
-             "scaled_dot_product_attention"]),
+# the reference's chapters: every public name of mpskern is in exactly one. The ops are the op
+# table's (mpskern/ops/__init__.py TABLE, in its order): a new op is listed there only.
+OTHER_GROUPS = [
     ("Devices, threads and memory", ["devices", "Device", "get_num_threads", "set_num_threads",
                                      "empty"]),
     ("Your own Metal kernels", ["metal_kernel", "Kernel"]),
@@ -100,6 +98,12 @@ GROUPS = [
     ("Errors", ["MpskernError", "BackendUnavailable", "Unsupported", "KernelError",
                 "KernelCompileError", "KernelCheckError"]),
 ]
+
+
+def groups():
+    """[(title, public names)]: the op table's ops first, then OTHER_GROUPS."""
+    from mpskern.ops import TABLE     # (mpskern.ops imports this module first)
+    return [("Ops", list(TABLE)), *OTHER_GROUPS]
 
 
 def public_names(module):
@@ -141,7 +145,7 @@ def render(module):
            "Generated from the docstrings by `python docs/make_api.py` (do not edit by hand;",
            "tests/test_api_docs.py fails when this file is stale). `help(mpskern.NAME)` shows",
            "the same text.", ""]
-    for title, names in GROUPS:
+    for title, names in groups():
         out += [f"## {title}", ""]
         for n in names:
             obj = getattr(module, n)

@@ -309,10 +309,9 @@ def _run_checkout(doc):
         lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.strip()]
         assert r.returncode != 0 and len(lines) == 1 and "pip install" in lines[0], lines
         pytest.skip(f"{script} needs torch (not installed here): said in one line")
-    r = _run(argv, ROOT, dict(env, PYTHONPATH=_home()))
-    if r.returncode == 1 and not r.stderr.strip() and "MISS (>=" in r.stdout:
-        return   # ran through; a speed target missed in a one-round smoke run on a shared machine
-    _ok(r, f"{doc.where}: {doc.text}")
+    # a benchmark that ran through exits 0 whatever its ratios (a MISS row is a report);
+    # a crash or a result that disagrees with the peer is non-zero (tests/test_bench_scripts.py)
+    _ok(_run(argv, ROOT, dict(env, PYTHONPATH=_home())), f"{doc.where}: {doc.text}")
 
 
 # benchmark script -> (options that make it a smoke run, the --only group when none is given)

@@ -12,18 +12,16 @@ from mpskern.ops.pool import AVG_POOL2D, MAX_POOL2D, avg_pool2d, max_pool2d
 from mpskern.ops.row_norm import LAYER_NORM, RMS_NORM, layer_norm, rms_norm
 from mpskern.ops.softmax import LOG_SOFTMAX, SOFTMAX, log_softmax, softmax
 
-__all__ = ["avg_pool2d", "batch_norm", "conv2d", "Device", "devices", "gemm", "group_norm",
-           "layer_norm", "linear", "log_softmax", "matmul", "max_pool2d", "rms_norm",
-           "scaled_dot_product_attention", "softmax"]
-
-for _f in (avg_pool2d, batch_norm, conv2d, gemm, group_norm, layer_norm, linear, log_softmax,
-           matmul, max_pool2d, rms_norm, scaled_dot_product_attention, softmax):
-    _doc.complete_op(_f)     # backend=, out=, dtypes and errors: written once (mpskern/_doc.py)
-
-# the op table, in the order tools list the ops
+# the op table, in the order tools list the ops: the one list of the public ops (__all__, their
+# docstrings' common part and docs/api.md's Ops chapter come from it)
 TABLE = {op.name: op for op in (CONV2D, MATMUL, GEMM, LINEAR, MAX_POOL2D, AVG_POOL2D, SOFTMAX,
                                 LOG_SOFTMAX, LAYER_NORM, RMS_NORM, BATCH_NORM, GROUP_NORM,
                                 ATTENTION)}
+
+__all__ = ["Device", "devices", *TABLE]
+
+for _name in TABLE:     # backend=, out=, dtypes and errors: written once (mpskern/_doc.py)
+    _doc.complete_op(globals()[_name])
 
 
 def get(name):

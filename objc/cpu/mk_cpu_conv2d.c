@@ -1,11 +1,18 @@
 // mk_cpu_conv2d.c: NCHW conv2d, weight (K, C/groups, R, S), per-channel float32 bias.
+// mk_cpu_conv2d checks the arguments and takes one path (choose_path, in this order):
 //   depthwise (C/groups == 1, groups > 1): direct, one output plane per task
-//   otherwise: tasks of (group, block of output pixels), each an im2col of its block into
-//   an L2-sized buffer + one single-threaded GEMM (1x1 stride-1 float32 reads the input
-//   in place). A block is a run of output rows of one image, or whole images when an image
-//   is small (late ResNet layers), so the GEMM stays wide.
-//   3x3 stride-1 dilation-1 with enough channels: Winograd F(4x4, 3x3), mk_cpu_winograd.c
-// Winograd falls back to im2col when its transformed operands do not fit in memory.
+//   bias only: no input channels
+//   3x3 stride-1 dilation-1 with enough channels: Winograd F(4x4, 3x3), mk_cpu_winograd.c;
+//     when its transformed operands do not fit in memory or it declines non-finite/huge
+//     values, the path below that applies
+//   small images (fewer images than threads, few pixels, float32): per image one im2col
+//     and one GEMM cut over output channels
+//   blocked (plan_blocks): tasks of (group, block of output pixels), each an im2col of its
+//     block into an L2-sized buffer + single-threaded GEMMs (1x1 stride-1 float32 reads
+//     the input in place). A block is a run of output rows of one image, whole images
+//     when an image is small (late ResNet layers) so the GEMM stays wide, or columns of
+//     one row when a row is wider than SCRATCH_FLOATS allows; huge kernels are reduced in
+//     chunks. Scratch stays bounded whatever the shape.
 // float16: input rows and weights are converted to float32 (float32 accumulation).
 // MPSKERN_CPU_CONV (read per call) forces an algorithm, for tests and benchmarks: auto
 // (default), gemm (never Winograd), winograd / winograd2 (F(4x4) / F(2x2) wherever it
@@ -17,28 +24,35 @@
 
 #define COL_BLOCK_FLOATS (1 << 18)   // im2col block (1 MiB): stays in L2 for the GEMM
 #define MIN_COLS 256
+// Scratch bound per thread (8 MiB each for the im2col block and the output block): a huge
+// kernel (32x32 on 64 channels: 65536 rows of im2col) is cut along the reduction, a wide
+// row into column blocks, many output channels narrow the block; never below MIN_COLS
+// columns (a narrow GEMM spends its time packing the weights)
+#define SCRATCH_FLOATS (1L << 21)
 
-// im2col of output rows [p0, p0+rows) of one image for `cn` input channels. x holds
-// input rows [ih0, ...) of each channel, channel after channel `cstride` floats apart;
-// rows outside [0, H) are padding. col: rows (c, r, s) with leading dim ld; columns are
-// the block's output pixels.
-static void im2col(const mk_conv2d_args *a, const float *x, long cstride, int ih0, int cn,
-                   int p0, int rows, float *col, long ld) {
-    int RS = a->R * a->S, Q = a->Q, W = a->W;
-    for (long row = 0; row < (long)cn * RS; row++) {
+// im2col of reduction rows [k0, k1) (row = (c, r, s), c counted from x's first channel)
+// for output rows [p0, p0+rows), columns [q0, q0+qn) of one image (rows > 1 only with
+// whole rows). x holds input rows [ih0, ...) of each channel, channel after channel
+// `cstride` floats apart; rows outside [0, H) are padding. col: row k at col + (k-k0)*ld.
+static void im2col(const mk_conv2d_args *a, const float *x, long cstride, int ih0, long k0,
+                   long k1, int p0, int rows, int q0, int qn, float *col, long ld) {
+    int RS = a->R * a->S, W = a->W, e = q0 + qn;
+    for (long row = k0; row < k1; row++) {
         int c = (int)(row / RS), r = (int)(row % RS) / a->S, s = (int)(row % a->S);
-        float *dst = col + row * ld;
+        float *dst = col + (row - k0) * ld;
         long off_w = (long)s * a->dil_w - a->pad_w;
-        int q_lo, q_hi;   // output columns whose input column q*stride_w + off_w is in [0, W)
-        mk_tap_range(off_w, a->stride_w, W, Q, &q_lo, &q_hi);
-        for (int p = p0; p < p0 + rows; p++, dst += Q) {
+        int lo, hi;   // output columns whose input column q*stride_w + off_w is in [0, W)
+        mk_tap_range(off_w, a->stride_w, W, a->Q, &lo, &hi);
+        lo = lo < q0 ? q0 : lo > e ? e : lo;
+        hi = hi > e ? e : hi < lo ? lo : hi;
+        for (int p = p0; p < p0 + rows; p++, dst += qn) {
             long ih = (long)p * a->stride_h - a->pad_h + (long)r * a->dil_h;
-            if (ih < 0 || ih >= a->H) { memset(dst, 0, (size_t)Q * 4); continue; }
+            if (ih < 0 || ih >= a->H) { memset(dst, 0, (size_t)qn * 4); continue; }
             const float *xr = x + c * cstride + (ih - ih0) * W;
-            for (int q = 0; q < q_lo; q++) dst[q] = 0.0f;
-            if (a->stride_w == 1) memcpy(dst + q_lo, xr + q_lo + off_w, (size_t)(q_hi - q_lo) * 4);
-            else for (int q = q_lo; q < q_hi; q++) dst[q] = xr[(long)q * a->stride_w + off_w];
-            for (int q = q_hi; q < Q; q++) dst[q] = 0.0f;
+            for (int q = q0; q < lo; q++) dst[q - q0] = 0.0f;
+            if (a->stride_w == 1) memcpy(dst + (lo - q0), xr + lo + off_w, (size_t)(hi - lo) * 4);
+            else for (int q = lo; q < hi; q++) dst[q - q0] = xr[(long)q * a->stride_w + off_w];
+            for (int q = hi; q < e; q++) dst[q - q0] = 0.0f;
         }
     }
 }
@@ -51,27 +65,25 @@ typedef struct {
     const float *bias;
     void *y;
     int rows, imgs;          // a block: `rows` output rows of one image, or `imgs` images
+    int qn, nq;              // rows == 1: columns per block, blocks per row (else Q, 1)
+    long kc;                 // reduction rows per im2col chunk (CRS: one GEMM)
     long blocks;             // blocks per group
     long col_floats, slab_floats, out_floats;
     int failed;
 } gemm_conv_ctx;
 
-// the block's input for group g, image n, output rows [p0, p0+rows) as GEMM operand B
-// (CRS x ncol block at column offset `at`, leading dim ld); returns B's leading dim when
-// the input itself serves (float32 1x1), else 0 after filling col
-static long block_input(gemm_conv_ctx *t, int g, long n, int p0, int rows, float *col,
-                        long at, long ld, float *slab, const float **direct) {
+// The block's input for group g, image n, output rows [p0, p0+rows), columns [q0, q0+qn):
+// the source im2col reads (the group's first channel, channels cstride floats apart,
+// input rows from *ih0); float16 converts the rows the block reads into slab first
+static const float *block_source(gemm_conv_ctx *t, int g, long n, int p0, int rows,
+                                 float *slab, long *cstride, int *ih0) {
     const mk_conv2d_args *a = t->a;
     int Cg = a->C / a->groups;
     long HW = (long)a->H * a->W;
     long xoff = (n * a->C + (long)g * Cg) * HW;          // first channel of the group
-    if (t->dtype == MK_F32) {
-        const float *xg = (const float *)t->x + xoff;
-        if (t->pointwise && direct) { *direct = xg + (long)p0 * a->Q; return HW; }
-        im2col(a, xg, HW, 0, Cg, p0, rows, col + at, ld);
-        return 0;
-    }
-    // float16: convert the input rows this block reads (all channels of the group)
+    *cstride = HW;
+    *ih0 = 0;
+    if (t->dtype == MK_F32) return (const float *)t->x + xoff;
     long lo = (long)p0 * a->stride_h - a->pad_h;
     long hi = (long)(p0 + rows - 1) * a->stride_h - a->pad_h + (long)(a->R - 1) * a->dil_h + 1;
     if (lo < 0) lo = 0;
@@ -81,8 +93,9 @@ static long block_input(gemm_conv_ctx *t, int g, long n, int p0, int rows, float
     for (int c = 0; c < Cg; c++)
         mk_h2f((const mk_half *)t->x + xoff + c * HW + (long)lo * a->W,
                slab + c * srows * a->W, srows * a->W);
-    im2col(a, slab, srows * a->W, (int)lo, Cg, p0, rows, col + at, ld);
-    return 0;
+    *cstride = srows * a->W;
+    *ih0 = (int)lo;
+    return slab;
 }
 
 static void conv_task(gemm_conv_ctx *t, long task, float *col, float *slab, float *ys) {
@@ -93,33 +106,48 @@ static void conv_task(gemm_conv_ctx *t, long task, float *col, float *slab, floa
     int g = (int)(task / t->blocks);
     long blk = task % t->blocks;
     long n0, n1;
-    int p0, rows;
+    int p0, rows, q0 = 0, qn = Q;
     if (t->imgs) {                       // whole images [n0, n1)
         n0 = blk * t->imgs;
         n1 = n0 + t->imgs < a->N ? n0 + t->imgs : a->N;
         p0 = 0; rows = a->P;
-    } else {                             // rows of one image
-        long per = (a->P + t->rows - 1) / t->rows;
+    } else {                             // rows of one image (columns of one row: nq > 1)
+        long per = (a->P + t->rows - 1) / t->rows * t->nq;
         n0 = blk / per; n1 = n0 + 1;
-        p0 = (int)(blk % per) * t->rows;
+        p0 = (int)(blk % per / t->nq) * t->rows;
         rows = a->P - p0 < t->rows ? a->P - p0 : t->rows;
+        q0 = (int)(blk % t->nq) * t->qn;
+        qn = Q - q0 < t->qn ? Q - q0 : t->qn;
     }
-    long img_cols = (long)rows * Q, ncol = img_cols * (n1 - n0);
-    const float *B = col;
-    long ldb = ncol;
+    long img_cols = (long)rows * qn, ncol = img_cols * (n1 - n0);
     int one_image = n1 - n0 == 1;
-    for (long n = n0; n < n1; n++) {
-        const float *direct = NULL;
-        long ld = block_input(t, g, n, p0, rows, col, (n - n0) * img_cols, ncol, slab,
-                              one_image ? &direct : NULL);
-        if (direct) { B = direct; ldb = ld; }
-    }
+    long cstride[1];
+    int ih0[1];
+    const float *src = one_image ? block_source(t, g, n0, p0, rows, slab, cstride, ih0) : NULL;
+    // float32 1x1 stride 1 on one image: the input itself is the GEMM's B
+    const float *direct = one_image && t->pointwise && t->dtype == MK_F32
+                          ? src + (long)p0 * Q + q0 : NULL;
     const float *wg = t->w + (long)g * Kg * CRS;
     // float32, one image: the GEMM writes the output in place; otherwise through ys
     int in_place = t->dtype == MK_F32 && one_image;
-    float *yo = in_place ? (float *)t->y + (n0 * a->K + (long)g * Kg) * PQ + (long)p0 * Q : ys;
+    float *yo = in_place ? (float *)t->y + (n0 * a->K + (long)g * Kg) * PQ + (long)p0 * Q + q0
+                         : ys;
     long ldy = in_place ? PQ : ncol;
-    mk_sgemm(0, 0, Kg, (int)ncol, CRS, 1.0f, wg, CRS, B, (int)ldb, 0.0f, yo, (int)ldy);
+    // the reduction in chunks of kc rows (one chunk but for huge kernels), accumulated
+    for (long k0 = 0; k0 < CRS; k0 += t->kc) {
+        long k1 = k0 + t->kc < CRS ? k0 + t->kc : CRS;
+        const float *B = direct ? direct + k0 * cstride[0] : col;
+        long ldb = direct ? cstride[0] : ncol;
+        if (!direct)
+            for (long n = n0; n < n1; n++) {
+                long cs = cstride[0];
+                int h0 = ih0[0];
+                const float *x = one_image ? src : block_source(t, g, n, p0, rows, slab, &cs, &h0);
+                im2col(a, x, cs, h0, k0, k1, p0, rows, q0, qn, col + (n - n0) * img_cols, ncol);
+            }
+        mk_sgemm(0, 0, Kg, (int)ncol, (int)(k1 - k0), 1.0f, wg + k0, CRS, B, (int)ldb,
+                 k0 ? 1.0f : 0.0f, yo, (int)ldy);
+    }
     for (int k = 0; k < Kg; k++) {
         float *row = yo + (long)k * ldy;
         if (t->bias) {
@@ -129,7 +157,7 @@ static void conv_task(gemm_conv_ctx *t, long task, float *col, float *slab, floa
         mk_activate(row, ncol, a->activation);   // fused: the row is still in cache
         if (in_place) continue;
         for (long n = n0; n < n1; n++) {
-            long dst = (n * a->K + (long)g * Kg + k) * PQ + (long)p0 * Q;
+            long dst = (n * a->K + (long)g * Kg + k) * PQ + (long)p0 * Q + q0;
             const float *src = row + (n - n0) * img_cols;
             if (t->dtype == MK_F16) mk_f2h(src, (mk_half *)t->y + dst, img_cols);
             else memcpy((float *)t->y + dst, src, (size_t)img_cols * 4);
@@ -342,7 +370,7 @@ static mk_status small_images(const mk_conv2d_args *a, int pointwise, const void
     for (long n = 0; n < a->N; n++) {
         const float *xn = (const float *)x + n * a->C * HW;
         float *yn = (float *)y + n * a->K * PQ;
-        if (!pointwise) im2col(a, xn, HW, 0, a->C, 0, a->P, col, PQ);
+        if (!pointwise) im2col(a, xn, HW, 0, 0, CRS, 0, a->P, 0, a->Q, col, PQ);
         bias_act ba = {bias, a->activation, yn};
         mk_sgemm_par_ep(0, 0, a->K, (int)PQ, (int)CRS, 1.0f, w, (int)CRS, pointwise ? xn : col,
                         (int)PQ, 0.0f, yn, (int)PQ, bias || ba.act ? bias_act_tile : NULL, &ba);
@@ -366,6 +394,108 @@ static mk_status check_args(const mk_conv2d_args *a) {
     return MK_OK;
 }
 
+// The im2col path's blocks (t->imgs or rows/qn/nq, kc, blocks) and scratch sizes: about
+// COL_BLOCK_FLOATS of im2col but at least MIN_COLS columns (a narrow GEMM spends its time
+// packing the weights), two tasks per thread where that is possible without narrowing the
+// GEMM further, and every scratch buffer within SCRATCH_FLOATS (see there)
+static void plan_blocks(gemm_conv_ctx *t, long threads) {
+    const mk_conv2d_args *a = t->a;
+    long PQ = (long)a->P * a->Q, CRS = (long)(a->C / a->groups) * a->R * a->S;
+    long Kg = a->K / a->groups, want = 2 * threads;
+    long cols = COL_BLOCK_FLOATS / CRS;
+    if (cols < MIN_COLS) cols = MIN_COLS;
+    if (cols < a->Q && CRS * a->Q <= SCRATCH_FLOATS) cols = a->Q;     // whole rows
+    long out_cols = SCRATCH_FLOATS / Kg;      // the output block, where one is used
+    if (out_cols < MIN_COLS) out_cols = MIN_COLS;
+    if (t->dtype == MK_F16 && cols > out_cols) cols = out_cols;
+    t->qn = a->Q; t->nq = 1;
+    if (cols >= 2 * PQ && out_cols >= 2 * PQ && a->N > 1) {   // whole images per block
+        long imgs = (cols < out_cols ? cols : out_cols) / PQ;
+        long max_imgs = ((long)a->N * a->groups + threads - 1) / threads;   // a task per thread
+        if (max_imgs < 1) max_imgs = 1;
+        t->imgs = (int)(imgs < max_imgs ? imgs : max_imgs);
+        t->blocks = (a->N + t->imgs - 1) / t->imgs;
+    }
+    if (t->imgs <= 1) {                                  // rows of one image per block
+        t->imgs = 0;
+        long rows = cols / a->Q;
+        long per_img = (long)a->N * a->groups;
+        if (per_img < want) {
+            long split = (want + per_img - 1) / per_img;
+            long r2 = (a->P + split - 1) / split;
+            long r_min = (MIN_COLS + a->Q - 1) / a->Q;   // not below MIN_COLS columns: 256->512
+            if (r2 < r_min) r2 = r_min;                  // 1x1/2 @56 b8 on 16 threads cut 7 rows
+            if (r2 < rows) rows = r2;                    // (196 columns), 0.7x the time of 10-28
+        }
+        if (rows < 1) {              // a row wider than a block: blocks of columns of a row
+            rows = 1;
+            t->nq = (int)((a->Q + cols - 1) / cols);
+            t->qn = (a->Q + t->nq - 1) / t->nq;
+        }
+        if (rows > a->P) rows = a->P;
+        t->rows = (int)rows;
+        t->blocks = (long)a->N * ((a->P + rows - 1) / rows) * t->nq;
+    }
+    long ncol = t->imgs ? t->imgs * PQ : (long)t->rows * t->qn;
+    t->kc = SCRATCH_FLOATS / ncol > CRS ? CRS : SCRATCH_FLOATS / ncol;
+    if (t->kc < 1) t->kc = 1;
+    if (!(t->pointwise && t->dtype == MK_F32 && !t->imgs)) t->col_floats = t->kc * ncol;
+    if (t->dtype == MK_F16 || t->imgs) t->out_floats = Kg * ncol;
+    if (t->dtype == MK_F16) {
+        int rows_in = t->imgs ? a->P : t->rows;
+        long srows = (rows_in - 1) * (long)a->stride_h + (long)(a->R - 1) * a->dil_h + 1;
+        if (srows > a->H) srows = a->H;
+        t->slab_floats = (long)(a->C / a->groups) * srows * a->W;
+    }
+}
+
+// im2col + GEMM by blocks: the general path
+static mk_status blocked(const mk_conv2d_args *a, int dtype, int pointwise, const void *x,
+                         const void *w, const float *bias, void *y, long threads) {
+    gemm_conv_ctx t = {a, dtype, pointwise, x, w, bias, y, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    plan_blocks(&t, threads);
+    long CRS = (long)(a->C / a->groups) * a->R * a->S, Kg = a->K / a->groups;
+    float *wf = NULL;
+    if (dtype == MK_F16) {
+        wf = mk_alloc((size_t)a->K * CRS * 4);
+        if (!wf) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory");
+        mk_h2f(w, wf, (long)a->K * CRS);
+        t.w = wf;
+    }
+    long ncol = t.imgs ? t.imgs * (long)a->P * a->Q : (long)t.rows * t.qn;
+    mk_parallel_for((long)a->groups * t.blocks, mk_grain(Kg * CRS * ncol), conv_range, &t);
+    mk_free(wf);
+    return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory for im2col")
+                    : MK_OK;
+}
+
+// no input channels: the output is act(bias)
+static mk_status bias_only(const mk_conv2d_args *a, int dtype, const float *bias, void *y) {
+    long PQ = (long)a->P * a->Q;
+    for (long i = 0; i < (long)a->N * a->K; i++) {
+        float v = bias ? bias[i % a->K] : 0.0f;
+        mk_activate(&v, 1, a->activation);
+        for (long j = 0; j < PQ; j++) {
+            if (dtype == MK_F32) ((float *)y)[i * PQ + j] = v;
+            else ((mk_half *)y)[i * PQ + j] = (mk_half)v;
+        }
+    }
+    return MK_OK;
+}
+
+// The paths, in the order they are tried (mk_cpu_conv2d)
+enum { PATH_DEPTHWISE, PATH_BIAS_ONLY, PATH_WINOGRAD, PATH_SMALL_IMAGES, PATH_BLOCKED };
+static int choose_path(const mk_conv2d_args *a, int dtype, int wino, long threads) {
+    long Cg = a->C / a->groups, CRS = Cg * a->R * a->S, PQ = (long)a->P * a->Q;
+    if (Cg == 1 && a->groups > 1) return PATH_DEPTHWISE;
+    if (CRS == 0) return PATH_BIAS_ONLY;
+    if (wino) return PATH_WINOGRAD;
+    if (dtype == MK_F32 && a->groups == 1 && threads > 1 && a->N < threads &&
+        PQ < MIN_COLS * threads && CRS * PQ <= COL_BLOCK_FLOATS)
+        return PATH_SMALL_IMAGES;
+    return PATH_BLOCKED;
+}
+
 mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const void *w,
                         const float *bias, void *y) {
     MK_CHECK_PTR(a);
@@ -377,89 +507,31 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     MK_CHECK_PTR(y);
     if (a->C > 0) { MK_CHECK_PTR(x); MK_CHECK_PTR(w); }
     if (a->has_bias) MK_CHECK_PTR(bias); else bias = NULL;
-    int Cg = a->C / a->groups;
     int wino = winograd_choice(a);
     if (wino < 0) return MK_ERR_INVALID;
-
-    if (Cg == 1 && a->groups > 1) {
+    int pointwise = a->R == 1 && a->S == 1 && a->stride_h == 1 && a->stride_w == 1 &&
+                    a->pad_h == 0 && a->pad_w == 0 && a->P == a->H && a->Q == a->W;
+    long threads = mk_cpu_threads();
+    int path = choose_path(a, dtype, wino, threads);
+    if (path == PATH_WINOGRAD) {
+        // Winograd holds transformed operands (up to 4x the weights); when they do not fit
+        // in memory, the other paths still do. Likewise when it declines non-finite or
+        // huge values (its tiles would spread or overflow them)
+        mk_status ws = mk_cpu_conv2d_winograd(a, wino, dtype, x, w, bias, y);
+        if (ws != MK_ERR_NOMEM && ws != MK_ERR_UNSUPPORTED) return ws;
+        path = choose_path(a, dtype, 0, threads);
+    }
+    switch (path) {
+    case PATH_DEPTHWISE: {
         dw_ctx t = {a, dtype, x, w, bias, y, 0};
         mk_parallel_for((long)a->N * a->K, mk_grain(PQ * a->R * a->S), dw_range, &t);
         return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory") : MK_OK;
     }
-
-    long CRS = (long)Cg * a->R * a->S;
-    int Kg = a->K / a->groups;
-    if (CRS == 0) {              // no input channels: the output is act(bias)
-        for (long i = 0; i < (long)a->N * a->K; i++) {
-            float v = bias ? bias[i % a->K] : 0.0f;
-            mk_activate(&v, 1, a->activation);
-            for (long j = 0; j < PQ; j++) {
-                if (dtype == MK_F32) ((float *)y)[i * PQ + j] = v;
-                else ((mk_half *)y)[i * PQ + j] = (mk_half)v;
-            }
-        }
-        return MK_OK;
-    }
-    // Winograd holds transformed operands (up to 4x the weights); when they do not fit in
-    // memory, im2col (1 MiB blocks) still does: fall through to it. Likewise when it
-    // declines non-finite or huge values (its tiles would spread or overflow them)
-    if (wino) {
-        mk_status ws = mk_cpu_conv2d_winograd(a, wino, dtype, x, w, bias, y);
-        if (ws != MK_ERR_NOMEM && ws != MK_ERR_UNSUPPORTED) return ws;
-    }
-    int pointwise = a->R == 1 && a->S == 1 && a->stride_h == 1 && a->stride_w == 1 &&
-                    a->pad_h == 0 && a->pad_w == 0 && a->P == a->H && a->Q == a->W;
-    long threads = mk_cpu_threads();
-    if (dtype == MK_F32 && a->groups == 1 && threads > 1 && a->N < threads &&
-        PQ < MIN_COLS * threads && CRS * PQ <= COL_BLOCK_FLOATS)
+    case PATH_BIAS_ONLY:
+        return bias_only(a, dtype, bias, y);
+    case PATH_SMALL_IMAGES:
         return small_images(a, pointwise, x, w, bias, y);
-    // block size: about COL_BLOCK_FLOATS of im2col but at least MIN_COLS columns (a narrow
-    // GEMM spends its time packing the weights), and two tasks per thread where that is
-    // possible without narrowing the GEMM further
-    long PQc = PQ, want = 2 * threads;
-    long cols = COL_BLOCK_FLOATS / CRS;
-    if (cols < MIN_COLS) cols = MIN_COLS;
-    if (cols < a->Q) cols = a->Q;
-    gemm_conv_ctx t = {a, dtype, pointwise, x, w, bias, y, 0, 0, 0, 0, 0, 0, 0};
-    if (cols >= 2 * PQc && a->N > 1) {                  // whole images per block
-        long imgs = cols / PQc;
-        long max_imgs = ((long)a->N * a->groups + threads - 1) / threads;   // a task per thread
-        if (max_imgs < 1) max_imgs = 1;
-        t.imgs = (int)(imgs < max_imgs ? imgs : max_imgs);
-        t.blocks = (a->N + t.imgs - 1) / t.imgs;
+    default:
+        return blocked(a, dtype, pointwise, x, w, bias, y, threads);
     }
-    if (t.imgs <= 1) {                                  // rows of one image per block
-        t.imgs = 0;
-        long rows = cols / a->Q;
-        long per_img = (long)a->N * a->groups;
-        if (per_img < want) {
-            long split = (want + per_img - 1) / per_img;
-            long r2 = (a->P + split - 1) / split;
-            long r_min = (MIN_COLS + a->Q - 1) / a->Q;   // not below MIN_COLS columns: 256->512
-            if (r2 < r_min) r2 = r_min;                  // 1x1/2 @56 b8 on 16 threads cut 7 rows
-            if (r2 < rows) rows = r2;                    // (196 columns), 0.7x the time of 10-28
-        }
-        if (rows < 1) rows = 1;
-        if (rows > a->P) rows = a->P;
-        t.rows = (int)rows;
-        t.blocks = (long)a->N * ((a->P + rows - 1) / rows);
-    }
-    long ncol = t.imgs ? t.imgs * PQc : (long)t.rows * a->Q;
-    int rows_in = t.imgs ? a->P : t.rows;
-    if (!(pointwise && dtype == MK_F32 && !t.imgs)) t.col_floats = CRS * ncol;
-    if (dtype == MK_F16 || t.imgs) t.out_floats = (long)Kg * ncol;
-    float *wf = NULL;
-    if (dtype == MK_F16) {
-        long srows = (rows_in - 1) * (long)a->stride_h + (long)(a->R - 1) * a->dil_h + 1;
-        if (srows > a->H) srows = a->H;
-        t.slab_floats = (long)Cg * srows * a->W;
-        wf = mk_alloc((size_t)a->K * CRS * 4);
-        if (!wf) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory");
-        mk_h2f(w, wf, (long)a->K * CRS);
-        t.w = wf;
-    }
-    mk_parallel_for((long)a->groups * t.blocks, mk_grain(Kg * CRS * ncol), conv_range, &t);
-    mk_free(wf);
-    return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory for im2col")
-                    : MK_OK;
 }

@@ -102,7 +102,7 @@ static mk_status sim_library_load(mk_device *d, const char *path, mk_library **o
         return mk_set_error(MK_ERR_COMPILE, "simulator: %s is not a kernel library of this "
                             "mpskern (ABI %d expected); clear the compile cache", path, MK_SIM_ABI_VERSION);
     }
-    Library *lib = new Library{h, mod, path};
+    Library *lib = new Library{h, mod, path};   // refs = 1: the handle's
     mk_library *l = (mk_library *)calloc(1, sizeof *l);
     l->device = d;
     l->impl = lib;
@@ -111,10 +111,17 @@ static mk_status sim_library_load(mk_device *d, const char *path, mk_library **o
     return MK_OK;
 }
 
+// Pipelines may outlive the library handle: the shared object is unloaded when the last
+// of them goes (no run is using it then: a running dispatch holds its pipeline)
+static void library_release(Library *lib) {
+    if (lib->refs.fetch_sub(1) != 1) return;
+    dlclose(lib->handle);
+    delete lib;
+}
+
 static void sim_library_free(mk_library *l) {
-    // The shared object stays loaded and the Library object too: pipelines made from it
-    // may outlive the library handle (a cached object file is reused anyway).
     mk_device *d = l->device;
+    library_release((Library *)l->impl);
     free(l);
     release(d);
 }
@@ -127,6 +134,7 @@ static mk_status sim_pipeline_create(mk_device *d, mk_library *l, const char *na
         mk_pipeline *p = (mk_pipeline *)calloc(1, sizeof *p);
         p->device = d;
         p->impl = new Pipeline{lib, &m->kernels[i]};
+        lib->refs.fetch_add(1);
         p->max_threads = dev_of(d)->opt.max_threads;
         if (m->kernels[i].max_threads && m->kernels[i].max_threads < p->max_threads)
             p->max_threads = m->kernels[i].max_threads;
@@ -148,7 +156,9 @@ static mk_status sim_pipeline_create(mk_device *d, mk_library *l, const char *na
 
 static void sim_pipeline_free(mk_pipeline *p) {
     mk_device *d = p->device;
+    Library *lib = ((Pipeline *)p->impl)->lib;
     delete (Pipeline *)p->impl;
+    library_release(lib);
     free(p);
     release(d);
 }

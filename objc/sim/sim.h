@@ -37,10 +37,14 @@ struct Options {
     double time_limit_s = 0;   // > 0: runs stop after this long
 };
 
+// A loaded kernel library: its handle and each pipeline made from it hold a reference;
+// the last one dlcloses it (a program compiling many distinct kernels keeps a bounded set
+// loaded: mpskern's Context caches a bounded number of libraries).
 struct Library {
     void *handle = nullptr;
     const mk_sim_module *mod = nullptr;
     std::string path;
+    std::atomic<int> refs{1};
 };
 
 struct Pipeline {

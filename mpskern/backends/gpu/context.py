@@ -19,6 +19,7 @@ maximum the choice assumed. Then, for any pipeline limit >= 32:
   - a helper kernel of no configuration (gemm's split-K reduction, batch_norm's finish)
     runs min(its size, the limit) threads per threadgroup (helper_threads).
 """
+import collections
 import hashlib
 import threading
 
@@ -29,6 +30,10 @@ from mpskern.tuning import spaces
 
 MAX_GRID_YZ = 65535     # threadgroups along a grid's y and z that every Metal GPU takes
 MIN_THREADS = 32        # one SIMD-group: the smallest threadgroup any configuration has
+# compiled libraries kept loaded per device, least recently used dropped first (a program
+# compiling many distinct kernels, or tune's candidates, would otherwise keep every one
+# loaded; a dropped sim library is reloaded from the compile cache, not recompiled)
+MAX_LIBRARIES = 128
 
 
 def cdiv(a, b):
@@ -38,15 +43,16 @@ def cdiv(a, b):
 class Context:
     """The Metal (or simulated) device as the encoders use it: created on first use, kernels
     compiled once (Metal: at run time from source; sim: mpskern.sim's front-end and host
-    compiler) into a pipeline cache keyed by (source, kernel, macros, check, profile), buffers around
-    numpy memory, dispatch lists run in one command buffer. GpuBackend owns one; its
-    pipeline/wrap/run for users' own kernels (mpskern.kernel) come here too."""
+    compiler) into a pipeline cache keyed by (source, kernel, macros, check, profile) holding
+    at most MAX_LIBRARIES libraries, buffers around numpy memory, dispatch lists run in one
+    command buffer. GpuBackend owns one; its pipeline/wrap/run for users' own kernels
+    (mpskern.kernel) come here too."""
 
     def __init__(self, kind):
         self.kind = kind                # "metal" or "sim"
         self._native = None
-        self._pipelines = {}
-        self._libraries = {}
+        # (source hash, macros, check) -> (library, {kernel: pipeline}), oldest use first
+        self._libraries = collections.OrderedDict()
         self._lock = threading.RLock()
         self._check = False
         self.profile = False            # mpskern.profiling.profiling(): profiling libraries
@@ -88,27 +94,28 @@ class Context:
         if file is not None:
             source = metal_source(file)
         macros = {k: macros[k] for k in sorted(macros or {})}
-        key = (hashlib.sha1(source.encode()).hexdigest(), kernel, tuple(macros.items()),
-               bool(check) and self.kind == "sim", profile)
-        p = self._pipelines.get(key)
-        if p is None:
-            with self._lock:
-                p = self._pipelines.get(key)
-                if p is None:
-                    # one library per (source, macros, check): a file's kernels share it
-                    lkey = (key[0],) + key[2:]
-                    lib = self._libraries.get(lkey)
-                    if lib is None:
-                        if self.kind == "sim":
-                            from mpskern import sim
-                            lib = self.native.library_load(
-                                sim.build_library(source, macros, check=key[3], origin=file,
-                                                  profile=profile))
-                        else:
-                            lib = self.native.library_from_source(source, macros)
-                        self._libraries[lkey] = lib
-                    p = lib.pipeline(kernel)
-                    self._pipelines[key] = p
+        # one library per (source, macros, check, profile): a file's kernels share it
+        check = bool(check) and self.kind == "sim"
+        lkey = (hashlib.sha1(source.encode()).hexdigest(), tuple(macros.items()), check, profile)
+        with self._lock:
+            entry = self._libraries.get(lkey)
+            if entry is None:
+                if self.kind == "sim":
+                    from mpskern import sim
+                    lib = self.native.library_load(
+                        sim.build_library(source, macros, check=check, origin=file,
+                                          profile=profile))
+                else:
+                    lib = self.native.library_from_source(source, macros)
+                entry = self._libraries[lkey] = (lib, {})
+                while len(self._libraries) > MAX_LIBRARIES:
+                    # unloaded once the pipelines callers still hold are gone
+                    self._libraries.popitem(last=False)
+            else:
+                self._libraries.move_to_end(lkey)
+            p = entry[1].get(kernel)
+            if p is None:
+                p = entry[1][kernel] = entry[0].pipeline(kernel)
         return p
 
     def buffer(self, array, writable=False):

@@ -121,6 +121,7 @@ def _run(console, tdb, op, backend, dtype, shape, budget, stride, padding, group
         shapes = [spec.complete(dict(s, **fields)) for s in shapes]
         done = []
         for sh in shapes:
+            spec.check_memory(sh, dtype)         # a huge shape: one line, before the bar
             try:
                 if show:
                     _show(console, op, sh, dtype, backend)

@@ -13,6 +13,7 @@ into such memory for the run. Where the OS runs out of mappings, a plain page-al
 numpy allocation is the fallback (the simulator then copies it).
 """
 import mmap
+import os
 from operator import index
 
 import numpy as np
@@ -67,6 +68,38 @@ def empty(shape, dtype=np.float32):
         raw = np.empty(span + page, dtype=np.uint8)    # one spare page to align within
         start = (-raw.ctypes.data) % page
     return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def available_bytes():
+    """Bytes of memory a new allocation can get now without swapping or an OOM kill, as far
+    as the OS says: Linux's MemAvailable, capped by the cgroup's limit (containers); the
+    physical memory elsewhere (macOS); None where neither is known."""
+    have = None
+    try:
+        with open("/proc/meminfo") as f:
+            for ln in f:
+                if ln.startswith("MemAvailable:"):
+                    have = int(ln.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as f:
+            used = int(f.read())
+        with open("/sys/fs/cgroup/memory.stat") as f:      # page cache it can reclaim
+            used -= next((int(ln.split()[1]) for ln in f if ln.startswith("inactive_file ")), 0)
+        if limit != "max":
+            free = max(int(limit) - used, 0)
+            have = free if have is None else min(have, free)
+    except (OSError, ValueError):
+        pass
+    if have is None:
+        try:
+            have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            pass
+    return have
 
 
 def is_page_aligned(a):

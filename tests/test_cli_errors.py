@@ -86,13 +86,97 @@ def test_tuning_database_never_holds_nan(tmp_path):
 @pytest.mark.parametrize("shape", ["1000000,1000000", "99999999999999999999,2"])
 def test_bench_shape_too_big_is_an_error_not_a_traceback(fakes, shape):
     _clean_failure(cli("bench", "softmax", "--no-save", "--shape", shape),
-                   "cannot build its inputs", "give a smaller --shape")
+                   "softmax --shape rows=", "of memory", "is available here",
+                   "give a smaller --shape")
 
 
 def test_tune_shape_too_big_is_an_error_not_a_traceback(tmp_path):
     r = cli("tune", "gemm", "--backend", "sim", "--shape", "1000000x1000000x1000000",
             "--db", str(tmp_path / "t.json"))
-    _clean_failure(r, "too big for this machine's memory", "give a smaller --shape")
+    _clean_failure(r, "gemm --shape M=1000000,N=1000000,K=1000000", "of memory",
+                   "give a smaller --shape")
+
+
+# Shapes that numpy would allocate (lazily, on an overcommitting OS) but that do not fit in
+# the memory available: refused from the shapes alone, before any input is built (else the
+# inputs' random fill or the float64 reference gets the process OOM-killed). The available
+# memory is patched to 64 MiB so that the cases stay small if the check were missing.
+SMALL_MEMORY = 64 * 2**20
+TOO_BIG = [("softmax", "4096,8192"), ("layer_norm", "8192,4096"), ("conv2d", "8,64,128,128,64,3"),
+           ("matmul", "2048"), ("scaled_dot_product_attention", "1,8,2048,64"),
+           ("max_pool2d", "16,64,128,128,3"), ("group_norm", "8,256,64,64")]
+
+
+@pytest.fixture
+def small_memory(monkeypatch):
+    from mpskern import memory, ops
+    from mpskern.ops.op import _ShapeRng
+    monkeypatch.setattr(memory, "available_bytes", lambda: SMALL_MEMORY)
+    built = []
+
+    def guard(inputs):                  # building any real input is the failure
+        return lambda self, s, dt, rng: (inputs(self, s, dt, rng) if isinstance(rng, _ShapeRng)
+                                         else built.append(s) or 1 / 0)
+    for sp in ops.TABLE.values():
+        monkeypatch.setattr(type(sp), "inputs", guard(type(sp).inputs))
+    return built
+
+
+def _needs_line(r, op, dtype="float32"):
+    _clean_failure(r, f"{op} --shape ", f"({dtype}) needs about", "bytes) of memory",
+                   "64.0 MiB is available here", "give a smaller --shape")
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("op,shape", TOO_BIG)
+def test_bench_shape_beyond_available_memory_is_refused_before_allocating(fakes, small_memory,
+                                                                         op, shape):
+    r = cli("bench", op, "--no-save", "--shape", shape, "--dtype", "float16")
+    _needs_line(r, op, "float16")
+    assert Counting.calls == 0
+
+
+@pytest.mark.parametrize("op,shape", TOO_BIG[:4])
+def test_tune_shape_beyond_available_memory_is_refused_before_allocating(small_memory, tmp_path,
+                                                                        op, shape):
+    _needs_line(cli("tune", op, "--backend", "sim", "--shape", shape, "--db",
+                    str(tmp_path / "t.json")), op)
+    assert not small_memory
+
+
+@pytest.mark.parametrize("op,shape", TOO_BIG[:4])
+def test_profile_shape_beyond_available_memory_is_refused_before_allocating(small_memory, op,
+                                                                           shape):
+    _needs_line(cli("profile", op, "--shape", shape), op)
+    assert not small_memory
+
+
+def test_footprint_covers_the_inputs_and_results_it_estimates():
+    """Op.footprint's shapes-only inputs are the real inputs' shapes and dtypes, its result
+    size the op's, for every op's small presets; and what fits is not refused."""
+    import numpy as np
+
+    from mpskern import ops
+    from mpskern.ops.op import _ShapeRng, _Shaped
+    n = 0
+    for name, sp in ops.TABLE.items():
+        for p in ("tiny", "small"):
+            for _, s in sp.preset(p) if p in sp.presets else ():
+                for dt in ("float32", "float16"):
+                    dry = {k: v for k, v in sp.inputs(s, np.dtype(dt), _ShapeRng()).items()
+                           if isinstance(v, _Shaped)}
+                    if sum(v.size for v in dry.values()) > 2e6:
+                        continue
+                    inp = sp.inputs(s, np.dtype(dt), np.random.default_rng(0))
+                    real = {k: v for k, v in inp.items() if isinstance(v, np.ndarray)}
+                    assert ({k: (v.shape, v.dtype) for k, v in real.items()} ==
+                            {k: (v.shape, v.dtype) for k, v in dry.items()}), (name, s)
+                    want = sp.reference(inp)
+                    assert sp.out_elements(s, dry) == want.size, (name, s)
+                    assert sp.footprint(s, dt) >= sum(v.nbytes for v in real.values()) + want.nbytes
+                    sp.check_memory(s, dt)
+                    n += 1
+    assert n > 40
 
 
 def test_bench_csv_unwritable_fails_before_measuring(fakes, tmp_path):

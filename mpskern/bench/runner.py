@@ -50,6 +50,10 @@ def run(op, shapes, dtypes, targets, *, budget=0.5, run_id=None, preset="custom"
             if dtype not in DTYPES:
                 raise ValueError(f"dtype {dtype} is not benchmarked; use float32 or float16")
             try:
+                sp.check_memory(shape, dtype)    # before anything is allocated
+            except ValueError as e:
+                raise CaseTooBig(str(e)) from None
+            try:
                 inp = sp.inputs(shape, dtype, _rng(op, sp.key(shape), dtype))
                 want = sp.reference(inp)
             except (MemoryError, ValueError) as e:   # numpy: "array is too big", ...

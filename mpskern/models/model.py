@@ -53,6 +53,11 @@ class Model(Op):
         inp = self.module.inputs(s, rng, dtype)
         return {"params": P, "weights": self.module.prepare(P), **inp, "p": dict(s)}
 
+    def footprint(self, s, dtype):
+        """Unknown (None): a network's weights and activations are not the op table's
+        inputs; Op.check_memory then lets it run."""
+        return None
+
     def _names(self, inp):
         return [k for k in inp if k not in ("params", "weights", "p")]
 

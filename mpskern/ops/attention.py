@@ -279,6 +279,13 @@ class Attention(Op):
     def reduction(self, i):
         return i["k"].shape[-2] + i["q"].shape[-1]
 
+    def out_elements(self, s, inp):
+        return s["B"] * s["Hq"] * s["L"] * s["Ev"]
+
+    def scratch_elements(self, s, inp):
+        """The reference's scores, their exponentials and the weights: (B, Hq, L, S) each."""
+        return 3 * s["B"] * s["Hq"] * s["L"] * s["S"]
+
     def struct(self, s, out_shape):
         mask = {0: {}, 1: dict(mask=MASK_BOOL), 2: dict(mask=MASK_ADD)}[s["mask"]]
         if mask:

@@ -230,6 +230,11 @@ class Conv2d(Op):
         _, cg, r, s_ = i["w"].shape
         return cg * r * s_
 
+    def out_elements(self, s, inp):
+        P, Q = ((n + 2 * s["pad"] - s["dil"] * (k - 1) - 1) // s["stride"] + 1
+                for n, k in ((s["H"], s["R"]), (s["W"], s["S"])))
+        return s["N"] * s["K"] * max(P, 0) * max(Q, 0)
+
     def struct(self, s, out_shape):
         return structs.conv2d_args(s["N"], s["C"], s["H"], s["W"], s["K"], s["R"], s["S"],
                                    out_shape[2], out_shape[3], groups=s["groups"],

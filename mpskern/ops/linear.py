@@ -134,6 +134,9 @@ class Linear(Op):
     def reduction(self, i):
         return i["x"].shape[-1]
 
+    def out_elements(self, s, inp):
+        return s["M"] * s["N"]
+
     def struct(self, s, out_shape):
         return structs.gemm_args(s["M"], s["N"], s["K"], trans_b=True, activation=s["act"])
 

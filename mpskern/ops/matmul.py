@@ -263,6 +263,9 @@ class Matmul(Op):
     def reduction(self, i):
         return i["a"].shape[-1]
 
+    def out_elements(self, s, inp):
+        return s["batch"] * s["M"] * s["N"]
+
     def struct(self, s, out_shape):
         return structs.gemm_args(s["M"], s["N"], s["K"], batch=s["batch"])
 
@@ -327,6 +330,9 @@ class Gemm(Op):
 
     def reduction(self, i):
         return i["a"].shape[-2 if i["p"].get("trans_a") else -1]
+
+    def out_elements(self, s, inp):
+        return s["M"] * s["N"]
 
     def struct(self, s, out_shape):
         return structs.gemm_args(s["M"], s["N"], s["K"], has_c=s["c"], activation=s["act"])

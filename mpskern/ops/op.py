@@ -17,6 +17,10 @@ and used by `mpskern bench`, `mpskern tune`, `mpskern selftest` and the tests:
     presets             named shape sets of `mpskern bench --preset`
     tune                default shapes of `mpskern tune` (metal, sim)
     checks              the cases of `mpskern selftest`: odd sizes, options, empties
+    footprint,          the memory a case holds (estimated from the shapes: inputs(), run
+    check_memory        on a generator of shapes, and out_elements()), refused with the
+                        bytes when it does not fit (bench, tune and profile, before they
+                        allocate)
 
 THE SHAPE GRAMMAR (`mpskern bench --shape`, `mpskern tune --shape`): the op's shape fields
 as integers, positional in the op's field order or NAME=VALUE (any case), separated by
@@ -25,14 +29,15 @@ Fields left out take their defaults; a default naming another field copies its v
 square). `mpskern bench --help` lists every op's fields; a malformed shape says the
 grammar and the op's fields.
 """
+import math
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
 import mpskern
+from mpskern import memory, structs
 from mpskern import reference as ref
-from mpskern import structs
 
 GRAMMAR = ("positional in this order or NAME=VALUE, separated by commas, spaces or x; "
            "fields left out take the default shown")
@@ -87,6 +92,42 @@ def torch_call_weights_as_x(op, F, t):
 def vector(rng, n, lo=0.5, hi=1.5):
     """A per-channel float32 parameter (weights, biases, running statistics)."""
     return rng.uniform(lo, hi, n).astype(np.float32)
+
+
+class _Shaped:
+    """An input as Op.footprint sees it: its shape and dtype (what inputs() builds from the
+    generator's arrays: scaled, cast, compared), no data."""
+    def __init__(self, shape, dtype=np.float64):
+        self.shape = tuple(shape) if np.ndim(shape) else (int(shape),)
+        self.dtype = np.dtype(dtype)
+        self.size = math.prod(self.shape)
+
+    def astype(self, dtype):
+        return _Shaped(self.shape, dtype)
+
+    def __mul__(self, other):
+        return self
+    __rmul__ = __truediv__ = __add__ = __radd__ = __sub__ = __mul__
+
+    def __gt__(self, other):
+        return _Shaped(self.shape, bool)
+    __lt__ = __ge__ = __le__ = __gt__
+
+
+class _ShapeRng:
+    """The generator inputs() draws from in Op.footprint: arrays of shapes only."""
+    def standard_normal(self, size):
+        return _Shaped(size)
+
+    def random(self, size):
+        return _Shaped(size)
+
+    def uniform(self, low=0.0, high=1.0, size=None):
+        return _Shaped(size)
+
+
+def _gib(n):
+    return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
 class Op:
@@ -205,6 +246,39 @@ class Op:
         kw = {param: i[k] for k, param in self.keywords.items()}
         kw.update(i.get("p", ()))
         return [i[k] for k in self.arrays], kw
+
+    # -- memory -----------------------------------------------------------------------------
+    def out_elements(self, s, inp):
+        """Elements of the op's result at shape `s` (inp: inputs() with shapes only, see
+        footprint); the default: those of its first array (row ops keep x's shape)."""
+        return inp[self.arrays[0]].size
+
+    def scratch_elements(self, s, inp):
+        """float64 elements the reference holds besides its inputs' copies and its result:
+        by default one temporary of the result's size."""
+        return self.out_elements(s, inp)
+
+    def footprint(self, s, dtype):
+        """Bytes a bench, tune or profile case at shape `s` holds at once, from the shapes
+        alone (nothing is allocated): the inputs, two float64 copies of them in the
+        reference (converted, padded or repeated), its result and scratch, and the op's
+        own result."""
+        dt = np.dtype(dtype)
+        inp = {k: a for k, a in self.inputs(s, dt, _ShapeRng()).items() if isinstance(a, _Shaped)}
+        ins = sum(a.size * (a.dtype.itemsize + 16) for a in inp.values())
+        out = self.out_elements(s, inp)
+        return ins + out * (dt.itemsize + 8) + 8 * self.scratch_elements(s, inp)
+
+    def check_memory(self, s, dtype):
+        """ValueError, one line naming the shape and the bytes, when a case at shape `s`
+        cannot fit in the memory available now (memory.available_bytes); before anything is
+        allocated, so that a huge --shape is an error, not a MemoryError or an OOM kill."""
+        need, have = self.footprint(s, dtype), memory.available_bytes()
+        if need is not None and have is not None and need > have:
+            raise ValueError(f"{self.name} --shape {self.key(s)} ({np.dtype(dtype).name}) needs "
+                             f"about {_gib(need)} ({need:,} bytes) of memory (its inputs, their float64 "
+                             f"reference and the results) but {_gib(have)} is available "
+                             "here; give a smaller --shape")
 
     def call(self, inp, backend, out=None):
         """The public op (as users call it: mpskern.<op>) on the inputs, through backend=

@@ -172,6 +172,12 @@ class _Pool2d(Op):
     def torch_call(self, F, t):
         return self.of(F)(t["x"], **t["p"])         # torch.nn.functional names it alike
 
+    def out_elements(self, s, inp):
+        span = s.get("dil", 1) * (s["k"] - 1) + 1
+        P, Q = ((n + 2 * s["pad"] - span + (s["stride"] - 1) * s["ceil"]) // s["stride"] + 1
+                for n in (s["H"], s["W"]))
+        return s["N"] * s["C"] * max(P, 0) * max(Q, 0)
+
     def struct(self, s, out_shape):
         return structs.pool2d_args(s["N"], s["C"], s["H"], s["W"], out_shape[2], out_shape[3],
                                    s["k"], s["k"])

@@ -18,6 +18,7 @@ def problem(op, shape_text, dtype="float32", seed=0):
     from mpskern import ops
     spec = ops.get(op)
     shape = spec.parse(shape_text) if isinstance(shape_text, str) else spec.complete(shape_text)
+    spec.check_memory(shape, dtype)       # a huge shape: ValueError, before allocating
     inputs = spec.inputs(shape, np.dtype(dtype), np.random.default_rng(seed))
     return spec, shape, inputs
 

@@ -66,6 +66,7 @@ def make(op, shape=None, dtype="float32", seed=0, backend="metal"):
     else:
         shape = o.complete(shape if isinstance(shape, dict) else
                            dict(zip([f.name for f in o.fields], shape)))
+    o.check_memory(shape, dtype)          # a huge shape: ValueError, before allocating
     inp = o.inputs(shape, np.dtype(dtype), np.random.default_rng(seed))
     want = o.reference(inp)
     macs = o.costs(shape, want.shape, np.dtype(dtype).itemsize).flops / 2

@@ -80,12 +80,13 @@ def signature(source, macros, name):
     None when it cannot be read here (no preprocessor, a source the front-end cannot
     parse: then the compile that follows reports the problem)."""
     from mpskern.sim import compiler, frontend, strict
+    from mpskern.sim.msl_tokens import LineMap
     ok, _ = compiler.available()
     if not ok:
         return None
     try:
         pre = compiler.preprocess(strict.guard_includes(source), dict(macros))
-        kernels = frontend.find_kernels(pre, frontend._Lines(pre))
+        kernels = frontend.find_kernels(pre, LineMap(pre))
     except Exception:  # noqa: BLE001 - the build reports it, with the compiler's words
         return None
     for k in kernels:

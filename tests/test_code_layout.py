@@ -1,7 +1,9 @@
 """The layout rules of issue 12 that keep the code easy to follow, checked over the checkout's
 source files (read as text, never imported):
   - no module in mpskern/ is loaded by a name string (importlib, __import__, runpy): every
-    dependency is a plain import, so a reader (or a call-graph tool) can follow it.
+    dependency is a plain import, so a reader (or a call-graph tool) can follow it;
+  - no source file in mpskern/ or cli/ is over 400 lines: a file that grows past it holds
+    more than one concept, and is split by concept (DEVELOPERS.md's map names the parts).
 """
 import io
 import tokenize
@@ -9,6 +11,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "mpskern"
+MAX_LINES = 400
+SOURCE_SUFFIXES = (".py", ".pyx", ".pxi", ".pxd")     # _native.c is Cython's output, not ours
 
 # names whose only use is loading a module chosen at run time
 NAME_STRING_LOADERS = {"importlib", "import_module", "__import__", "runpy", "spec_from_file_location",
@@ -53,3 +57,34 @@ def test_the_loader_check_finds_a_planted_load(tmp_path):
     assert name_string_loads(pkg) == ["pkg/bad.py:1: importlib", "pkg/bad.py:3: importlib",
                                       "pkg/bad.py:3: import_module", "pkg/worse.py:1: __import__",
                                       "pkg/_native.pyx:1: __import__"]
+
+
+def long_files(roots, limit=MAX_LINES):
+    """'path: N lines' for every source file under roots longer than limit lines."""
+    seen, found = set(), []
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            real = path.resolve()
+            if path.suffix not in SOURCE_SUFFIXES or real in seen or not path.is_file():
+                continue
+            seen.add(real)
+            n = len(path.read_text(encoding="utf-8").splitlines())
+            if n > limit:
+                found.append(f"{path.relative_to(ROOT) if ROOT in path.parents else path}: {n} lines")
+    return found
+
+
+def test_no_source_file_is_over_the_limit():
+    found = long_files([PACKAGE, ROOT / "cli"])
+    assert not found, (f"over {MAX_LINES} lines: split by concept (and update DEVELOPERS.md's "
+                       "map):\n" + "\n".join(found))
+
+
+def test_the_size_check_finds_a_long_file(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (tmp_path / "sub" / "fits.py").write_text("x = 1\n" * MAX_LINES)
+    (tmp_path / "_native.pxi").write_text("cdef int x\n" * (MAX_LINES + 5))
+    (tmp_path / "_native.c").write_text("int x;\n" * 5000)           # generated: not counted
+    assert long_files([tmp_path]) == [f"{tmp_path / '_native.pxi'}: {MAX_LINES + 5} lines",
+                                      f"{tmp_path / 'sub' / 'long.py'}: {MAX_LINES + 1} lines"]

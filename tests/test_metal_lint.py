@@ -1,7 +1,8 @@
 """Mechanical checks of docs/design.md's kernel rules over every metal/*.metal file and the
 project headers they include (the rules keep each file valid MSL and runnable on the CPU
-simulator). Each rule is a function from source text to findings ("file:line: message");
-planted-bug snippets below prove every rule can fail.
+simulator). Each rule is a function from the source and its parse (the simulator front-end's
+parser, mpskern/sim/parse.py) to findings ("file:line: message"); planted-bug snippets below
+prove every rule can fail.
 
   1. includes: only <metal_*> and project headers that exist in metal/; no std::, no
      dynamic allocation, no exceptions, no function pointers, no direct recursion
@@ -20,139 +21,53 @@ import re
 import pytest
 
 from mpskern.paths import METAL_DIR
+from mpskern.sim import msl_tokens as T
+from mpskern.sim import parse as P
 
-ADDRESS_SPACES = ("device", "constant", "threadgroup", "thread")
 NAME_RE = re.compile(r"^(?P<op>[a-z0-9]+(?:_[a-z0-9]+)*?)_(?P<variant>[a-z0-9]+)_(?P<dtype>f32|f16|bf16)$")
 
 
 # ------------------------------------------------------------------------------ parsing
-def strip_comments(src):
-    """Comments replaced by spaces (newlines kept, so offsets map to the same lines)."""
-    def blank(m):
-        return re.sub(r"[^\n]", " ", m.group(0))
-    return re.sub(r"//[^\n]*|/\*.*?\*/", blank, src, flags=re.S)
+# The front-end's parser (mpskern/sim/parse.py) reads the source; comments, preprocessor
+# lines and macro invocations standing alone on a line (MK_PER_DTYPE(fn), no `;`: the
+# parser would read them as the head of the next declaration) are blanked first, offsets
+# and lines kept, since the lint reads raw files.
+MACRO_LINE_RE = re.compile(r"^[ \t]*[A-Z][A-Z0-9_]*[ \t]*\([^;{}\n]*\)[ \t]*$", re.M)
 
 
-def strip_preprocessor(src):
-    """Preprocessor lines (with continuations) blanked, lines kept."""
-    out, cont = [], False
-    for line in src.split("\n"):
-        is_pp = cont or line.lstrip().startswith("#")
-        cont = is_pp and line.rstrip().endswith("\\")
-        out.append(" " * len(line) if is_pp else line)
-    return "\n".join(out)
+def blank_macro_lines(code):
+    return MACRO_LINE_RE.sub(lambda m: " " * len(m.group(0)), code)
 
 
-def line_of(src, pos):
-    return src.count("\n", 0, pos) + 1
+def parsed(src):
+    return P.parse(T.blank_preprocessor(blank_macro_lines(T.strip_comments(src))))
 
 
-def match_close(src, i, open_ch, close_ch):
-    """Index of the bracket closing the one at src[i]."""
-    depth = 0
-    for j in range(i, len(src)):
-        c = src[j]
-        if c == open_ch:
-            depth += 1
-        elif c == close_ch:
-            depth -= 1
-            if depth == 0:
-                return j
-    raise ValueError(f"unbalanced {open_ch} at offset {i}")
+def line_of(prog, pos):
+    return prog.where(pos)[1]
 
 
-def split_top(text, sep=","):
-    """Split at `sep` outside (), [], <> and {}."""
-    parts, depth, cur = [], 0, []
-    for c in text:
-        if c in "([{<":
-            depth += 1
-        elif c in ")]}>":
-            depth -= 1
-        if c == sep and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-        else:
-            cur.append(c)
-    if "".join(cur).strip():
-        parts.append("".join(cur))
-    return parts
+def kernels(prog):
+    """Kernel definitions (body) and instantiations / declarations (body None)."""
+    return [f for f in prog.functions if f.is_kernel]
 
 
-KERNEL_RE = re.compile(r"(?:\bkernel|\[\[\s*kernel\s*\]\])\s+void\s+(\w+)\s*(<[^>(]*>)?\s*\(")
+def functions(prog):
+    """Functions at program or namespace scope that have a body."""
+    return [f for f in prog.functions if f.body is not None and f.scope == "program"]
 
 
-def kernels(code):
-    """(name, template_args, params, body or None, offset) of every kernel definition
-    (body: its text) and instantiation / declaration (body None)."""
-    out = []
-    for m in KERNEL_RE.finditer(code):
-        po = m.end() - 1
-        pc = match_close(code, po, "(", ")")
-        rest = code[pc + 1:].lstrip()
-        body = None
-        if rest.startswith("{"):
-            bo = code.index("{", pc)
-            body = (bo, code[bo + 1:match_close(code, bo, "{", "}")])
-        out.append((m.group(1), m.group(2), code[po + 1:pc], body, m.start()))
-    return out
-
-
-def match_open(src, j, open_ch, close_ch):
-    """Index of the bracket opening the one closed at src[j]."""
-    depth = 0
-    for i in range(j, -1, -1):
-        c = src[i]
-        if c == close_ch:
-            depth += 1
-        elif c == open_ch:
-            depth -= 1
-            if depth == 0:
-                return i
-    raise ValueError(f"unbalanced {close_ch} at offset {j}")
-
-
-def functions(code):
-    """(name, params, body, body offset, is_kernel) of every function definition: a
-    top-level `{` right after `name(...)` (namespaces are entered, other blocks skipped)."""
-    out = []
-    depth, start, i = 0, 0, 0
-    while i < len(code):
-        c = code[i]
-        if c == "{" and depth == 0:
-            head = code[start:i].rstrip()
-            if head.endswith(")"):
-                pc = start + len(head) - 1
-                po = match_open(code, pc, "(", ")")
-                m = re.search(r"(\w+)\s*(?:<[^<>]*>)?\s*$", code[max(start, po - 200):po])
-                be = match_close(code, i, "{", "}")
-                if m:
-                    decl = code[start:po]
-                    is_kernel = bool(re.search(r"\bkernel\b|\[\[\s*kernel\s*\]\]", decl))
-                    out.append((m.group(1), code[po + 1:pc], code[i + 1:be], i + 1, is_kernel))
-                i = start = be + 1
-                continue
-            if re.search(r"\bnamespace\b[\w\s]*$", head):
-                i = start = i + 1          # enter the namespace
-                continue
-            i = start = match_close(code, i, "{", "}") + 1
-            continue
-        if c in "([":
-            depth += 1
-        elif c in ")]":
-            depth -= 1
-        elif c in ";}" and depth == 0:
-            start = i + 1
-        i += 1
-    return out
+def at(prog, fn):
+    """Offset of fn's name."""
+    return prog.tokens[fn.name_tok].pos
 
 
 # ------------------------------------------------------------------------------ rules
-def rule_includes(fname, src, code):
+def rule_includes(fname, src, prog):
     found = []
     for m in re.finditer(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', src, re.M):
         kind, name = m.groups()
-        ln = line_of(src, m.start())
+        ln = line_of(prog, m.start())
         if kind == "<" and not name.startswith("metal_"):
             if not (fname == "mk_args.h" and name == "stdint.h"):   # its C-side branch
                 found.append(f"{fname}:{ln}: includes <{name}>; only <metal_*> headers")
@@ -161,20 +76,21 @@ def rule_includes(fname, src, code):
     return found
 
 
-def rule_forbidden(fname, src, code):
+def rule_forbidden(fname, src, prog):
     found = []
     pats = [(r"\bstd::", "uses std::"),
             (r"\bnew\s+\w|\bdelete\b|\bmalloc\s*\(|\bfree\s*\(", "allocates dynamically"),
             (r"\bthrow\b|\btry\s*\{|\bcatch\s*\(", "uses exceptions"),
             (r"\(\s*\*\s*\w+\s*\)\s*\(", "uses a function pointer")]
     for pat, what in pats:
-        for m in re.finditer(pat, code):
-            found.append(f"{fname}:{line_of(code, m.start())}: {what}")
-    for name, _params, body, off, _k in functions(code):
-        m = re.search(r"(?<![\w.])" + re.escape(name) + r"\s*(<[^>]*>)?\s*\(", body)
-        if m:
-            found.append(f"{fname}:{line_of(code, off + m.start())}: {name} calls itself "
-                         "(no recursion on the GPU)")
+        for m in re.finditer(pat, prog.text):
+            found.append(f"{fname}:{line_of(prog, m.start())}: {what}")
+    for fn in functions(prog):
+        for callee, tok, _nargs in P.calls(prog, fn):
+            if callee == fn.name:
+                found.append(f"{fname}:{line_of(prog, prog.tokens[tok].pos)}: {fn.name} calls "
+                             "itself (no recursion on the GPU)")
+                break
     return found
 
 
@@ -182,70 +98,50 @@ TG_VAR_RE = re.compile(r"\bthreadgroup\s+((?:const\s+)?[\w:]+(?:\s*<[^;>]*>)?)\s
                        r"((?:\[[^\]]*\]\s*)*)([;=,{(])")
 
 
-def top_statements(body):
-    """(start, end) of the body's top-level statements."""
-    out, depth, start = [], 0, 0
-    i = 0
-    while i < len(body):
-        c = body[i]
-        if c in "({[":
-            depth += 1
-        elif c in ")}]":
-            depth -= 1
-            if depth == 0 and c == "}":
-                out.append((start, i + 1))
-                start = i + 1
-        elif c == ";" and depth == 0:
-            out.append((start, i + 1))
-            start = i + 1
-        i += 1
-    return [(s, e) for s, e in out if body[s:e].strip()]
-
-
-def rule_threadgroup_vars(fname, src, code):
+def rule_threadgroup_vars(fname, src, prog):
     found = []
     kernel_bodies = []
-    for name, _targs, _params, body, _off in kernels(code):
-        if body is None:
+    toks = prog.tokens
+    for fn in kernels(prog):
+        if fn.body is None:
             continue
-        bo, text = body
-        kernel_bodies.append((bo + 1, bo + 1 + len(text)))
-        stmts = top_statements(text)
-        first_other = None
-        for s, e in stmts:
-            if not TG_VAR_RE.match(text[s:e].strip()):
-                first_other = s
-                break
+        bo, text = P.body_text(prog, fn)
+        kernel_bodies.append((bo, bo + len(text)))
+        # the body's first token that is not part of a threadgroup declaration
+        decls = [(toks[st.first].pos, toks[st.last].end) for st in prog.statements
+                 if st.function is fn and TG_VAR_RE.match(prog.text[toks[st.first].pos:toks[st.last].end + 1])]
+        first_other = next((toks[k].pos - bo for k in range(*fn.body)
+                            if not any(a <= toks[k].pos < b for a, b in decls)), None)
         for m in TG_VAR_RE.finditer(text):
-            ln = line_of(code, bo + 1 + m.start())
+            ln = line_of(prog, bo + m.start())
             dims, end = m.group(3), m.group(4)
             if end != ";":
-                found.append(f"{fname}:{ln}: threadgroup variable {m.group(2)} in {name}: "
+                found.append(f"{fname}:{ln}: threadgroup variable {m.group(2)} in {fn.name}: "
                              "one per statement, no initialiser")
             for d in re.findall(r"\[([^\]]*)\]", dims):
                 if not re.fullmatch(r"[\sA-Z0-9_+\-*/()]+", d):
                     found.append(f"{fname}:{ln}: threadgroup array {m.group(2)}[{d.strip()}] "
                                  "must be sized by a constant expression (literal or MACRO)")
-            depth = sum(text[:m.start()].count(c) for c in "{") - \
-                sum(text[:m.start()].count(c) for c in "}")
+            depth = text.count("{", 0, m.start()) - text.count("}", 0, m.start())
             if depth != 0 or (first_other is not None and m.start() > first_other):
-                found.append(f"{fname}:{ln}: threadgroup variable {m.group(2)} in {name} must "
+                found.append(f"{fname}:{ln}: threadgroup variable {m.group(2)} in {fn.name} must "
                              "be declared at the top of the kernel body")
-    for m in TG_VAR_RE.finditer(code):
+    for m in TG_VAR_RE.finditer(prog.text):
         if not any(a <= m.start() < b for a, b in kernel_bodies):
             # parameters like `threadgroup float* p [[threadgroup(0)]]` never match (pointer)
-            found.append(f"{fname}:{line_of(code, m.start())}: threadgroup variable "
+            found.append(f"{fname}:{line_of(prog, m.start())}: threadgroup variable "
                          f"{m.group(2)} outside a kernel body")
     return found
 
 
-def rule_kernel_params(fname, src, code):
+def rule_kernel_params(fname, src, prog):
     found = []
-    for name, _targs, params, _body, off in kernels(code):
-        ln = line_of(code, off)
+    for fn in kernels(prog):
+        ln = line_of(prog, at(prog, fn))
+        name = fn.name
         seen = {}
-        for p in split_top(params):
-            p = " ".join(p.split())
+        for span in fn.params:
+            p = " ".join(P.param_source(prog, span).split())
             if not p:
                 continue
             attrs = re.findall(r"\[\[\s*([^\]]*?)\s*\]\]", p)
@@ -272,44 +168,44 @@ def rule_kernel_params(fname, src, code):
 BARRIER_RE = re.compile(r"\b(threadgroup_barrier|simdgroup_barrier)\s*\(")
 
 
-def rule_uniform_barriers(fname, src, code):
+def rule_uniform_barriers(fname, src, prog):
     found = []
-    for name, _targs, _params, body, _off in kernels(code):
-        if body is None:
+    # barriers in helpers the kernel calls count too
+    helpers = {fn.name: P.body_text(prog, fn)[1] for fn in functions(prog) if not fn.is_kernel}
+    for fn in kernels(prog):
+        if fn.body is None:
             continue
-        bo, text = body
-        # barriers in helpers the kernel calls count too
-        called = set(re.findall(r"\b(\w+)\s*(?:<[^>]*>)?\s*\(", text))
-        helpers = {n: b for n, _p, b, _o, k in functions(code) if not k}
+        bo, text = P.body_text(prog, fn)
+        called = {c for c, _tok, _n in P.calls(prog, fn)}
         reaches = BARRIER_RE.search(text) or any(
             BARRIER_RE.search(helpers[c]) for c in called if c in helpers)
         if reaches:
             for m in re.finditer(r"\breturn\b", text):
-                found.append(f"{fname}:{line_of(code, bo + 1 + m.start())}: kernel {name} "
+                found.append(f"{fname}:{line_of(prog, bo + m.start())}: kernel {fn.name} "
                              "reaches a barrier, so it must not return early (guard the work)")
     return found
 
 
-def rule_literals_and_overloads(fname, src, code):
+def rule_literals_and_overloads(fname, src, prog):
     found = []
-    for m in re.finditer(r"(?<![\w.])(\d+\.\d*|\.\d+|\d+)[hH]\b", code):
-        found.append(f"{fname}:{line_of(code, m.start())}: half literal `{m.group(0)}`; "
+    for m in re.finditer(r"(?<![\w.])(\d+\.\d*|\.\d+|\d+)[hH]\b", prog.text):
+        found.append(f"{fname}:{line_of(prog, m.start())}: half literal `{m.group(0)}`; "
                      f"write half({m.group(1)})")
     sigs = {}
-    for name, params, _body, off, is_kernel in functions(code):
-        if is_kernel:
+    for fn in functions(prog):
+        if fn.is_kernel:
             continue
-        norm = []
-        for p in split_top(params):
-            words = [w for w in re.sub(r"\[\[.*?\]\]", "", p).replace("*", " * ")
-                     .replace("&", " & ").split() if w not in ADDRESS_SPACES]
-            norm.append(" ".join(words[:-1]))     # drop the parameter name
-        key = (name, tuple(norm))
-        full = (name, " ".join(params.split()))
-        if key in sigs and sigs[key][0] != full:
-            found.append(f"{fname}:{line_of(code, off)}: {name} overloads "
-                         f"line {sigs[key][1]} differing only in address space")
-        sigs.setdefault(key, (full, line_of(code, off)))
+        norm, full = [], []
+        for span in fn.params:
+            _ts, words = P.param_words(prog, span)
+            full.append(" ".join(words))
+            norm.append(" ".join(w for w in words[:-1] if w not in T.SPACE_WORDS))   # no name
+        key = (fn.name, tuple(norm))
+        ln = line_of(prog, at(prog, fn))
+        if key in sigs and sigs[key][0] != tuple(full):
+            found.append(f"{fname}:{ln}: {fn.name} overloads line {sigs[key][1]} differing only "
+                         "in address space")
+        sigs.setdefault(key, (tuple(full), ln))
     return found
 
 
@@ -320,15 +216,15 @@ INST_RE = re.compile(r"\bMK_PER_DTYPE\s*\(\s*(\w+)\s*\)"
 SUFFIX = {"float": "f32", "half": "f16"}
 
 
-def rule_kernel_names(fname, src, code):
+def rule_kernel_names(fname, src, prog):
     """One style for every kernel: a template kernel <stem>_<variant> over the storage type,
     instantiated by MK_PER_DTYPE (or MK_INSTANTIATE for a one-dtype kernel), whose host
     names are <stem>_<variant>_<f32|f16> (mpskern.paths.kernel_name)."""
     found = []
     stem = os.path.splitext(fname)[0]
     names = {}
-    for m in INST_RE.finditer(code):
-        ln = line_of(code, m.start())
+    for m in INST_RE.finditer(T.blank_preprocessor(T.strip_comments(src))):
+        ln = line_of(prog, m.start())
         fn = m.group(1) or m.group(2)
         if m.group(1):
             sfxs = ("f32", "f16")
@@ -344,20 +240,19 @@ def rule_kernel_names(fname, src, code):
                 found.append(f"{fname}:{ln}: kernel name {host!r} is not "
                              f"{stem}_<variant>_<f32|f16>")
             names.setdefault(fn, set()).add(sfx)
-    for m in re.finditer(r'\[\[\s*host_name\s*\(', code):
-        found.append(f"{fname}:{line_of(code, m.start())}: a hand-written instantiation; "
+    for m in re.finditer(r'\[\[\s*host_name\s*\(', prog.text):
+        found.append(f"{fname}:{line_of(prog, m.start())}: a hand-written instantiation; "
                      f"use MK_PER_DTYPE(fn) (metal/mk_common.h)")
-    for name, targs, _params, body, off in kernels(code):
-        if body is None:
+    for fn in kernels(prog):
+        if fn.body is None:
             continue
-        # attributes may stand between `template <...>` and `kernel` ([[max_total_threads...]])
-        templ = re.search(r"template\s*<[^>]*>\s*(?:\[\[[^\]]*\]\]\s*)*$", code[max(0, off - 300):off])
-        if not templ:
-            found.append(f"{fname}:{line_of(code, off)}: kernel {name} is not a template over "
-                         f"the storage type instantiated by MK_PER_DTYPE (metal/mk_common.h)")
-        elif not names.get(name):
-            found.append(f"{fname}:{line_of(code, off)}: template kernel {name} has no "
-                         f"instantiation (MK_PER_DTYPE({name}))")
+        ln = line_of(prog, at(prog, fn))
+        if not fn.is_template:    # (the parser blanks attributes such as [[max_total_threads...]])
+            found.append(f"{fname}:{ln}: kernel {fn.name} is not a template over the storage "
+                         f"type instantiated by MK_PER_DTYPE (metal/mk_common.h)")
+        elif not names.get(fn.name):
+            found.append(f"{fname}:{ln}: template kernel {fn.name} has no instantiation "
+                         f"(MK_PER_DTYPE({fn.name}))")
     return found
 
 
@@ -368,8 +263,8 @@ HEADER_RULES = (rule_includes, rule_forbidden, rule_threadgroup_vars, rule_unifo
 
 
 def lint(fname, src, rules=RULES):
-    code = strip_preprocessor(strip_comments(src))
-    return [f for r in rules for f in r(fname, src, code)]
+    prog = parsed(src)
+    return [f for r in rules for f in r(fname, src, prog)]
 
 
 # ------------------------------------------------------------------------------ the files
@@ -393,7 +288,7 @@ def test_there_are_kernels():
 @pytest.mark.parametrize("fname", metal_files())
 def test_metal_file_follows_the_rules(fname):
     src = read(fname)
-    assert kernels(strip_preprocessor(strip_comments(src))), f"{fname} defines no kernel"
+    assert kernels(parsed(src)), f"{fname} defines no kernel"
     assert lint(fname, src) == []
 
 
@@ -484,3 +379,15 @@ inline float ld(const threadgroup float* p) { return p[0]; }
     assert any("walk calls itself" in f for f in found), found
     assert any("function pointer" in f for f in found), found
     assert any("differing only in address space" in f for f in found), found
+
+
+def test_preprocessor_lines_and_comments_are_not_code():
+    # a macro's continuation lines and comments are blanked before parsing: what they hold is
+    # no finding, and the findings after them keep their lines
+    src = GOOD.replace("using namespace metal;", "using namespace metal;\n#define MK_CLAMP(v) \\\n"
+                       "    std::max(v, 0)  \\\n    + std::min(v, 1)\n// std:: in a comment\n"
+                       "/* new int; \n delete p; */")
+    assert lint("demo.metal", src) == []
+    bad = src.replace("y[tid] = T(tile[tid]", "y[tid] = T(std::abs(tile[tid])")
+    line = bad[:bad.index("std::abs")].count("\n") + 1
+    assert lint("demo.metal", bad) == [f"demo.metal:{line}: uses std::"]

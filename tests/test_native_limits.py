@@ -17,14 +17,8 @@ from mpskern import backends
 
 BIG = 2 ** 31 - 1
 
-# The child: runs every case, printing {"case": name} before and the outcome after it.
-CHILD = textwrap.dedent(r'''
-    import json, sys
-    import numpy as np
-    import mpskern as mk
-
-    backend = sys.argv[1]
-
+# Direct float64 convolution, shared by both children (each is a `python -c` script).
+CONV_REF = textwrap.dedent(r'''
     def pair(v):
         return tuple(v) if isinstance(v, tuple) else (v, v)
 
@@ -51,6 +45,17 @@ CHILD = textwrap.dedent(r'''
                             if 0 <= iw < W:
                                 y[:, k, p, q] += x[:, g * Cg:(g + 1) * Cg, ih, iw] @ w[k, :, r, s]
         return y
+''')
+
+# The child: runs every case, printing {"case": name} before and the outcome after it.
+CHILD = textwrap.dedent(r'''
+    import json, sys
+    import numpy as np
+    import mpskern as mk
+
+    backend = sys.argv[1]
+
+    # @CONV_REF
 
     def pool_ref(x, k, stride, padding, mode, ceil_mode=False, count_include_pad=True,
                  divisor=None):
@@ -191,7 +196,7 @@ CHILD = textwrap.dedent(r'''
             out = {"name": name, "ok": False, "error": f"{type(e).__name__}: {e}"}
         print(json.dumps(out), flush=True)
     print(json.dumps({"done": len(cases) + len(refusals)}), flush=True)
-''')
+''').replace("# @CONV_REF\n", CONV_REF)
 
 
 def run_cases(backend):
@@ -242,6 +247,8 @@ FUZZ = textwrap.dedent(r'''
         v = int(rng.choice(EDGE)) if rng.random() < 0.7 else int(rng.integers(0, 9))
         return max(v, lo)
 
+    # @CONV_REF
+
     def taps(start, k, d, n):   # the window's taps inside [0, n), as indices
         return [start + t * d for t in range(k) if 0 <= start + t * d < n] if k < 64 else \
             [i for i in range(n) if i >= start and (i - start) % d == 0 and (i - start) // d < k]
@@ -266,19 +273,7 @@ FUZZ = textwrap.dedent(r'''
                  activation=0)
         y = np.full((1, K, P, Q), np.nan, dt)
         _native.cpu_conv2d(a, _native.F16 if dt == np.float16 else _native.F32, x, w, None, y)
-        ref = np.zeros((1, K, P, Q))
-        xf, wf = x.astype(np.float64), w.astype(np.float64)
-        Cg, Kg = C // groups, K // groups
-        for k in range(K):
-            g = k // Kg
-            for p in range(P):
-                for q in range(Q):
-                    for r in range(R):
-                        ih = p * sh - ph + r * dh
-                        for s in range(S):
-                            iw = q * sw - pw + s * dw
-                            if 0 <= ih < H and 0 <= iw < W:
-                                ref[0, k, p, q] += xf[0, g * Cg:(g + 1) * Cg, ih, iw] @ wf[k, :, r, s]
+        ref = conv_ref(x, w, (sh, sw), (ph, pw), (dh, dw), groups)
         return a, y, ref
 
     def pool_case():
@@ -339,7 +334,7 @@ FUZZ = textwrap.dedent(r'''
             print(json.dumps({"bad": gen.__name__, "args": a, "got": g.ravel()[:8].tolist(),
                               "ref": ref.ravel()[:8].tolist()}), flush=True)
     print(json.dumps({"done": tried}), flush=True)
-''')
+''').replace("# @CONV_REF\n", CONV_REF)
 
 
 def test_c_abi_extreme_geometry_is_computed_exactly():

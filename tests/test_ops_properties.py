@@ -213,15 +213,20 @@ def test_avg_pool2d(be, data):
                refs.avg_pool2d(np.abs(x.astype(np.float64)), k, **kw))
 
 
+def rows_shape(data, last, other):
+    """A 1-3 dimensional shape: the last axis up to `last`, the others up to `other`."""
+    nd = data.draw(st.integers(1, 3))
+    return tuple(data.draw(st.integers(1, last if i == nd - 1 else other)) for i in range(nd))
+
+
 # -- softmax -------------------------------------------------------------------------------
 @pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @on_backends
 @given(data=st.data())
 def test_softmax(be, log, data):
     dt = data.draw(dtypes)
-    nd = data.draw(st.integers(1, 3))
-    hi = 300 if be == "cpu" else 70
-    shape = tuple(data.draw(st.integers(1, hi if i == nd - 1 else 6)) for i in range(nd))
+    shape = rows_shape(data, 300 if be == "cpu" else 70, 6)
+    nd = len(shape)
     axis = data.draw(st.integers(-nd, nd - 1))
     x = data.draw(arrays(shape, dt, scale=6.0))
     name = "log_softmax" if log else "softmax"
@@ -236,9 +241,8 @@ def test_softmax(be, log, data):
 @given(data=st.data())
 def test_rownorm(be, name, data):
     dt = data.draw(dtypes)
-    nd = data.draw(st.integers(1, 3))
-    hi = 600 if be == "cpu" else 150
-    shape = tuple(data.draw(st.integers(1, hi if i == nd - 1 else 5)) for i in range(nd))
+    shape = rows_shape(data, 600 if be == "cpu" else 150, 5)
+    nd = len(shape)
     k = data.draw(st.integers(1, nd))
     ns = shape[nd - k:]
     x = data.draw(arrays(shape, dt, scale=3.0))

@@ -13,8 +13,8 @@ markers name the real .metal file). The translation
   - rewrites what C++ cannot say: `1.0h` half literals, the `constant` address space
     (-> `const`), and threadgroup variables declared in a kernel body (-> references into
     the threadgroup's shared arena, the same offsets in every lane);
-  - appends the launch glue: one function per kernel that binds buffers and built-ins,
-    and the module table the runtime reads (objc/sim/include/mk_sim_abi.h).
+  - appends the launch glue (glue.py): one function per kernel that binds buffers and
+    built-ins, and the module table the runtime reads (objc/sim/include/mk_sim_abi.h).
 Every rewrite keeps the number of newlines, so compiler errors and findings point at
 the .metal line. Errors in the source's kernel signatures raise TranslateError with
 file:line.
@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass, field
 
 from mpskern._native import MAX_BINDINGS
+from mpskern.sim.glue import ALIASES3, BUILTINS1, BUILTINS3, glue
+from mpskern.sim.msl_tokens import LineMap, blank
 
 FRONTEND_VERSION = 4
 MAX_BUFFER_INDEX = MAX_BINDINGS - 1     # Metal: [[buffer(0)]] .. [[buffer(30)]] (objc/mpskern.h)
@@ -32,25 +34,6 @@ class TranslateError(Exception):
     pass
 
 
-BUILTINS3 = {
-    "thread_position_in_grid", "threadgroup_position_in_grid", "thread_position_in_threadgroup",
-    "threads_per_threadgroup", "threadgroups_per_grid", "threads_per_grid",
-    "dispatch_threads_per_threadgroup",
-}
-BUILTINS1 = {
-    "thread_index_in_threadgroup": "thread_index_in_threadgroup",
-    "simdgroup_index_in_threadgroup": "simdgroup_index_in_threadgroup",
-    "thread_index_in_simdgroup": "thread_index_in_simdgroup",
-    "threads_per_simdgroup": "threads_per_simdgroup",
-    "thread_execution_width": "threads_per_simdgroup",
-    "simdgroups_per_threadgroup": "simdgroups_per_threadgroup",
-    "dispatch_simdgroups_per_threadgroup": "simdgroups_per_threadgroup",
-    "quadgroup_index_in_threadgroup": "quadgroup_index_in_threadgroup",
-    "thread_index_in_quadgroup": "thread_index_in_quadgroup",
-}
-ALIASES3 = {"grid_size": "threads_per_grid"}
-
-_MARKER = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"[^\n]*$', re.M)
 _KERNEL = re.compile(r'(?:\[\[\s*kernel\s*\]\]|\bkernel\b)\s*void\s+([A-Za-z_]\w*)\s*')
 # `template [[host_name("f_f32")]] [[kernel]] decltype(f<float>) f<float>;` (the form Apple's
 # compiler takes without repeating the parameter list; metal/mk_common.h's MK_INSTANTIATE)
@@ -91,22 +74,6 @@ class Translation:
     needs_fibers: bool = False
 
 
-class _Lines:
-    """Maps an offset in preprocessed text to (file, line) using its line markers."""
-
-    def __init__(self, text):
-        self.marks = [(m.end() + 1, m.group(2), int(m.group(1))) for m in _MARKER.finditer(text)]
-        self.text = text
-
-    def at(self, pos):
-        start, fname, line = 0, "<source>", 1
-        for off, f, ln in self.marks:
-            if off > pos:
-                break
-            start, fname, line = off, f, ln
-        return fname, line + self.text.count("\n", start, pos)
-
-
 def _match_close(text, pos, open_ch, close_ch):
     """Index just past the bracket matching text[pos] == open_ch."""
     depth = 0
@@ -138,13 +105,8 @@ def _split_params(s):
     return out
 
 
-def _blank(s):
-    """Spaces for s, keeping its newlines."""
-    return re.sub(r"[^\n]", " ", s)
-
-
 def rewrite_types(s):
-    s = _ATTR.sub(lambda m: _blank(m.group(0)), s)
+    s = _ATTR.sub(lambda m: blank(m.group(0)), s)
     return _CONSTANT.sub("const", s)
 
 
@@ -297,150 +259,11 @@ def _rewrite_tg_decls(text):
     return _TG_DECL.sub(sub, text)
 
 
-def _arg_expr(p, i):
-    """The glue's argument for parameter i (role from `p`); its type is read off the
-    kernel's own function type (F), so template parameters need no textual substitution."""
-    t = f"__mk_arg<F, {i}>::type"
-    if p.attr == "buffer":
-        return f"__mk_bind<{t}>(B[{p.index}])"
-    if p.attr == "threadgroup":
-        return f"({t})(TG[{p.index}])"
-    if p.attr == "grid_origin":
-        return f"__mk_builtin3<{t}>(__mk_zero3)"
-    name = ALIASES3.get(p.attr, p.attr)
-    if name in BUILTINS3:
-        return f"__mk_builtin3<{t}>(L->{name})"
-    return f"__mk_builtin1<{t}>(L->{BUILTINS1[name]})"
-
-
-# The type of parameter I of a function pointer type F.
-_ARG_TRAIT = """template <class F, int I> struct __mk_arg;
-template <class R, class H, class... A> struct __mk_arg<R (*)(H, A...), 0> { typedef H type; };
-template <class R, class H, class... A, int I> struct __mk_arg<R (*)(H, A...), I> {
-  typedef typename __mk_arg<R (*)(A...), I - 1>::type type; };"""
-
-
-def _c_string(s):
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def glue(kernels, needs_fibers, checked, profiled=False):
-    out = ['\n# 1 "<mpskern glue>"',
-           "static const uint32_t __mk_zero3[3] = {0, 0, 0};", _ARG_TRAIT]
-    for i, k in enumerate(kernels):
-        args = ",\n      ".join(_arg_expr(p, j) for j, p in enumerate(k.params))
-        out.append(f'#line {k.line} {_c_string(k.file)}')
-        out.append(f"static void __mk_glue_{i}(void *const *B, void *const *TG, const mk_sim_lane *L) {{"
-                   f" (void)B; (void)TG; (void)L; typedef decltype(&{k.callee}) F;"
-                   f" {k.callee}({args}); }}")
-    out.append('# 1 "<mpskern glue>"')
-    rows = []
-    for i, k in enumerate(kernels):
-        refs = [(j, p) for j, p in enumerate(k.params)
-                if p.attr == "buffer" and p.type.rstrip().endswith("&")]
-        bufs = sum(1 << p.index for p in k.params if p.attr == "buffer")
-        byts = sum(1 << p.index for _, p in refs)
-        tgs = sum(1 << p.index for p in k.params if p.attr == "threadgroup")
-        sizes = ", ".join(f"{{{p.index}u, (uint32_t)sizeof(std::remove_reference<"
-                          f"__mk_arg<decltype(&{k.callee}), {j}>::type>::type)}}"
-                          for j, p in refs)
-        out.append(f"static const mk_sim_bytes_param __mk_bytes_{i}[] = {{{sizes or '{0u, 0u}'}}};")
-        rows.append(f"  {{{_c_string(k.host_name)}, __mk_glue_{i}, {_c_string(k.file)}, {k.line}, "
-                    f"{bufs}u, {byts}u, {tgs}u, (uint32_t)({k.max_threads}), {len(refs)}u, __mk_bytes_{i}}},")
-    if not rows:
-        rows.append('  {"", 0, "", 0, 0u, 0u, 0u, 0u, 0u, 0},')
-    out.append("static const mk_sim_kernel __mk_kernels[] = {\n" + "\n".join(rows) + "\n};")
-    # profiling: the site and block counts are defined by mpskern/sim/profile_build.py
-    # once it has instrumented the library's IR
-    out.append(f"static {'' if profiled else 'const '}mk_sim_module __mk_module = {{MK_SIM_ABI_VERSION, "
-               f"{len(kernels)}, __mk_kernels, {int(needs_fibers)}, {int(checked)}, {int(profiled)}, 0, 0}};")
-    if profiled:
-        out.append('extern "C" const uint32_t __mk_prof_nsites, __mk_prof_nblocks;')
-    out.append('extern "C" __attribute__((visibility("default"), no_sanitize_thread)) const mk_sim_module *'
-               "mk_sim_module_init(const mk_sim_rt *rt) {\n"
-               "  if (!rt || rt->abi != MK_SIM_ABI_VERSION) return 0;\n"
-               "  __mk_rt = rt;\n" +
-               ("  __mk_module.nsites = __mk_prof_nsites;\n  __mk_module.nblocks = __mk_prof_nblocks;\n"
-                if profiled else "") +
-               "  return &__mk_module;\n}")
-    if checked:
-        out.append(TSAN_SHIM)
-    elif profiled:
-        out.append(PROFILE_SHIM + TSAN_SHIM.replace(
-            "#define MK_HOOK(a, n, w) if (__mk_rt) __mk_rt->check_access(a, n, w, __builtin_return_address(0))",
-            "#define MK_HOOK(a, n, w) if (__mk_rt) __mk_rt->profile_access(a, 0, 0, (n) | (w) << 8)"))
-    return "\n".join(out) + "\n"
-
-
-# Checking mode: the library is compiled with -fsanitize=thread for its instrumentation
-# only; these definitions (not instrumented themselves) forward to the runtime.
-TSAN_SHIM = r'''
-#define MK_NS __attribute__((no_sanitize_thread, visibility("hidden")))
-extern "C" {
-#define MK_HOOK(a, n, w) if (__mk_rt) __mk_rt->check_access(a, n, w, __builtin_return_address(0))
-#define MK_RW(n) \
-  MK_NS void __tsan_read##n(void *a) { MK_HOOK(a, n, 0); } \
-  MK_NS void __tsan_write##n(void *a) { MK_HOOK(a, n, 1); } \
-  MK_NS void __tsan_unaligned_read##n(void *a) { MK_HOOK(a, n, 0); } \
-  MK_NS void __tsan_unaligned_write##n(void *a) { MK_HOOK(a, n, 1); } \
-  MK_NS void __tsan_volatile_read##n(void *a) { MK_HOOK(a, n, 0); } \
-  MK_NS void __tsan_volatile_write##n(void *a) { MK_HOOK(a, n, 1); }
-MK_RW(1) MK_RW(2) MK_RW(4) MK_RW(8) MK_RW(16)
-MK_NS void __tsan_read_range(void *a, unsigned long n) { MK_HOOK(a, (unsigned)n, 0); }
-MK_NS void __tsan_write_range(void *a, unsigned long n) { MK_HOOK(a, (unsigned)n, 1); }
-// clang instruments memcpy/memset/memmove through these (gcc calls the libc functions)
-MK_NS void *__tsan_memcpy(void *d, const void *s, unsigned long n) {
-  MK_HOOK((void *)s, (unsigned)n, 0); MK_HOOK(d, (unsigned)n, 1); return __builtin_memcpy(d, s, n); }
-MK_NS void *__tsan_memmove(void *d, const void *s, unsigned long n) {
-  MK_HOOK((void *)s, (unsigned)n, 0); MK_HOOK(d, (unsigned)n, 1); return __builtin_memmove(d, s, n); }
-MK_NS void *__tsan_memset(void *d, int c, unsigned long n) {
-  MK_HOOK(d, (unsigned)n, 1); return __builtin_memset(d, c, n); }
-MK_NS void __tsan_func_entry(void *) {}
-MK_NS void __tsan_func_exit(void) {}
-MK_NS void __tsan_init(void) {}
-MK_NS void __tsan_vptr_update(void **, void *) {}
-MK_NS void __tsan_vptr_read(void **) {}
-MK_NS void __tsan_atomic_thread_fence(int) {}
-MK_NS void __tsan_atomic_signal_fence(int) {}
-#define MK_AT(n, T) \
-  MK_NS T __tsan_atomic##n##_load(const volatile T *a, int) { return __atomic_load_n(a, __ATOMIC_RELAXED); } \
-  MK_NS void __tsan_atomic##n##_store(volatile T *a, T v, int) { __atomic_store_n(a, v, __ATOMIC_RELAXED); } \
-  MK_NS T __tsan_atomic##n##_exchange(volatile T *a, T v, int) { return __atomic_exchange_n(a, v, __ATOMIC_RELAXED); } \
-  MK_NS T __tsan_atomic##n##_fetch_add(volatile T *a, T v, int) { return __atomic_fetch_add(a, v, __ATOMIC_RELAXED); } \
-  MK_NS T __tsan_atomic##n##_fetch_sub(volatile T *a, T v, int) { return __atomic_fetch_sub(a, v, __ATOMIC_RELAXED); } \
-  MK_NS T __tsan_atomic##n##_fetch_and(volatile T *a, T v, int) { return __atomic_fetch_and(a, v, __ATOMIC_RELAXED); } \
-  MK_NS T __tsan_atomic##n##_fetch_or(volatile T *a, T v, int) { return __atomic_fetch_or(a, v, __ATOMIC_RELAXED); } \
-  MK_NS T __tsan_atomic##n##_fetch_xor(volatile T *a, T v, int) { return __atomic_fetch_xor(a, v, __ATOMIC_RELAXED); } \
-  MK_NS T __tsan_atomic##n##_fetch_nand(volatile T *a, T v, int) { return __atomic_fetch_nand(a, v, __ATOMIC_RELAXED); } \
-  MK_NS int __tsan_atomic##n##_compare_exchange_strong(volatile T *a, T *c, T v, int, int) { \
-    return __atomic_compare_exchange_n(a, c, v, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED); } \
-  MK_NS int __tsan_atomic##n##_compare_exchange_weak(volatile T *a, T *c, T v, int, int) { \
-    return __atomic_compare_exchange_n(a, c, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED); } \
-  MK_NS T __tsan_atomic##n##_compare_exchange_val(volatile T *a, T c, T v, int, int) { \
-    __atomic_compare_exchange_n(a, &c, v, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED); return c; }
-MK_AT(8, unsigned char) MK_AT(16, unsigned short) MK_AT(32, unsigned int) MK_AT(64, unsigned long long)
-}
-'''
-
-
-# Profiling mode: profile_build.py replaces the instrumentation's __tsan_* calls with
-# these (site, merge key, size/direction as arguments) and calls __mk_prof_bb at the start of
-# every basic block; accesses it leaves to the __tsan_* hooks count as site 0.
-PROFILE_SHIM = r'''
-#define MK_PNS __attribute__((no_sanitize_thread, visibility("hidden"), used, noinline))
-extern "C" {
-MK_PNS void __mk_prof_acc(void *a, uint32_t site, uint32_t key, uint32_t info) {
-  __mk_rt->profile_access(a, site, key, info); }
-MK_PNS void __mk_prof_bb(uint32_t block) { __mk_rt->profile_block(block); }
-}
-'''
-
-
 def rewrite(pre, constant="const"):
     """The line-preserving rewrites C++ needs: attributes blanked, `1.0h` -> `half(1.0)`,
     the `constant` address space -> `constant` (None: kept), threadgroup variables in
     kernel bodies -> references into the threadgroup arena."""
-    text = _ATTR.sub(lambda m: _blank(m.group(0)), pre)
+    text = _ATTR.sub(lambda m: blank(m.group(0)), pre)
     text = _HALF_LIT.sub(lambda m: f"half({m.group(1)})", text)
     if constant is not None:
         text = _CONSTANT.sub(constant, text)
@@ -450,7 +273,7 @@ def rewrite(pre, constant="const"):
 def translate(pre, *, checked=False, profiled=False):
     """C++ for preprocessed MSL `pre`: a Translation (text, kernels, needs_fibers).
     profiled: the glue of a profiling build (mpskern/sim/profile_build.py)."""
-    lines = _Lines(pre)
+    lines = LineMap(pre)
     kernels = find_kernels(pre, lines)
     text = rewrite(pre)
     needs_fibers = _SYNC.search(text) is not None

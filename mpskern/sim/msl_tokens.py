@@ -10,6 +10,7 @@ attributes become spaces; newlines stay).
 import re
 from dataclasses import dataclass
 
+_MARKER = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"[^\n]*$', re.M)
 _PP_LINE = re.compile(r"^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", re.M)    # continuation lines included
 _ATTR = re.compile(r"\[\[(.*?)\]\]", re.S)
 _TOKEN = re.compile(r"""
@@ -121,3 +122,24 @@ def split_params(tokens, po, pc):
     if start < pc:
         out.append((start, pc))
     return [(a, b) for a, b in out if b > a]
+
+
+class LineMap:
+    """(file, line) of an offset in preprocessed text, from the preprocessor's line markers
+    (`# 12 "gemm.metal"`, `#line 12 "gemm.metal"`)."""
+
+    def __init__(self, text):
+        self.text = text
+        self.marks = [(m.end() + 1, m.group(2), int(m.group(1))) for m in _MARKER.finditer(text)]
+
+    def at(self, pos):
+        start, fname, line = 0, "<source>", 1
+        for off, f, ln in self.marks:
+            if off > pos:
+                break
+            start, fname, line = off, f, ln
+        return fname, line + self.text.count("\n", start, pos)
+
+    def files(self):
+        """The file names the markers mention (the source's own files)."""
+        return {f for _o, f, _l in self.marks}

@@ -15,12 +15,10 @@ The tokens come from mpskern/sim/msl_tokens.py: attributes [[...]] are blanked b
 tokenising ([[kernel]] counts as `kernel`); preprocessor lines (line markers, #pragma) are
 skipped. Offsets are into the text given.
 """
-import re
 from dataclasses import dataclass, field
 
-from mpskern.sim.msl_tokens import SCALARS, angle_close, match, split_params, tokenize
+from mpskern.sim.msl_tokens import SCALARS, LineMap, angle_close, match, split_params, tokenize
 
-_MARKER = re.compile(r'^#\s*(?:line\s+)?(\d+)\s+"((?:[^"\\]|\\.)*)"[^\n]*$', re.M)
 _CLASS_KEYS = ("struct", "class", "union", "enum")
 _NOT_A_CALL = frozenset(("if", "for", "while", "switch", "return", "sizeof", "alignof",
                          "alignas", "decltype", "noexcept", "static_assert", "static_cast",
@@ -54,17 +52,12 @@ class Program:
     functions: list = field(default_factory=list)
     statements: list = field(default_factory=list)
     type_names: set = field(default_factory=set)   # structs, typedefs, template parameters
-    _marks: list = field(default_factory=list)
+    lines: LineMap = None
     _body_of: list = field(default_factory=list)   # per token: Function or None
 
     def where(self, pos):
         """(file, line) of offset pos, from the preprocessor's line markers."""
-        start, fname, line = 0, "<source>", 1
-        for off, f, ln in self._marks:
-            if off > pos:
-                break
-            start, fname, line = off, f, ln
-        return fname, line + self.text.count("\n", start, pos)
+        return self.lines.at(pos)
 
     def function_at(self, tok):
         """The Function whose body holds token index tok (None at program/class scope)."""
@@ -72,7 +65,7 @@ class Program:
 
     def files(self):
         """The file names the line markers mention (the source's own files)."""
-        return {f for _o, f, _l in self._marks}
+        return self.lines.files()
 
     def param_tokens(self, span):
         """Token indices of a parameter's text span."""
@@ -158,7 +151,7 @@ def parse(text):
     """The Program of preprocessed MSL text."""
     toks = tokenize(text)
     prog = Program(text, toks)
-    prog._marks = [(m.end() + 1, m.group(2), int(m.group(1))) for m in _MARKER.finditer(text)]
+    prog.lines = LineMap(text)
     prog._body_of = [None] * len(toks)
     stack = [("program", None)]        # (kind, Function): program, class, body, init
     stmt_start = [0]                   # per non-init scope: first token of the statement
@@ -306,6 +299,24 @@ def param_words(prog, span):
         cut = words.index("=")
         ts, words = ts[:cut], words[:cut]
     return ts, words
+
+
+def param_source(prog, span):
+    """A parameter's source text with the attributes after it ([[buffer(i)]]), up to the
+    `,` or `)` that ends it."""
+    a, b = span
+    nxt = next((t.pos for t in prog.tokens if t.pos >= b), len(prog.text))
+    return prog.text[a:nxt]
+
+
+def body_text(prog, fn):
+    """(offset, text) of fn's body between its braces (None for a declaration)."""
+    if fn.body is None:
+        return None
+    a, b = fn.body
+    start = prog.tokens[a - 1].end
+    end = prog.tokens[b].pos if b < len(prog.tokens) else len(prog.text)
+    return start, prog.text[start:end]
 
 
 def is_pointer_or_ref(words, stop=()):

@@ -318,6 +318,7 @@ def _run_checkout(doc):
 _ONE_ROUND = ["--rounds", "1", "--gap", "0", "--target", "0.001"]
 BENCHMARKS = {"cpu_vs_peers.py": (["--quick"] + _ONE_ROUND, "tiny"),
               "attention.py": (_ONE_ROUND, "attention"),
+              "activations.py": (["--quick", "--acts", "relu"] + _ONE_ROUND, None),
               "networks.py": (["--small"] + _ONE_ROUND, "gpt2")}
 
 

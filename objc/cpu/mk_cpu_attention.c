@@ -6,10 +6,11 @@
 // by exp(m_old - m)), O += S V. Scratch is S, the rows' m and l, and for float16 the
 // converted Q, K and V blocks: O(QB * KB), never O(L * S); float32 output rows accumulate in
 // place in `out`. docs/attention.md says why the blocks are these sizes.
-// The output rows stay normalised (O = sum of weights/l times V rows, a convex combination):
-// per key block P is divided by the new l and O rescaled by l_old*f/l_new, so values near
-// FLT_MAX give their (representable) weighted mean; an unnormalised sum of exp(s - m) * v
-// divided by l at the end overflowed there.
+// The output rows hold the unnormalised sums of exp(s - m) v, divided by l once at the end,
+// when no sum can overflow (sums_fit(): every value finite and the visited keys' values
+// small enough); else (values near FLT_MAX) they stay normalised (a convex combination): per
+// key block P is divided by the new l and O rescaled by l_old*f/l_new, so such values give
+// their (representable) weighted mean. The first saves a pass over every score block.
 //
 // Semantics (as torch, see metal/mk_args.h): hidden keys (false bool mask, causal j > i)
 // get -inf added, as torch adds its masks (a NaN or +Inf score gives NaN), so exp gives
@@ -106,6 +107,18 @@ static int skippable(const at_ctx *t, const at_scratch *w, const float *Q, const
     return fabsf(a->scale) * sqrtf(kk) * sqrtf(qq) < 1e30f;
 }
 
+// Whether the output rows may hold unnormalised sums (sum of exp(s - m) v over the visited
+// keys, divided by l once at the end, as flash attention does): only when no such sum can
+// overflow. Each weight is <= 1, so |sum| <= kend * max|v| <= kend * sqrt(sum of v^2) over
+// the keys 0..kend-1; a non-finite value makes it fail. Otherwise (values near FLT_MAX) every
+// key block's weights are divided by l before they meet v: the rows stay normalised.
+// O(kend Ev) reads next to the block's O(nq kend (E + Ev)) multiply-adds.
+static int sums_fit(const at_ctx *t, const at_scratch *w, const char *vb, int kend) {
+    const mk_attention_args *a = t->a;
+    float vv = sumsq(vb, (long)kend * a->Ev, t->dtype == MK_F16, w->V, (long)t->kb * a->Ev);
+    return (float)kend * sqrtf(vv) < 1e37f;      // (NaN/Inf compare false)
+}
+
 // One query block: rows i0..i0+nq-1 of (b, h).
 static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int i0, int nq) {
     const mk_attention_args *a = t->a;
@@ -125,6 +138,7 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
     const int ld = t->kb;                                 // of the score block
     int kend = a->causal && i0 + nq < a->S ? i0 + nq : a->S;
     if (kend < a->S && !skippable(t, w, Q, kb, vb, nq, kend)) kend = a->S;
+    const int direct = sums_fit(t, w, vb, kend);
     for (int j0 = 0; j0 < kend; j0 += ld) {
         int nk = kend - j0 < ld ? kend - j0 : ld;
         const float *K = (const float *)(kb + (size_t)j0 * E * es);
@@ -152,11 +166,18 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
             float l = kept + rv->exp_sum(row, row, nk, mn);   // >= 1: the max gives exp(0)
             w->l[r] = l;
             w->m[r] = mn;
+            if (direct) {                    // O holds the sums: rescale them to the new max
+                if (f != 1.0f && Ev > 0) rv->scale(O + (long)r * Ev, Ev, f);
+                continue;
+            }
             rv->scale(row, nk, 1.0f / l);    // this block's weights / l
             if (kept != l && Ev > 0) rv->scale(O + (long)r * Ev, Ev, kept / l);
         }
         if (Ev > 0) mk_sgemm(0, 0, nq, Ev, nk, 1.0f, w->S, ld, V, Ev, 1.0f, O, Ev);
     }
+    if (direct && Ev > 0)                    // the sums / l (l = 0: nothing visible, O = 0)
+        for (int r = 0; r < nq; r++)
+            if (w->l[r] != 0.0f) rv->scale(O + (long)r * Ev, Ev, 1.0f / w->l[r]);
     if (f16) mk_f2h(O, (mk_half *)t->out + orow * Ev, (long)nq * Ev);
 }
 

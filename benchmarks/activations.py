@@ -1,0 +1,110 @@
+"""The cost of a fused activation on the cpu backend: gemm and conv2d with activation=
+against the same call without one (issue 13's target: at most 1.05x), with cpu_vs_peers.py's
+protocol (interleaved rounds, idle gaps, medians).
+
+    python benchmarks/activations.py [--threads 2] [--rounds 7] [--gap 0.25] [--acts relu,gelu,gelu_tanh,silu]
+                                     [--only gemm,conv2d] [--quick] [--strict]
+
+Shapes: transformer MLP and attention projections, a large square GEMM, and GEMMs whose
+output is far larger than L2 while K is small (there an activation applied after the GEMM
+would be a second pass over memory; fused, each tile is activated while it is in cache);
+ResNet and Stable Diffusion UNet convolutions, one with a 224x224 image. Prints per case
+the time without an activation and with each, and ratio = with / without (target <= 1.05).
+The activation's own arithmetic is part of the ratio: erf-GELU costs about 1 ns per
+element on one core, which a GEMM with a small K cannot hide (see docs/cpu-kernels.md).
+Exit status: 0 when every case ran and the fused result matched the activation applied to
+the unfused one; non-zero on a crash or a mismatch; --strict also exits 1 on a missed
+target. Every call is checked before it is timed. On a shared machine read the ratios.
+"""
+import argparse
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cpu_vs_peers as P  # noqa: E402  (the timing protocol; puts a checkout's in-place build first)
+import mpskern  # noqa: E402
+from mpskern import reference as ref  # noqa: E402
+
+RNG = np.random.default_rng(0)
+TARGET = 1.05
+
+# label, M, N, K
+GEMMS = [("GPT-2 MLP up 512x3072x768", 512, 3072, 768),
+         ("GPT-2 attn proj 1024x768x768", 1024, 768, 768),
+         ("square 2048", 2048, 2048, 2048),
+         ("large out, small K 4096x4096x64", 4096, 4096, 64),
+         ("large out 4096x4096x256", 4096, 4096, 256)]
+# label, N, C, H, K, R, padding
+CONVS = [("ResNet res3 3x3 128 b8 @28", 8, 128, 28, 128, 3, 1),
+         ("ResNet res3 1x1 128>512 b8 @28", 8, 128, 28, 512, 1, 0),
+         ("ResNet stem-like 3x3 64 @224", 1, 64, 224, 64, 3, 1),
+         ("SD UNet 3x3 320 @64", 1, 320, 64, 320, 3, 1)]
+
+
+def gemm_case(M, N, K):
+    a = RNG.standard_normal((M, K), dtype=np.float32)
+    b = (RNG.standard_normal((K, N)) / np.sqrt(K)).astype(np.float32)
+    return lambda act: mpskern.gemm(a, b, activation=act, backend="cpu")
+
+
+def conv_case(N, C, H, K, R, pad):
+    x = RNG.standard_normal((N, C, H, H), dtype=np.float32)
+    w = (RNG.standard_normal((K, C, R, R)) / np.sqrt(C * R * R)).astype(np.float32)
+    bias = RNG.standard_normal(K, dtype=np.float32)
+    return lambda act: mpskern.conv2d(x, w, bias, padding=pad, activation=act, backend="cpu")
+
+
+def run_case(rows, label, call, acts, rounds, target):
+    plain = call(None)
+    for act in acts:                   # fused == the activation applied to the unfused result
+        want = ref.activate(plain.astype(np.float64), act)
+        P.check(call(act), want, f"{label} {act}", 2e-5)
+    impls = {"none": lambda: call(None), **{act: (lambda a=act: call(a)) for act in acts}}
+    t = P.bench(impls, rounds, target)
+    for act in acts:
+        rows.append((label, act, t["none"], t[act]))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--target", type=float, default=0.2, help="seconds per timing sample")
+    ap.add_argument("--gap", type=float, default=P.GAP)
+    ap.add_argument("--acts", default="relu,gelu,gelu_tanh,silu")
+    ap.add_argument("--only", default="gemm,conv2d")
+    ap.add_argument("--quick", action="store_true", help="the first case of each group (smoke run)")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = ap.parse_args(argv)
+    P.GAP = args.gap
+    mpskern.set_num_threads(args.threads)
+    acts = args.acts.split(",")
+    print(f"machine: {platform.machine()} {P.cpu_name()}, {os.cpu_count()} cores; mpskern "
+          f"{mpskern.__version__} at {args.threads} threads; medians of {args.rounds} "
+          f"interleaved rounds, {P.GAP:g} s idle before each sample; ratio = time with the "
+          f"activation / time without (target <= {TARGET})\n")
+    rows = []
+    groups = args.only.split(",")
+    if "gemm" in groups:
+        for label, M, N, K in GEMMS[:1] if args.quick else GEMMS:
+            run_case(rows, f"gemm {label}", gemm_case(M, N, K), acts, args.rounds, args.target)
+    if "conv2d" in groups:
+        for label, *shape in CONVS[:1] if args.quick else CONVS:
+            run_case(rows, f"conv2d {label}", conv_case(*shape), acts, args.rounds, args.target)
+    miss = 0
+    print(f"{'case':48s} {'act':>9s} {'without':>12s} {'with':>12s} {'ratio':>6s}  target")
+    for label, act, t0, t1 in rows:
+        ratio = t1 / t0
+        ok = "ok" if ratio <= TARGET else f"MISS (<= {TARGET})"
+        miss += ok != "ok"
+        print(f"{label:48s} {act:>9s} {P.fmt_t(t0)} {P.fmt_t(t1)} {ratio:6.2f}  {ok}")
+    print(f"\n{len(rows)} rows, {miss} above target")
+    return 1 if miss and args.strict else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

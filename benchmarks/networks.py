@@ -47,7 +47,7 @@ def kind(label):
         return label.split(" ")[0]                # conv2d, linear, attention, ..._norm, ...
     if label.endswith("(unfused)"):
         return "activation"
-    return "residual add" if label.endswith("residual add") else "copies, gathers (glue)"
+    return "residual add" if "residual add" in label else "copies, gathers (glue)"
 
 
 TORCH_KINDS = {

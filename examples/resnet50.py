@@ -5,7 +5,8 @@ against the same network in torch.nn.functional with the same weights.
 
 Weights are random with a fixed seed (nothing is downloaded); their names and layout are
 torchvision's resnet50 state_dict. batch_norm is folded into the convs once (inference),
-each conv's ReLU fused into it (activation=), the residual adds are numpy's.
+each conv's ReLU fused into it (activation=), and each block's residual add and ReLU are the
+output pass of its last 1x1 conv, run as a GEMM with the skip path as C (resnet.prepare).
 """
 import argparse
 import time
@@ -27,7 +28,7 @@ s = net.shape(batch=args.batch, **(net.small if args.small else {}))
 rng = np.random.default_rng(0)
 P = resnet.params(s, rng)                     # torchvision's names: "layer1.0.conv1.weight", ...
 x = resnet.inputs(s, rng)["x"]                # (N, 3, 224, 224) images
-W = resnet.fold(P)                            # batch_norm folded into the convs, once
+W = resnet.prepare(P)                         # batch_norm folded into the convs, once
 
 kit = models.Kit(args.backend)
 resnet.forward(kit, W, x, s)                  # warm-up (thread pool, pipelines)

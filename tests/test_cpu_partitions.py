@@ -66,6 +66,40 @@ def test_every_output_written_once(threads):
     assert np.array_equal(out, a)
 
 
+# a batch is one grid over every item's tiles (mk_sgemm_batch_par_ep): items smaller and
+# larger than the pool, a broadcast A, a C per item, one C for all, C updated in place
+BATCH_SHAPES = [(3, 70, 90, 40), (17, 33, 20, 64), (2, 257, 263, 61), (40, 8, 16, 300),
+                (5, 1, 700, 90)]
+
+
+@pytest.mark.parametrize("B,M,N,K", BATCH_SHAPES)
+@pytest.mark.parametrize("c_kind", ["none", "per item", "one for all", "in place"])
+def test_gemm_batch_grid(B, M, N, K, c_kind, threads):
+    rng = np.random.default_rng(B * 31 + M)
+    a = refs.rand((M, K), np.float32, rng)                  # one A for every item
+    b = refs.rand((B, N, K), np.float32, rng)               # read transposed
+    c = {"none": None, "per item": refs.rand((B, M, N), np.float32, rng),
+         "one for all": refs.rand((M, N), np.float32, rng),
+         "in place": refs.rand((B, M, N), np.float32, rng)}[c_kind]
+    want = refs.gemm(a, b, c, trans_b=True, activation="relu")
+    out = c if c_kind == "in place" else None
+    got = mpskern.gemm(a, b, c, trans_b=True, activation="relu", backend="cpu", out=out)
+    assert out is None or got is out
+    refs.assert_close(got, want, np.float32, K + 1, what=f"{B}x{M}x{N}x{K} C {c_kind}")
+
+
+@pytest.mark.parametrize("B,M,N", [(3, 301, 515), (33, 17, 40), (2, 8, 2000)])
+def test_every_batch_output_written_once(B, M, N, threads):
+    # each item's C entry must be exactly its row of A plus its C: a tile of the wrong item,
+    # unwritten, doubled or shifted shows
+    rng = np.random.default_rng(14)
+    a = rng.standard_normal((B, M, N)).astype(np.float32)
+    c = rng.standard_normal((B, M, N)).astype(np.float32)
+    out = np.full((B, M, N), np.nan, np.float32)
+    mpskern.gemm(a, np.eye(N, dtype=np.float32), c, backend="cpu", out=out)
+    assert np.array_equal(out, a + c)
+
+
 # ------------------------------------------------------------------------------ row segments
 ROW_SHAPES = [(1, 50257), (3, 9000), (5, 40000), (2, 12295), (7, 4096 * 4 + 1)]
 

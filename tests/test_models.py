@@ -255,6 +255,7 @@ def test_split_glue_is_numpys(shape, monkeypatch):
         y = rng.standard_normal(shape[-1:] if shape else ()).astype(np.float32)
         k = models.Kit("cpu")
         assert np.array_equal(k.add(x.copy(), y), x + y)
+        assert np.array_equal(k.add(x.copy(), y, act="relu"), np.maximum(x + y, 0))
         assert np.array_equal(k.mul(x.copy(), y), x * y)
         for act in ("relu", "silu"):
             h = x.astype(np.float16)

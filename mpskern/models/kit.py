@@ -49,6 +49,41 @@ class Kit:
                           f"{' +' + act if act else ''}")
         return y
 
+    def gemm(self, a, b, c=None, trans_a=False, trans_b=False, act=None, out=None):
+        """a @ b + c (mpskern.gemm: batched, a batch of 1 broadcasts, operands read
+        transposed in place): the 1x1 convs and linears whose result the network wants in
+        another layout (tokens <-> image, one matrix per head) write it there directly,
+        with no numpy transpose copy after them."""
+        if self.exact:
+            y = ref.gemm(a, b, c, trans_a=trans_a, trans_b=trans_b, activation=act)
+            if out is None:
+                return y
+            out[...] = y
+            return out
+        t = self._start()
+        y = mpskern.gemm(a, b, c, trans_a=trans_a, trans_b=trans_b, activation=act,
+                         backend=self.backend, out=out)
+        if t is not None:
+            sa, sb = a.shape[-2:], b.shape[-2:]
+            M, K = sa[::-1] if trans_a else sa
+            N = sb[0] if trans_b else sb[1]
+            self._stop(t, f"linear {M} x {K}->{N} (gemm, {y.shape[0] if y.ndim == 3 else 1}"
+                          f" matrices{', C' if c is not None else ''}{' +' + act if act else ''})")
+        return y
+
+    def heads(self, x, w, b, H):
+        """linear(x, w, b) (x (B, N, C), w (H*D, C)) cut into H heads, (B, H, N, D) in C
+        order as attention reads them: one GEMM per head (w's D rows of that head, read
+        transposed in place) writes each head's matrix where it belongs, so no split-heads
+        transpose copy follows the projection."""
+        B, N, C = x.shape
+        wh = w.reshape(H, -1, C)
+        bh = None if b is None else b.reshape(H, 1, -1)
+        out = np.empty((B, H, N, wh.shape[1]), np.result_type(x, w))
+        for i in range(B):
+            self.gemm(x[i], wh, bh, trans_b=True, out=out[i])
+        return out
+
     def attention(self, q, k, v, causal=False):
         """(B, H, L, E) heads; the float64 reference runs one (batch, head) at a time, so
         its L x S score matrix stays one head's."""
@@ -104,16 +139,18 @@ class Kit:
         return y
 
     # -- glue -------------------------------------------------------------------------------
-    def add(self, x, y):
-        """x += y (a residual; y may broadcast), in place on a result the network owns."""
-        t = self._start()
+    def add(self, x, y, act=None):
+        """x += y (a residual; y may broadcast), then the activation act, in place on a
+        result the network owns: one pass, each piece activated while it is in cache
+        (ResNet's add + ReLU as two whole-array passes read and wrote every block's output
+        twice)."""
         if self.exact:
             np.add(x, y, out=x)
-        else:
-            y = np.broadcast_to(y, x.shape)
-            split(lambda a, b: np.add(a, b, out=a), x, y)
+            return self.act(x, act)
+        t = self._start()
+        split(_add_act, x, np.broadcast_to(y, x.shape), act=act)
         if t is not None:
-            self._stop(t, "numpy: residual add")
+            self._stop(t, f"numpy: residual add{' +' + act if act else ''}")
         return x
 
     def mul(self, x, y):
@@ -139,7 +176,7 @@ class Kit:
         if self.exact:
             return ref.activate(y, act)
         # conv()/linear() fuse theirs (activation=); what comes here has no op to fuse
-        # into: group_norm's SiLU, ReLU after a residual add, the time embedding's SiLU.
+        # into: group_norm's SiLU, the time embedding's SiLU (add(act=) takes a residual's).
         # A numpy pass over the result, in place, on split()'s threads.
         t = self._start()
         split(unfused, y, act=act)
@@ -191,6 +228,11 @@ def split(f, *arrays, **kw):
     for fu in futures:
         fu.result()
     return x
+
+
+def _add_act(x, y, act=None):
+    np.add(x, y, out=x)
+    return x if act is None else unfused(x, act)
 
 
 def contiguous(a):

@@ -3,7 +3,9 @@ inference: parameter names and layout as torchvision's resnet50 state_dict, so i
 weights would load unchanged (none are downloaded here: params() draws them).
 
 forward() runs the network with batch_norm folded into each conv (fold(): w * g/sqrt(v+eps),
-b - m g/sqrt(v+eps), once, in float64) and ReLU fused into the conv (activation=);
+b - m g/sqrt(v+eps), once, in float64) and ReLU fused into the conv (activation=); each
+block's last 1x1 conv is a GEMM whose C is the skip path, so the residual add and its ReLU
+are that GEMM's output pass (prepare());
 torch_forward() is the same network in torch.nn.functional as torchvision runs it in eval
 mode (F.batch_norm with the running statistics, unfolded)."""
 import numpy as np
@@ -91,15 +93,23 @@ def fold(P, dtype=None):
 
 
 def forward(kit, W, x, s):
-    """Logits (N, classes) of images x (N, 3, H, W) with folded weights W (fold())."""
+    """Logits (N, classes) of images x (N, 3, H, W) with weights W from prepare()."""
     h = kit.conv(x, *W["conv1"], 2, 3, act="relu")
     h = kit.max_pool(h, 3, 2, 1)
     for pre, _c, _mid, _out, stride, down in _blocks(s["depth"], s["width"]):
         y = kit.conv(h, *W[f"{pre}.conv1"], act="relu")
         y = kit.conv(y, *W[f"{pre}.conv2"], stride, 1, act="relu")
-        y = kit.conv(y, *W[f"{pre}.conv3"])
-        skip = kit.conv(h, *W[f"{pre}.downsample.0"], stride) if down else h
-        h = kit.act(kit.add(y, skip), "relu")
+        w3, b3 = W[f"{pre}.conv3"]
+        if down:    # the downsample's bias carries conv3's (prepare())
+            skip = kit.conv(h, *W[f"{pre}.downsample.0"], stride)
+        else:       # h is this network's own array: conv3's bias goes into it, in place
+            skip = kit.add(h, b3[:, None, None])
+        # conv3 (1x1) as the GEMM w3 @ y with the skip as its C, ReLU fused, into the skip:
+        # the residual add and its ReLU are the GEMM's output pass (no numpy passes)
+        N, K = skip.shape[:2]
+        r = skip.reshape(N, K, -1)
+        kit.gemm(w3, y.reshape(N, y.shape[1], -1), r, act="relu", out=r)
+        h = skip
     return kit.linear(kit.mean_pool(h), *W["fc"])
 
 
@@ -123,7 +133,19 @@ def torch_forward(F, P, x, s):
     return F.linear(h, P["fc.weight"], P["fc.bias"])
 
 
-prepare = fold
+def prepare(P):
+    """forward()'s weights: fold(), then each block's last conv (1x1) as a GEMM's (out, in)
+    matrix, its bias moved into the downsample's where the block has one (the GEMM adds the
+    skip path, which then carries it). Sums in float64, stored in the weights' dtype."""
+    W = fold(P)
+    for name in [k for k in W if k.endswith(".conv3")]:
+        w3, b3 = W[name]
+        W[name] = (w3.reshape(w3.shape[0], -1), b3)
+        ds = name[:-len("conv3")] + "downsample.0"
+        if ds in W:
+            wd, bd = W[ds]
+            W[ds] = (wd, (bd.astype(np.float64) + b3).astype(bd.dtype))
+    return W
 
 
 def reduction(s):

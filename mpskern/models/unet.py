@@ -88,10 +88,12 @@ def prepare(P):
     return W
 
 
-def _heads(t, H):
-    """(B, N, C) -> (B, H, N, C/H), C order."""
-    B, N, C = t.shape
-    return contiguous(t.reshape(B, N, H, C // H).transpose(0, 2, 1, 3))
+def _attention(kit, W, p, x, ctx, H):
+    q = kit.heads(x, W[p + "to_q.weight"], None, H)
+    k = kit.heads(ctx, W[p + "to_k.weight"], None, H)
+    v = kit.heads(ctx, W[p + "to_v.weight"], None, H)
+    o = kit.glue("merge heads", _merge, kit.attention(q, k, v))
+    return kit.linear(o, W[p + "to_out.0.weight"], W[p + "to_out.0.bias"])
 
 
 def _merge(o):
@@ -99,24 +101,21 @@ def _merge(o):
     return contiguous(o.transpose(0, 2, 1, 3)).reshape(B, N, H * D)
 
 
-def _tokens(h):
-    """(B, C, H, W) -> (B, HW, C)."""
+def _proj_in(kit, y, w, b):
+    """proj_in (a 1x1 conv) of y (B, C, H, W) as the GEMM y^T @ w^T + b: its result is
+    already the tokens (B, HW, C), with no transpose copy."""
+    B, C = y.shape[:2]
+    return kit.gemm(y.reshape(B, C, -1), w.reshape(w.shape[0], C), b, trans_a=True,
+                    trans_b=True)
+
+
+def _proj_out_add(kit, z, w, b, h):
+    """h += proj_out(tokens z (B, HW, C)) (a 1x1 conv) as the GEMM w @ z^T + (h + b),
+    written into h (B, C, H, W) in the image layout: no transpose copy, no separate add."""
     B, C = h.shape[:2]
-    return contiguous(h.reshape(B, C, -1).transpose(0, 2, 1))
-
-
-def _image(t, hw):
-    B, N, C = t.shape
-    return contiguous(t.transpose(0, 2, 1)).reshape(B, C, *hw)
-
-
-def _attention(kit, W, p, x, ctx, H):
-    q = kit.linear(x, W[p + "to_q.weight"])
-    k = kit.linear(ctx, W[p + "to_k.weight"])
-    v = kit.linear(ctx, W[p + "to_v.weight"])
-    q, k, v = (kit.glue("split heads", _heads, t, H) for t in (q, k, v))
-    o = kit.glue("merge heads", _merge, kit.attention(q, k, v))
-    return kit.linear(o, W[p + "to_out.0.weight"], W[p + "to_out.0.bias"])
+    hv = kit.add(h.reshape(B, C, -1), b[:, None])
+    kit.gemm(w.reshape(w.shape[0], -1), z, hv, trans_b=True, out=hv)
+    return h
 
 
 def forward(kit, W, x, temb, ctx, s):
@@ -134,10 +133,8 @@ def forward(kit, W, x, temb, ctx, s):
         y = kit.conv(y, W[r + "conv2.weight"], W[r + "conv2.bias"], 1, 1)
         h = kit.add(y, h)
 
-        hw = h.shape[2:]
         y = kit.group_norm(h, GROUPS, W[a + "norm.weight"], W[a + "norm.bias"], ATTN_GN_EPS)
-        y = kit.conv(y, W[a + "proj_in.weight"], W[a + "proj_in.bias"])
-        z = kit.glue("to tokens", _tokens, y)
+        z = _proj_in(kit, y, W[a + "proj_in.weight"], W[a + "proj_in.bias"])
         b = a + "transformer_blocks.0."
         n = kit.layer_norm(z, W[b + "norm1.weight"], W[b + "norm1.bias"], LN_EPS)
         kit.add(z, _attention(kit, W, b + "attn1.", n, n, H))
@@ -149,9 +146,7 @@ def forward(kit, W, x, temb, ctx, s):
         v = kit.linear(n, W[f + "value.weight"], W[f + "value.bias"])
         v = kit.mul(v, g)
         kit.add(z, kit.linear(v, W[b + "ff.net.2.weight"], W[b + "ff.net.2.bias"]))
-        y = kit.glue("to image", _image, z, hw)
-        y = kit.conv(y, W[a + "proj_out.weight"], W[a + "proj_out.bias"])
-        h = kit.add(y, h)
+        h = _proj_out_add(kit, z, W[a + "proj_out.weight"], W[a + "proj_out.bias"], h)
     return kit.conv(h, W["downsamplers.0.conv.weight"], W["downsamplers.0.conv.bias"], 2, 1)
 
 

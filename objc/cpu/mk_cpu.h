@@ -51,6 +51,14 @@ typedef void (*mk_tile_fn)(void *ep_ctx, float *C, int ldc, int rows, int cols);
 void mk_sgemm_par_ep(int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc, mk_tile_fn ep, void *ep_ctx);
+// A batch of equal GEMMs as one grid over all items' tiles: item b reads A + b*stride_a,
+// B + b*stride_b, Cin + b*stride_c and writes C + b*stride_out (strides in floats). Cin
+// (ldc, like C) is copied into each tile before its BLAS call when beta != 0 and it is not
+// the output itself (Cin == C with equal strides: C is read in place; NULL: none).
+void mk_sgemm_batch_par_ep(int trans_a, int trans_b, int batch, int M, int N, int K,
+                           float alpha, const float *A, int lda, long stride_a, const float *B,
+                           int ldb, long stride_b, float beta, const float *Cin, long stride_c,
+                           float *C, int ldc, long stride_out, mk_tile_fn ep, void *ep_ctx);
 // An mk_tile_fn applying mk_activate to every row of the tile; ep_ctx points at the
 // MK_ACT_* code (an int).
 void mk_activate_tile(void *ep_ctx, float *C, int ldc, int rows, int cols);

@@ -53,8 +53,8 @@ typedef struct {
     float beta;
 } gemm_ctx;
 
-// batch item b in float32; `par`: cut the item itself over the thread pool
-static void gemm_item_f32(const gemm_ctx *t, long b, int par) {
+// batch item b in float32 with K == 0 (no product: out = activation(beta * C))
+static void gemm_empty_f32(const gemm_ctx *t, long b) {
     const mk_gemm_args *a = t->a;
     float *o = (float *)t->out + b * a->stride_out;
     int act = a->activation;
@@ -62,22 +62,8 @@ static void gemm_item_f32(const gemm_ctx *t, long b, int par) {
         const float *c = (const float *)t->C + b * a->stride_c;
         if (c != o) copy_block_f32(c, a->ldc, o, a->ldc, a->M, a->N);
     }
-    const float *A = (const float *)t->A + b * a->stride_a, *B = (const float *)t->B + b * a->stride_b;
-    if (a->K == 0) {
-        scale_block(o, a->ldc, a->M, a->N, t->beta);
-        mk_activate_tile(&act, o, a->ldc, a->M, a->N);
-    } else if (par) {
-        mk_sgemm_par_ep(a->trans_a, a->trans_b, a->M, a->N, a->K, a->alpha, A, a->lda, B, a->ldb,
-                        t->beta, o, a->ldc, act ? mk_activate_tile : NULL, &act);
-    } else {                             // one of many small items: the item is the tile
-        mk_sgemm(a->trans_a, a->trans_b, a->M, a->N, a->K, a->alpha, A, a->lda, B, a->ldb,
-                 t->beta, o, a->ldc);
-        if (act) mk_activate_tile(&act, o, a->ldc, a->M, a->N);
-    }
-}
-
-static void gemm_items_f32(void *vc, long b, long e) {
-    for (long i = b; i < e; i++) gemm_item_f32(vc, i, 0);
+    scale_block(o, a->ldc, a->M, a->N, t->beta);
+    mk_activate_tile(&act, o, a->ldc, a->M, a->N);
 }
 
 static mk_status check_args(const mk_gemm_args *a) {
@@ -111,12 +97,17 @@ mk_status mk_cpu_gemm(const mk_gemm_args *a, int dtype, const void *A, const voi
     int rb = a->trans_b ? N : K, cb = a->trans_b ? K : N;
 
     if (dtype == MK_F32) {
-        gemm_ctx t = {a, A, B, C, out, beta};
-        if (a->batch > 1 && 2.0 * M * N * K < 4e6) {        // many small items: one per task
-            mk_parallel_for(a->batch, 1, gemm_items_f32, &t);
-        } else {
-            for (int b = 0; b < a->batch; b++) gemm_item_f32(&t, b, 1);
+        if (K == 0) {
+            gemm_ctx t = {a, A, B, C, out, beta};
+            for (int b = 0; b < a->batch; b++) gemm_empty_f32(&t, b);
+            return MK_OK;
         }
+        // every item's tiles in one grid; C is copied into each tile by its thread
+        int act = a->activation;
+        mk_sgemm_batch_par_ep(a->trans_a, a->trans_b, a->batch, M, N, K, a->alpha, A, a->lda,
+                              a->stride_a, B, a->ldb, a->stride_b, beta,
+                              a->has_c ? C : NULL, a->stride_c, out, a->ldc, a->stride_out,
+                              act ? mk_activate_tile : NULL, &act);
         return MK_OK;
     }
 

@@ -4,10 +4,13 @@
 // the grid trades packing (A is packed once per tile column, B once per tile row) against
 // balance and tile size; gemm_grid() chooses it by a cost model. Row panels alone (the
 // previous rule) left 16 threads starved on 512^2: 8 panels of 64 rows (0.66x numpy), where
-// a 4 x 4 grid ran 0.91x.
+// a 4 x 4 grid ran 0.91x. A batch of GEMMs is one grid over all items' tiles (one hand-off
+// to the pool, not one per item), and C, when it is not the output itself, is copied into
+// each tile by the thread that computes it (was a single-threaded copy before the GEMM).
 #include "mk_cpu.h"
 
 #include <math.h>
+#include <string.h>
 
 #define MIN_PAR_FLOPS 4e6   // below this one call beats waking the pool
 #define ALIGN_M 8           // tile rows: whole register blocks of the BLAS kernels
@@ -25,8 +28,9 @@
 
 typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc, pm, pn;
+    long sa, sb, sc, so;    // batch strides (elements) of A, B, C and the output
     float alpha, beta;
-    const float *A, *B;
+    const float *A, *B, *Cin;   // Cin: C to copy into each tile first (NULL: the output is C)
     float *C;
     mk_tile_fn ep;          // the caller's epilogue per tile (NULL: none)
     void *ep_ctx;
@@ -42,60 +46,79 @@ static int cut(int i, int parts, int len, int align) {
 
 static void tile_range(void *vc, long b, long e) {
     const tile_ctx *t = vc;
+    long per_item = (long)t->pm * t->pn;
     for (long p = b; p < e; p++) {
-        int i = (int)(p / t->pn), j = (int)(p % t->pn);
+        long item = p / per_item, q = p % per_item;
+        int i = (int)(q / t->pn), j = (int)(q % t->pn);
         int m0 = cut(i, t->pm, t->M, ALIGN_M), m1 = cut(i + 1, t->pm, t->M, ALIGN_M);
         int n0 = cut(j, t->pn, t->N, ALIGN_N), n1 = cut(j + 1, t->pn, t->N, ALIGN_N);
         if (m1 <= m0 || n1 <= n0) continue;
-        const float *a = t->ta ? t->A + m0 : t->A + (long)m0 * t->lda;
-        const float *bb = t->tb ? t->B + (long)n0 * t->ldb : t->B + n0;
-        float *c = t->C + (long)m0 * t->ldc + n0;
+        const float *A = t->A + item * t->sa, *B = t->B + item * t->sb;
+        const float *a = t->ta ? A + m0 : A + (long)m0 * t->lda;
+        const float *bb = t->tb ? B + (long)n0 * t->ldb : B + n0;
+        float *c = t->C + item * t->so + (long)m0 * t->ldc + n0;
+        if (t->Cin) {
+            const float *ci = t->Cin + item * t->sc + (long)m0 * t->ldc + n0;
+            for (int r = 0; r < m1 - m0; r++)
+                memmove(c + (long)r * t->ldc, ci + (long)r * t->ldc, (size_t)(n1 - n0) * 4);
+        }
         mk_sgemm(t->ta, t->tb, m1 - m0, n1 - n0, t->K, t->alpha, a, t->lda, bb, t->ldb,
                  t->beta, c, t->ldc);
         if (t->ep) t->ep(t->ep_ctx, c, t->ldc, m1 - m0, n1 - n0);
     }
 }
 
-static double grid_cost(int M, int N, int K, int threads, int pm, int pn) {
+static double grid_cost(int batch, int M, int N, int K, int threads, int pm, int pn) {
     long um = (M + ALIGN_M - 1) / ALIGN_M, un = (N + ALIGN_N - 1) / ALIGN_N;
     double m = (double)((um + pm - 1) / pm * ALIGN_M), n = (double)((un + pn - 1) / pn * ALIGN_N);
-    int tiles = pm * pn, used = tiles < threads ? tiles : threads;
-    int rounds = (tiles + threads - 1) / threads;
+    long tiles = (long)batch * pm * pn, used = tiles < threads ? tiles : threads;
+    long rounds = (tiles + threads - 1) / threads;
     double tile = 2.0 * m * n * K / TILE_FLOPS + TILE_PACK * (m + n) * K;
     double skew = SKEW * log2((double)used);
     return rounds * tile + PER_THREAD * used + (skew < tile ? skew : tile);
 }
 
-// The grid for this GEMM on `threads` threads: *pm row parts by *pn column parts, at most
-// 2 x threads tiles (more tiles than threads let early threads take the late ones' share).
+// The grid for each of `batch` equal GEMMs on `threads` threads: *pm row parts by *pn column
+// parts, at most 2 x threads tiles in all (more tiles than threads let early threads take
+// the late ones' share), or one per item when the batch alone has that many.
 // Ties go to more row parts: on 2 threads row panels ran 0-3% faster than column panels.
-static void gemm_grid(int M, int N, int K, int threads, int *pm, int *pn) {
+static void gemm_grid(int batch, int M, int N, int K, int threads, int *pm, int *pn) {
     long um = (M + ALIGN_M - 1) / ALIGN_M, un = (N + ALIGN_N - 1) / ALIGN_N;
-    int max_tiles = 2 * threads;
+    long max_tiles = 2L * threads;
     double best = -1.0;
+    *pm = *pn = 1;
     for (int i = MAX_PARTS; i >= 1; i--) {
-        if (i > um || i > max_tiles) continue;
-        for (int j = 1; j <= MAX_PARTS && j <= un && i * j <= max_tiles; j++) {
-            double c = grid_cost(M, N, K, threads, i, j);
+        if (i > um || (long)batch * i > max_tiles) continue;
+        for (int j = 1; j <= MAX_PARTS && j <= un && (long)batch * i * j <= max_tiles; j++) {
+            double c = grid_cost(batch, M, N, K, threads, i, j);
             if (best < 0.0 || c < best) { best = c; *pm = i; *pn = j; }
         }
     }
 }
 
+void mk_sgemm_batch_par_ep(int trans_a, int trans_b, int batch, int M, int N, int K,
+                           float alpha, const float *A, int lda, long stride_a, const float *B,
+                           int ldb, long stride_b, float beta, const float *Cin, long stride_c,
+                           float *C, int ldc, long stride_out, mk_tile_fn ep, void *ep_ctx) {
+    if (batch <= 0 || M <= 0 || N <= 0) return;
+    int threads = mk_cpu_threads();
+    int pm = 1, pn = 1;
+    if (Cin == C && stride_c == stride_out) Cin = NULL;      // C is the output: nothing to copy
+    if (beta == 0.0f) Cin = NULL;
+    double flops = 2.0 * M * N * K * batch;
+    if (threads > 1 && flops >= MIN_PAR_FLOPS) gemm_grid(batch, M, N, K, threads, &pm, &pn);
+    tile_ctx t = {trans_a, trans_b, M, N, K, lda, ldb, ldc, pm, pn, stride_a, stride_b,
+                  stride_c, stride_out, alpha, beta, A, B, Cin, C, ep, ep_ctx};
+    long tiles = (long)batch * pm * pn;
+    if (threads <= 1 || flops < MIN_PAR_FLOPS || tiles == 1) tile_range(&t, 0, tiles);
+    else mk_parallel_for(tiles, 1, tile_range, &t);
+}
+
 void mk_sgemm_par_ep(int trans_a, int trans_b, int M, int N, int K, float alpha,
                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
                      int ldc, mk_tile_fn ep, void *ep_ctx) {
-    int threads = mk_cpu_threads();
-    int pm = 1, pn = 1;
-    if (threads > 1 && 2.0 * M * N * K >= MIN_PAR_FLOPS) gemm_grid(M, N, K, threads, &pm, &pn);
-    if (pm * pn <= 1) {
-        mk_sgemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        if (ep) ep(ep_ctx, C, ldc, M, N);
-        return;
-    }
-    tile_ctx t = {trans_a, trans_b, M, N, K, lda, ldb, ldc, pm, pn, alpha, beta, A, B, C,
-                  ep, ep_ctx};
-    mk_parallel_for((long)pm * pn, 1, tile_range, &t);
+    mk_sgemm_batch_par_ep(trans_a, trans_b, 1, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, NULL,
+                          0, C, ldc, 0, ep, ep_ctx);
 }
 
 void mk_sgemm_par(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,

@@ -267,6 +267,25 @@ def test_split_glue_is_numpys(shape, monkeypatch):
         mpskern.set_num_threads(old)
 
 
+@pytest.mark.parametrize("shape", [(1, 256, 56, 56), (3, 5, 7, 1), (2, 1024, 7, 7), (1, 3, 0, 4)])
+@pytest.mark.parametrize("threads", [1, 3, 16])
+def test_kit_add_bias(shape, threads):
+    """Kit.add_bias (a per-channel bias added in place as a rank-1 GEMM): exactly x + b,
+    every element once, on the array passed in."""
+    import mpskern
+    old = mpskern.get_num_threads()
+    mpskern.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(1)
+        x = rng.standard_normal(shape).astype(np.float32)
+        b = rng.standard_normal(shape[1]).astype(np.float32)
+        want = x + b[:, None, None]
+        got = models.Kit("cpu").add_bias(x, b)
+        assert got is x and np.array_equal(got, want)
+    finally:
+        mpskern.set_num_threads(old)
+
+
 def test_networks_with_split_glue(monkeypatch):
     import mpskern
     from mpskern.models import kit

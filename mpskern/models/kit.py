@@ -153,6 +153,22 @@ class Kit:
             self._stop(t, f"numpy: residual add{' +' + act if act else ''}")
         return x
 
+    def add_bias(self, x, b):
+        """x += b along dim 1 (per channel), in place, as the rank-1 GEMM b x ones with x as
+        its C: a pass on the cpu backend's pool (a numpy pass over ResNet's (8, 256, 56, 56)
+        took 2 ms at 16 threads, split or not)."""
+        N, C = x.shape[:2]
+        xv = x.reshape(N, C, -1)
+        if self.exact:
+            xv += b[:, None]
+            return x
+        t = self._start()
+        ones = np.ones((N, 1, xv.shape[2]), x.dtype)
+        mpskern.gemm(b.astype(x.dtype).reshape(1, C, 1), ones, xv, backend=self.backend, out=xv)
+        if t is not None:
+            self._stop(t, f"bias {C} @{xv.shape[2]} (rank-1 gemm)")
+        return x
+
     def mul(self, x, y):
         """x *= y, in place (GEGLU's value times its activated gate)."""
         t = self._start()

@@ -103,7 +103,7 @@ def forward(kit, W, x, s):
         if down:    # the downsample's bias carries conv3's (prepare())
             skip = kit.conv(h, *W[f"{pre}.downsample.0"], stride)
         else:       # h is this network's own array: conv3's bias goes into it, in place
-            skip = kit.add(h, b3[:, None, None])
+            skip = kit.add_bias(h, b3)
         # conv3 (1x1) as the GEMM w3 @ y with the skip as its C, ReLU fused, into the skip:
         # the residual add and its ReLU are the GEMM's output pass (no numpy passes)
         N, K = skip.shape[:2]

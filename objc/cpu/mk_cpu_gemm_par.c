@@ -12,7 +12,8 @@
 #include <math.h>
 #include <string.h>
 
-#define MIN_PAR_FLOPS 4e6   // below this one call beats waking the pool
+#define MIN_PAR_FLOPS 4e6   // below this one call beats waking the pool...
+#define MIN_PAR_OUT (1L << 17)  // ...unless it writes this many floats (small K: memory-bound)
 #define ALIGN_M 8           // tile rows: whole register blocks of the BLAS kernels
 #define ALIGN_N 16          // tile columns: whole 16-float vectors
 #define MAX_PARTS 64        // per dimension (the search below is over pm x pn <= 2 threads)
@@ -25,6 +26,8 @@
 #define TILE_PACK 3.9e-10   // per float a tile packs: its rows of A and its columns of B, x K
 #define PER_THREAD 1.2e-6   // per thread taking part
 #define SKEW 1.6e-5         // per doubling of the threads: the latest thread's late start
+#define TILE_OUT 5e-10      // per float a tile writes (and reads, with C): what a K = 1..64
+                            // GEMM (a bias or residual update, a 1x1 conv) is bound by
 
 typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc, pm, pn;
@@ -73,7 +76,7 @@ static double grid_cost(int batch, int M, int N, int K, int threads, int pm, int
     double m = (double)((um + pm - 1) / pm * ALIGN_M), n = (double)((un + pn - 1) / pn * ALIGN_N);
     long tiles = (long)batch * pm * pn, used = tiles < threads ? tiles : threads;
     long rounds = (tiles + threads - 1) / threads;
-    double tile = 2.0 * m * n * K / TILE_FLOPS + TILE_PACK * (m + n) * K;
+    double tile = 2.0 * m * n * K / TILE_FLOPS + TILE_PACK * (m + n) * K + TILE_OUT * m * n;
     double skew = SKEW * log2((double)used);
     return rounds * tile + PER_THREAD * used + (skew < tile ? skew : tile);
 }
@@ -105,12 +108,13 @@ void mk_sgemm_batch_par_ep(int trans_a, int trans_b, int batch, int M, int N, in
     int pm = 1, pn = 1;
     if (Cin == C && stride_c == stride_out) Cin = NULL;      // C is the output: nothing to copy
     if (beta == 0.0f) Cin = NULL;
-    double flops = 2.0 * M * N * K * batch;
-    if (threads > 1 && flops >= MIN_PAR_FLOPS) gemm_grid(batch, M, N, K, threads, &pm, &pn);
+    int par = threads > 1 && (2.0 * M * N * K * batch >= MIN_PAR_FLOPS ||
+                              (long)M * N * batch >= MIN_PAR_OUT);
+    if (par) gemm_grid(batch, M, N, K, threads, &pm, &pn);
     tile_ctx t = {trans_a, trans_b, M, N, K, lda, ldb, ldc, pm, pn, stride_a, stride_b,
                   stride_c, stride_out, alpha, beta, A, B, Cin, C, ep, ep_ctx};
     long tiles = (long)batch * pm * pn;
-    if (threads <= 1 || flops < MIN_PAR_FLOPS || tiles == 1) tile_range(&t, 0, tiles);
+    if (!par || tiles == 1) tile_range(&t, 0, tiles);
     else mk_parallel_for(tiles, 1, tile_range, &t);
 }
 

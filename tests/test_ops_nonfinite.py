@@ -237,10 +237,6 @@ _known(["avg_pool2d", "avg_pool2d-exclude-pad", "avg_pool2d-wide", "avg_pool2d-w
        "natives (pool.metal): float32 window sums overflow where the average is "
        "representable")
 _known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_norm",
-        "batch_norm-training"], [F32], ["big"], ["cpu"],
-       "cpu-scale (mk_cpu_norm.c): float32 sums of squares overflow for |x| > ~1e19 "
-       "(statistics Inf/NaN where the normalised output is representable)")
-_known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_norm",
         "batch_norm-training"], [F32], ["big"], ["sim"],
        "reliab-files (norm.metal): float32 sums of squares overflow for |x| > ~1e19")
 

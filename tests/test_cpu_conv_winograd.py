@@ -123,7 +123,7 @@ def path_results(monkeypatch, x, w, stride=1, padding=1, dilation=1, groups=1):
 
 
 @pytest.mark.parametrize("xs,K", [((2, 64, 28, 28), 64), ((1, 128, 14, 14), 128),
-                                  ((1, 256, 7, 7), 256), ((1, 16, 56, 56), 32),
+                                  ((4, 256, 7, 7), 256), ((1, 16, 56, 56), 32),
                                   ((2, 8, 56, 56), 16)])
 def test_auto_takes_winograd(monkeypatch, xs, K):
     rng = np.random.default_rng(11)
@@ -139,6 +139,8 @@ def test_auto_takes_winograd(monkeypatch, xs, K):
     ((1, 3, 32, 32), 16, 1, 1, 1, 1),       # few input channels: im2col + GEMM wins
     ((1, 8, 28, 28), 256, 1, 1, 1, 1),      # 8 input channels but 32x as many outputs
     ((1, 64, 7, 7), 64, 1, 1, 1, 1),        # a small call: the extra passes do not pay
+    ((1, 512, 7, 7), 512, 1, 1, 1, 1),      # 4 tiles: the filter transform does not pay
+    ((2, 256, 7, 7), 256, 1, 1, 1, 1),      # 8 tiles: nor here (MIN_TILES 16)
     ((2, 128, 5, 5), 128, 1, 1, 1, 1),      # 5x5 outputs: 4x4 tiles waste too much
     ((1, 64, 16, 16), 64, 2, 1, 1, 1),      # strided: Winograd does not apply
     ((1, 64, 16, 16), 64, 1, 2, 2, 1),      # dilated: does not apply

@@ -24,6 +24,7 @@
 
 #define COL_BLOCK_FLOATS (1 << 18)   // im2col block (1 MiB): stays in L2 for the GEMM
 #define MIN_COLS 256
+#define MIN_TILES 16                 // Winograd's 4x4 output tiles per call (winograd_choice)
 // Scratch bound per thread (8 MiB each for the im2col block and the output block): a huge
 // kernel (32x32 on 64 channels: 65536 rows of im2col) is cut along the reduction, a wide
 // row into column blocks, many output channels narrow the block; never below MIN_COLS
@@ -330,14 +331,17 @@ static int winograd_choice(const mk_conv2d_args *a) {
     // Measured against im2col (docs/cpu-kernels.md): Winograd pays from 16 input channels
     // per group (the GEMMs' inner dimension), or 8 when there are at most 8x as many output
     // channels (its output transform is per output channel), when its tiles waste little
-    // (multiplications saved >= 2.5x: 7x7 outputs yes, 5x5 no) and the call is big enough
-    // for its extra passes (>= 5 M multiply-adds by im2col).
+    // (multiplications saved >= 2.5x: 7x7 outputs yes, 5x5 no), the call is big enough
+    // for its extra passes (>= 5 M multiply-adds by im2col) and has at least MIN_TILES
+    // tiles: the filter transform (36 floats written per filter, every call) and GEMMs a few
+    // tiles wide cost more than the multiplications saved (1 thread, 512->512 @7: b1, 4
+    // tiles, 1.6-2.5x im2col's time; b2-b3, 8-12 tiles, even; b4, 16 tiles, 1.1x faster).
     long Cg = a->C / a->groups, Kg = a->K / a->groups;
     long tiles = (long)a->N * ((a->P + 3) / 4) * ((a->Q + 3) / 4);
     double im2col = (double)a->N * a->P * a->Q * Cg * Kg * a->groups * 9;
     double saved = (double)a->P * a->Q * a->N * 9 / (36.0 * tiles);
     int channels = Cg >= 16 || (Cg >= 8 && Kg <= 8 * Cg);
-    return channels && Kg >= 8 && saved >= 2.5 && im2col >= 5e6 ? 4 : 0;
+    return channels && Kg >= 8 && saved >= 2.5 && im2col >= 5e6 && tiles >= MIN_TILES ? 4 : 0;
 }
 
 // small_images' output pass, per GEMM tile while it is in cache: bias, then activation.

@@ -29,37 +29,38 @@ inline int mk_cdiv(int a, int b) { return (a + b - 1) / b; }
 // the tile starts at (r0, c0); elements outside the R x C matrix read as 0 (edge tiles).
 // Tile element (r, c) goes to dst[r*rs + c*cs]. All `nt` threads of the group take part
 // (thread `tid`); the walk follows the source's contiguous dimension so loads coalesce.
+// TRANS is a template parameter so each loop keeps its division by a compile-time extent.
+template <bool TRANS, typename T>
+inline void mk_load_tile_walk(threadgroup float* dst, int rs, int cs,
+                              const device T* src, int ld,
+                              int rows, int cols, int r0, int c0, int R, int C,
+                              int tid, int nt)
+{
+    const int run = TRANS ? rows : cols;      // the source's contiguous extent
+    for (int i = tid; i < rows * cols; i += nt) {
+        const int q = i / run;
+        const int r = TRANS ? i - q * run : q;
+        const int c = TRANS ? q : i - q * run;
+        const int gr = r0 + r;
+        const int gc = c0 + c;
+        float v = 0.0f;
+        if (gr < R && gc < C) {
+            v = float(src[TRANS ? gc * ld + gr : gr * ld + gc]);
+        }
+        dst[r * rs + c * cs] = v;
+    }
+}
+
 template <typename T>
 inline void mk_load_tile(threadgroup float* dst, int rs, int cs,
                          const device T* src, int ld, bool trans,
                          int rows, int cols, int r0, int c0, int R, int C,
                          int tid, int nt)
 {
-    const int n = rows * cols;
-    if (!trans) {
-        for (int i = tid; i < n; i += nt) {
-            const int r = i / cols;
-            const int c = i - r * cols;
-            const int gr = r0 + r;
-            const int gc = c0 + c;
-            float v = 0.0f;
-            if (gr < R && gc < C) {
-                v = float(src[gr * ld + gc]);
-            }
-            dst[r * rs + c * cs] = v;
-        }
+    if (trans) {
+        mk_load_tile_walk<true>(dst, rs, cs, src, ld, rows, cols, r0, c0, R, C, tid, nt);
     } else {
-        for (int i = tid; i < n; i += nt) {
-            const int c = i / rows;
-            const int r = i - c * rows;
-            const int gr = r0 + r;
-            const int gc = c0 + c;
-            float v = 0.0f;
-            if (gr < R && gc < C) {
-                v = float(src[gc * ld + gr]);
-            }
-            dst[r * rs + c * cs] = v;
-        }
+        mk_load_tile_walk<false>(dst, rs, cs, src, ld, rows, cols, r0, c0, R, C, tid, nt);
     }
 }
 

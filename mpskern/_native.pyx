@@ -39,8 +39,9 @@ cdef int check(mk_status st) except -1:
 # slowest op per byte, softmax over rows of 4; a few us for the others), so releasing would
 # cost more than it frees, and under a busy Python thread a released GIL is only won back
 # after its 5 ms switch interval. Release it for everything else: bigger CPU kernels (so
-# Python threads run them in parallel) and every call that waits for a device (mps_*,
-# Device.run). benchmarks/native_calls.py measures both sides.
+# Python threads run them in parallel) and every call that waits for a device or its
+# compiler (mps_*, Device.run, library compile/load, pipeline creation), and a buffer sync
+# that moves 32 KiB or more. benchmarks/native_calls.py measures both sides.
 cdef enum:
     _GIL_KEEP_BELOW = 32768
 

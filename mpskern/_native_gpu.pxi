@@ -256,7 +256,13 @@ cdef class Buffer:
 
     def sync(self):
         """Make the device's writes visible in the wrapped array."""
-        check(mk_buffer_sync(self.ptr))
+        cdef mk_status st
+        if release_gil(self.nbytes, False):      # a copy-mode buffer copies nbytes back
+            with nogil:
+                st = mk_buffer_sync(self.ptr)
+        else:
+            st = mk_buffer_sync(self.ptr)
+        check(st)
 
     def __dealloc__(self):
         if self.ptr != NULL:
@@ -272,6 +278,8 @@ cdef class Library:
     @staticmethod
     cdef Library _from_source(Device dev, str source, dict macros):
         cdef Library l = Library.__new__(Library)
+        cdef const char* csrc
+        cdef mk_status st
         l.device = dev
         enc = [f"{k}={v}".encode() for k, v in macros.items()]
         cdef const char** m = <const char**>malloc((len(enc) + 1) * sizeof(char*))
@@ -282,7 +290,10 @@ cdef class Library:
                 m[i] = s
             m[len(enc)] = NULL
             src = source.encode()
-            check(mk_library_create(dev.ptr, src, m, &l.ptr))
+            csrc = src
+            with nogil:               # Metal compiles the source: release_gil(0, True)
+                st = mk_library_create(dev.ptr, csrc, m, &l.ptr)
+            check(st)
         finally:
             free(m)
         return l
@@ -290,8 +301,13 @@ cdef class Library:
     @staticmethod
     cdef Library _load(Device dev, str path):
         cdef Library l = Library.__new__(Library)
+        cdef mk_status st
         l.device = dev
-        check(mk_library_load(dev.ptr, path.encode(), &l.ptr))
+        enc = path.encode()
+        cdef const char* cpath = enc
+        with nogil:                   # dlopen runs the library's initialisers: release_gil(0, True)
+            st = mk_library_load(dev.ptr, cpath, &l.ptr)
+        check(st)
         return l
 
     def pipeline(self, str name):
@@ -312,9 +328,15 @@ cdef class Pipeline:
     @staticmethod
     cdef Pipeline _create(Library lib, str name):
         cdef Pipeline p = Pipeline.__new__(Pipeline)
+        cdef mk_status st
         p.library = lib
         p.name = name
-        check(mk_pipeline_create(lib.device.ptr, lib.ptr, name.encode(), &p.ptr))
+        enc = name.encode()
+        cdef const char* cname = enc
+        cdef mk_device* dev = lib.device.ptr
+        with nogil:                   # Metal builds the pipeline state: release_gil(0, True)
+            st = mk_pipeline_create(dev, lib.ptr, cname, &p.ptr)
+        check(st)
         return p
 
     @property

@@ -33,6 +33,14 @@ static inline MKMetalBuffer *mk_metal_buffer(mk_buffer *b) { return (__bridge MK
 // MK_ERR_RUNTIME naming `op` and the exception's name and reason.
 mk_status mk_objc_exception(const char *op, NSException *e);
 
+// Runs `body` in an autorelease pool with that guard: what every exported function returning
+// a status is made of.
+mk_status mk_objc_guard(const char *op, mk_status (^body)(void));
+
+// A handle's free function: releases the object its `impl` owns (a retained bridge) in an
+// autorelease pool; an exception is recorded as `op`'s error (nothing to return it to).
+void mk_objc_release(void *impl, const char *op);
+
 // 1 if the two buffers' memory overlaps (same MTLBuffer, or intersecting host ranges).
 int mk_metal_overlap(mk_buffer *a, mk_buffer *b);
 

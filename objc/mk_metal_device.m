@@ -60,14 +60,8 @@ static int metal_count(char *why, size_t why_len) {
 }
 
 static void metal_device_free(mk_device *d) {
-    @autoreleasepool {
-        @try {
-            (void)(__bridge_transfer MKMetalDevice *)d->impl;
-        } @catch (NSException *e) {
-            (void)mk_objc_exception("mk_device_free", e);
-        }
-        free(d);
-    }
+    mk_objc_release(d->impl, "mk_device_free");
+    free(d);
 }
 
 // MTLDevice.architecture.name (macOS 14+, not in the macOS 12 SDK), asked at run time. Key-
@@ -84,19 +78,15 @@ static void architecture_name(id<MTLDevice> dev, char *out, size_t len) {
 }
 
 static mk_status metal_get_info(mk_device *d, mk_device_info *out) {
-    @autoreleasepool {
-        @try {
-            MKMetalDevice *md = mk_metal_device(d);
-            id<MTLDevice> dev = md.device;
-            mk_shim_fill_info(out, dev.name.UTF8String, md.family, (uint32_t)dev.maxThreadsPerThreadgroup.width,
-                              (uint32_t)dev.maxThreadgroupMemoryLength, dev.recommendedMaxWorkingSetSize,
-                              dev.hasUnifiedMemory, (uint32_t)md.pageSize);
-            architecture_name(dev, out->architecture, sizeof out->architecture);
-            return MK_OK;
-        } @catch (NSException *e) {
-            return mk_objc_exception("mk_device_get_info", e);
-        }
-    }
+    return mk_objc_guard("mk_device_get_info", ^mk_status {
+        MKMetalDevice *md = mk_metal_device(d);
+        id<MTLDevice> dev = md.device;
+        mk_shim_fill_info(out, dev.name.UTF8String, md.family, (uint32_t)dev.maxThreadsPerThreadgroup.width,
+                          (uint32_t)dev.maxThreadgroupMemoryLength, dev.recommendedMaxWorkingSetSize,
+                          dev.hasUnifiedMemory, (uint32_t)md.pageSize);
+        architecture_name(dev, out->architecture, sizeof out->architecture);
+        return MK_OK;
+    });
 }
 
 static const mk_device_ops metal_ops = {
@@ -117,26 +107,22 @@ static const mk_device_ops metal_ops = {
 };
 
 static mk_status metal_create(int index, mk_device **out) {
-    @autoreleasepool {
-        @try {
-            NSArray<id<MTLDevice>> *ok = metal_devices(NULL);
-            if (index < 0 || (NSUInteger)index >= ok.count)
-                return mk_set_error(MK_ERR_UNAVAILABLE, "no Metal device %d (%lu found)", index,
-                                    (unsigned long)ok.count);
-            MKMetalDevice *md = [MKMetalDevice new];
-            md.device = ok[(NSUInteger)index];
-            md.queue = [md.device newCommandQueue];
-            if (!md.queue) return mk_set_error(MK_ERR_RUNTIME, "Metal: newCommandQueue failed");
-            md.pageSize = (NSUInteger)getpagesize();   // 16 KiB on Apple silicon
-            md.family = metal_family(md.device);
-            md.graphs = [NSMutableDictionary dictionary];
-            mk_status st = mk_shim_device_new(&metal_ops, out);
-            if (st == MK_OK) (*out)->impl = (__bridge_retained void *)md;
-            return st;
-        } @catch (NSException *e) {
-            return mk_objc_exception("mk_device_create", e);
-        }
-    }
+    return mk_objc_guard("mk_device_create", ^mk_status {
+        NSArray<id<MTLDevice>> *ok = metal_devices(NULL);
+        if (index < 0 || (NSUInteger)index >= ok.count)
+            return mk_set_error(MK_ERR_UNAVAILABLE, "no Metal device %d (%lu found)", index,
+                                (unsigned long)ok.count);
+        MKMetalDevice *md = [MKMetalDevice new];
+        md.device = ok[(NSUInteger)index];
+        md.queue = [md.device newCommandQueue];
+        if (!md.queue) return mk_set_error(MK_ERR_RUNTIME, "Metal: newCommandQueue failed");
+        md.pageSize = (NSUInteger)getpagesize();   // 16 KiB on Apple silicon
+        md.family = metal_family(md.device);
+        md.graphs = [NSMutableDictionary dictionary];
+        mk_status st = mk_shim_device_new(&metal_ops, out);
+        if (st == MK_OK) (*out)->impl = (__bridge_retained void *)md;
+        return st;
+    });
 }
 
 static const mk_device_provider metal_provider = {.count = metal_count, .create = metal_create};
@@ -150,6 +136,26 @@ __attribute__((constructor)) static void mk_metal_register(void) {
 mk_status mk_objc_exception(const char *op, NSException *e) {
     return mk_set_error(MK_ERR_RUNTIME, "%s: Objective-C exception %s: %s", op,
                         e.name.UTF8String ?: "?", e.reason.UTF8String ?: "(no reason)");
+}
+
+mk_status mk_objc_guard(const char *op, mk_status (^body)(void)) {
+    @autoreleasepool {
+        @try {
+            return body();
+        } @catch (NSException *e) {
+            return mk_objc_exception(op, e);
+        }
+    }
+}
+
+void mk_objc_release(void *impl, const char *op) {
+    @autoreleasepool {
+        @try {
+            (void)(__bridge_transfer id)impl;
+        } @catch (NSException *e) {
+            (void)mk_objc_exception(op, e);
+        }
+    }
 }
 
 int mk_metal_overlap(mk_buffer *a, mk_buffer *b) {

@@ -20,34 +20,30 @@ static int add_macro(void *ctx, const mk_shim_macro *mc) {
 
 mk_status mk_metal_library_create(mk_device *d, const char *source, const char *const *macros,
                                   mk_library **out) {
-    @autoreleasepool {
-        @try {
-            mk_status st;
-            if ((st = mk_shim_out(out, "mk_library_create")) != MK_OK || (st = mk_shim_library_check(source)) != MK_OK)
-                return st;
-            NSString *src = [NSString stringWithUTF8String:source];
-            if (!src) return mk_set_error(MK_ERR_INVALID, "mk_library_create: source is not UTF-8");
-            MTLCompileOptions *opt = [MTLCompileOptions new];
-            NSMutableDictionary<NSString *, NSObject *> *dict = [NSMutableDictionary dictionary];
-            if ((st = mk_shim_each_macro(macros, add_macro, (__bridge void *)dict)) != MK_OK) return st;
-            const char *family_macro[2] = {mk_shim_family_macro(mk_metal_device(d).family), NULL};
-            if ((st = mk_shim_each_macro(family_macro, add_macro, (__bridge void *)dict)) != MK_OK) return st;
-            opt.preprocessorMacros = dict;
-            // IEEE semantics, as the simulator runs them: fast math may fold isnan() and infinity
-            // comparisons away (max pooling propagates NaN like torch; softmax's -inf masks).
-            // MPSKERN_METAL_FAST_MATH=1 opts back in.
-            opt.fastMathEnabled = mk_shim_fast_math();
-            NSError *err = nil;
-            id<MTLLibrary> lib = [mk_metal_device(d).device newLibraryWithSource:src options:opt error:&err];
-            if (!lib)   // (a library with err set carries warnings only)
-                return mk_set_error(MK_ERR_COMPILE, "Metal compiler:\n%s",
-                                    err ? err.localizedDescription.UTF8String : "(no log)");
-            if ((st = mk_shim_library_new(d, out)) == MK_OK) (*out)->impl = (__bridge_retained void *)lib;
+    return mk_objc_guard("mk_library_create", ^mk_status {
+        mk_status st;
+        if ((st = mk_shim_out(out, "mk_library_create")) != MK_OK || (st = mk_shim_library_check(source)) != MK_OK)
             return st;
-        } @catch (NSException *e) {
-            return mk_objc_exception("mk_library_create", e);
-        }
-    }
+        NSString *src = [NSString stringWithUTF8String:source];
+        if (!src) return mk_set_error(MK_ERR_INVALID, "mk_library_create: source is not UTF-8");
+        MTLCompileOptions *opt = [MTLCompileOptions new];
+        NSMutableDictionary<NSString *, NSObject *> *dict = [NSMutableDictionary dictionary];
+        if ((st = mk_shim_each_macro(macros, add_macro, (__bridge void *)dict)) != MK_OK) return st;
+        const char *family_macro[2] = {mk_shim_family_macro(mk_metal_device(d).family), NULL};
+        if ((st = mk_shim_each_macro(family_macro, add_macro, (__bridge void *)dict)) != MK_OK) return st;
+        opt.preprocessorMacros = dict;
+        // IEEE semantics, as the simulator runs them: fast math may fold isnan() and infinity
+        // comparisons away (max pooling propagates NaN like torch; softmax's -inf masks).
+        // MPSKERN_METAL_FAST_MATH=1 opts back in.
+        opt.fastMathEnabled = mk_shim_fast_math();
+        NSError *err = nil;
+        id<MTLLibrary> lib = [mk_metal_device(d).device newLibraryWithSource:src options:opt error:&err];
+        if (!lib)   // (a library with err set carries warnings only)
+            return mk_set_error(MK_ERR_COMPILE, "Metal compiler:\n%s",
+                                err ? err.localizedDescription.UTF8String : "(no log)");
+        if ((st = mk_shim_library_new(d, out)) == MK_OK) (*out)->impl = (__bridge_retained void *)lib;
+        return st;
+    });
 }
 
 mk_status mk_metal_library_load(mk_device *d, const char *path, mk_library **out) {
@@ -60,14 +56,8 @@ mk_status mk_metal_library_load(mk_device *d, const char *path, mk_library **out
 }
 
 void mk_metal_library_free(mk_library *l) {
-    @autoreleasepool {
-        @try {
-            (void)(__bridge_transfer id<MTLLibrary>)l->impl;
-        } @catch (NSException *e) {
-            (void)mk_objc_exception("mk_library_free", e);
-        }
-        free(l);
-    }
+    mk_objc_release(l->impl, "mk_library_free");
+    free(l);
 }
 
 /* ---------------------------------------------------------------- pipelines */
@@ -81,47 +71,37 @@ static void record_min_bytes(mk_pipeline *p, MTLComputePipelineReflection *refl)
 }
 
 mk_status mk_metal_pipeline_create(mk_device *d, mk_library *l, const char *name, mk_pipeline **out) {
-    @autoreleasepool {
-        @try {
-            mk_status st;
-            if ((st = mk_shim_out(out, "mk_pipeline_create")) != MK_OK ||
-                (st = mk_shim_pipeline_check(d, l, name)) != MK_OK)
-                return st;
-            id<MTLLibrary> lib = (__bridge id<MTLLibrary>)l->impl;
-            id<MTLFunction> fn = [lib newFunctionWithName:[NSString stringWithUTF8String:name]];
-            if (!fn)
-                return mk_set_error(MK_ERR_INVALID, "no kernel named '%s' in the library; it has: %s", name,
-                                    [[lib.functionNames componentsJoinedByString:@", "] UTF8String]);
-            NSError *err = nil;
-            MTLComputePipelineReflection *refl = nil;
-            id<MTLComputePipelineState> ps =
-                [mk_metal_device(d).device newComputePipelineStateWithFunction:fn
-                                                                       options:MTLPipelineOptionArgumentInfo
-                                                                    reflection:&refl error:&err];
-            if (!ps)
-                return mk_set_error(MK_ERR_COMPILE, "Metal: pipeline for '%s' failed: %s", name,
-                                    err ? err.localizedDescription.UTF8String : "(no message)");
-            st = mk_shim_pipeline_new(d, (uint32_t)ps.maxTotalThreadsPerThreadgroup, (uint32_t)ps.threadExecutionWidth,
-                                      name, out);
-            if (st != MK_OK) return st;
-            (*out)->impl = (__bridge_retained void *)ps;
-            record_min_bytes(*out, refl);
-            return MK_OK;
-        } @catch (NSException *e) {
-            return mk_objc_exception("mk_pipeline_create", e);
-        }
-    }
+    return mk_objc_guard("mk_pipeline_create", ^mk_status {
+        mk_status st;
+        if ((st = mk_shim_out(out, "mk_pipeline_create")) != MK_OK ||
+            (st = mk_shim_pipeline_check(d, l, name)) != MK_OK)
+            return st;
+        id<MTLLibrary> lib = (__bridge id<MTLLibrary>)l->impl;
+        id<MTLFunction> fn = [lib newFunctionWithName:[NSString stringWithUTF8String:name]];
+        if (!fn)
+            return mk_set_error(MK_ERR_INVALID, "no kernel named '%s' in the library; it has: %s", name,
+                                [[lib.functionNames componentsJoinedByString:@", "] UTF8String]);
+        NSError *err = nil;
+        MTLComputePipelineReflection *refl = nil;
+        id<MTLComputePipelineState> ps =
+            [mk_metal_device(d).device newComputePipelineStateWithFunction:fn
+                                                                   options:MTLPipelineOptionArgumentInfo
+                                                                reflection:&refl error:&err];
+        if (!ps)
+            return mk_set_error(MK_ERR_COMPILE, "Metal: pipeline for '%s' failed: %s", name,
+                                err ? err.localizedDescription.UTF8String : "(no message)");
+        st = mk_shim_pipeline_new(d, (uint32_t)ps.maxTotalThreadsPerThreadgroup, (uint32_t)ps.threadExecutionWidth,
+                                  name, out);
+        if (st != MK_OK) return st;
+        (*out)->impl = (__bridge_retained void *)ps;
+        record_min_bytes(*out, refl);
+        return MK_OK;
+    });
 }
 
 void mk_metal_pipeline_free(mk_pipeline *p) {
-    @autoreleasepool {
-        @try {
-            (void)(__bridge_transfer id<MTLComputePipelineState>)p->impl;
-        } @catch (NSException *e) {
-            (void)mk_objc_exception("mk_pipeline_free", e);
-        }
-        mk_shim_pipeline_free(p);
-    }
+    mk_objc_release(p->impl, "mk_pipeline_free");
+    mk_shim_pipeline_free(p);
 }
 
 /* ---------------------------------------------------------------- dispatch */
@@ -158,30 +138,26 @@ static uint64_t static_tg(void *ctx, const mk_pipeline *p) {
 }
 
 mk_status mk_metal_run(mk_device *d, const mk_dispatch *list, uint32_t n, mk_timing *t) {
-    @autoreleasepool {
-        @try {
-            MKMetalDevice *md = mk_metal_device(d);
-            mk_status st = mk_shim_check_dispatches(d, list, n, static_tg, NULL, md.device.maxThreadgroupMemoryLength);
-            if (st != MK_OK) return st;
-            mk_shim_each_bound_buffer(list, n, mk_metal_upload);
-            id<MTLCommandBuffer> cb = [md.queue commandBuffer];
-            id<MTLComputeCommandEncoder> enc = [cb computeCommandEncoder];   // serial: dispatches run in order
-            encoding ctx = {enc, md.device};
-            mk_shim_encoder e = {&ctx, enc_pipeline, enc_buffer, enc_bytes, enc_temp, enc_tg_memory, enc_dispatch};
-            st = mk_shim_encode(list, n, &e);
-            [enc endEncoding];
-            if (st != MK_OK) return st;
-            double t0 = mk_shim_now_ms();
-            [cb commit];
-            [cb waitUntilCompleted];
-            mk_cb_errors errs;
-            mk_cb_errors_init(&errs);
-            mk_metal_add_command_buffer(&errs, cb);
-            if ((st = mk_cb_errors_finish(&errs, "mk_run", t0, t)) != MK_OK) return st;
-            mk_shim_each_bound_buffer(list, n, mk_metal_download);
-            return MK_OK;
-        } @catch (NSException *e) {
-            return mk_objc_exception("mk_run", e);
-        }
-    }
+    return mk_objc_guard("mk_run", ^mk_status {
+        MKMetalDevice *md = mk_metal_device(d);
+        mk_status st = mk_shim_check_dispatches(d, list, n, static_tg, NULL, md.device.maxThreadgroupMemoryLength);
+        if (st != MK_OK) return st;
+        mk_shim_each_bound_buffer(list, n, mk_metal_upload);
+        id<MTLCommandBuffer> cb = [md.queue commandBuffer];
+        id<MTLComputeCommandEncoder> enc = [cb computeCommandEncoder];   // serial: dispatches run in order
+        encoding ctx = {enc, md.device};
+        mk_shim_encoder e = {&ctx, enc_pipeline, enc_buffer, enc_bytes, enc_temp, enc_tg_memory, enc_dispatch};
+        st = mk_shim_encode(list, n, &e);
+        [enc endEncoding];
+        if (st != MK_OK) return st;
+        double t0 = mk_shim_now_ms();
+        [cb commit];
+        [cb waitUntilCompleted];
+        mk_cb_errors errs;
+        mk_cb_errors_init(&errs);
+        mk_metal_add_command_buffer(&errs, cb);
+        if ((st = mk_cb_errors_finish(&errs, "mk_run", t0, t)) != MK_OK) return st;
+        mk_shim_each_bound_buffer(list, n, mk_metal_download);
+        return MK_OK;
+    });
 }

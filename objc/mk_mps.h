@@ -35,6 +35,13 @@ MKGraph *mk_mps_graph_get(mk_device *d, const char *op, int dtype, const void *a
 mk_status mk_mps_graph_run(mk_device *d, MKGraph *g, mk_buffer *const *in, mk_buffer *const *out,
                            mk_timing *t, const char *op);
 
+// The frame of an MPSGraph op: an autorelease pool and an exception guard (mk_objc_exception
+// naming `op`) around the device/dtype check (mk_mps_check), the op's own argument check
+// (`check` sets *empty for a problem with no output), then `body`. An empty problem is done
+// (*t zeroed) without a graph.
+mk_status mk_mps_op(const char *op, mk_device *d, int dtype, mk_timing *t,
+                    mk_status (^check)(int *empty), mk_status (^body)(void));
+
 // The fused activation MK_ACT_* of gemm / conv2d on a float32 tensor, in the same graph
 // (torch's formulas: relu keeps NaN, gelu with erf, gelu_tanh as x * sigmoid(2u), silu).
 MPSGraphTensor *mk_mps_activation(MPSGraph *G, MPSGraphTensor *x, int act);

@@ -129,19 +129,14 @@ static MKGraph *build(const mk_attention_args *a, int dtype) {
 mk_status mk_mps_attention(mk_device *d, const mk_attention_args *a, int dtype, mk_buffer *q,
                            mk_buffer *k, mk_buffer *v, mk_buffer *mask, mk_buffer *out,
                            mk_timing *t) {
-    @autoreleasepool {
-        @try {
-            int empty;
-            mk_status st = mk_mps_check(d, dtype, OP);
-            if (st != MK_OK || (st = mk_mps_attention_check(a, mask, &empty)) != MK_OK) return st;
-            if (empty) return mk_mps_done(MK_OK, t);
-            if (mk_mps_attention_host(d, a, dtype, out, &st)) return mk_mps_done(st, t);   // no keys: zeros
-            MKGraph *g = mk_mps_graph_get(d, OP, dtype, a, sizeof *a, ^MKGraph *{ return build(a, dtype); });
-            if (!g) return MK_ERR_UNSUPPORTED;
-            mk_buffer *in[4] = {q, k, v, mask}, *res[1] = {out};
-            return mk_mps_graph_run(d, g, in, res, t, OP);
-        } @catch (NSException *e) {
-            return mk_objc_exception(OP, e);
-        }
-    }
+    return mk_mps_op(OP, d, dtype, t, ^mk_status(int *empty) {
+        return mk_mps_attention_check(a, mask, empty);
+    }, ^mk_status {
+        mk_status st;
+        if (mk_mps_attention_host(d, a, dtype, out, &st)) return mk_mps_done(st, t);   // no keys: zeros
+        MKGraph *g = mk_mps_graph_get(d, OP, dtype, a, sizeof *a, ^MKGraph *{ return build(a, dtype); });
+        if (!g) return MK_ERR_UNSUPPORTED;
+        mk_buffer *in[4] = {q, k, v, mask}, *res[1] = {out};
+        return mk_mps_graph_run(d, g, in, res, t, OP);
+    });
 }

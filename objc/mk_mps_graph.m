@@ -186,3 +186,14 @@ mk_status mk_mps_graph_run(mk_device *d, MKGraph *g, mk_buffer *const *in, mk_bu
         return MK_OK;
     }
 }
+
+mk_status mk_mps_op(const char *op, mk_device *d, int dtype, mk_timing *t,
+                    mk_status (^check)(int *empty), mk_status (^body)(void)) {
+    return mk_objc_guard(op, ^mk_status {
+        int empty = 0;
+        mk_status st = mk_mps_check(d, dtype, op);
+        if (st != MK_OK || (st = check(&empty)) != MK_OK) return st;
+        if (empty) return mk_mps_done(MK_OK, t);
+        return body();
+    });
+}

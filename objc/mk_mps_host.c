@@ -246,6 +246,14 @@ mk_status mk_mps_softmax_check(const mk_softmax_args *a, int *empty) {
     return MK_OK;
 }
 
+// The optional weight and bias of a normalisation: a has_* flag needs its buffer.
+static mk_status affine_check(const char *op, int has_weight, const mk_buffer *weight, int has_bias,
+                              const mk_buffer *bias) {
+    if ((has_weight && !weight) || (has_bias && !bias))
+        return mk_set_error(MK_ERR_INVALID, "%s: has_weight/has_bias set without the buffer", op);
+    return MK_OK;
+}
+
 #define ROWNORM "mk_mps_rownorm"
 
 mk_status mk_mps_rownorm_check(const mk_rownorm_args *a, const mk_buffer *have_weight, const mk_buffer *have_bias,
@@ -257,10 +265,9 @@ mk_status mk_mps_rownorm_check(const mk_rownorm_args *a, const mk_buffer *have_w
                             MK_NORM_LAYER, MK_NORM_RMS);
     if (a->rows < 0 || a->n < 0)
         return mk_set_error(MK_ERR_INVALID, ROWNORM ": negative size (rows %d, n %d)", a->rows, a->n);
-    if ((a->has_weight && !have_weight) || (a->has_bias && !have_bias))
-        return mk_set_error(MK_ERR_INVALID, ROWNORM ": has_weight/has_bias set without the buffer");
-    *empty = (int64_t)a->rows * a->n == 0;
-    return MK_OK;
+    mk_status st = affine_check(ROWNORM, a->has_weight, have_weight, a->has_bias, have_bias);
+    *empty = st == MK_OK && (int64_t)a->rows * a->n == 0;
+    return st;
 }
 
 #define GROUPNORM "mk_mps_group_norm"
@@ -273,10 +280,9 @@ mk_status mk_mps_group_norm_check(const mk_group_norm_args *a, const mk_buffer *
         return mk_set_error(MK_ERR_INVALID, GROUPNORM ": negative size (N %d, C %d, HW %d)", a->N, a->C, a->HW);
     if (a->groups < 1 || a->C % a->groups)
         return mk_set_error(MK_ERR_INVALID, GROUPNORM ": %d groups do not divide %d channels", a->groups, a->C);
-    if ((a->has_weight && !have_weight) || (a->has_bias && !have_bias))
-        return mk_set_error(MK_ERR_INVALID, GROUPNORM ": has_weight/has_bias set without the buffer");
-    *empty = (int64_t)a->N * a->C * a->HW == 0;
-    return MK_OK;
+    mk_status st = affine_check(GROUPNORM, a->has_weight, have_weight, a->has_bias, have_bias);
+    *empty = st == MK_OK && (int64_t)a->N * a->C * a->HW == 0;
+    return st;
 }
 
 #define BATCHNORM "mk_mps_batch_norm"

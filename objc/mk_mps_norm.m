@@ -7,50 +7,63 @@
 // buffers (through scratch buffers, since the graph also reads them).
 #import "mk_mps.h"
 
+// An optional float32 input (weight, bias, running statistic): its placeholder, appended to
+// `ins` in mk_mps_norm_inputs' order, or nil when the op has none.
+static MPSGraphTensor *optional_input(MPSGraph *G, NSMutableArray *ins, int has, MPSShape *shape, NSString *name) {
+    if (!has) return nil;
+    MPSGraphTensor *p = [G placeholderWithShape:shape dataType:MPSDataTypeFloat32 name:name];
+    [ins addObject:p];
+    return p;
+}
+
+// v * w + b with the weight and bias that are present (after the normalisation).
+static MPSGraphTensor *scale_shift(MPSGraph *G, MPSGraphTensor *v, MPSGraphTensor *tw, MPSGraphTensor *tb) {
+    if (tw) v = [G multiplicationWithPrimaryTensor:v secondaryTensor:tw name:nil];
+    if (tb) v = [G additionWithPrimaryTensor:v secondaryTensor:tb name:nil];
+    return v;
+}
+
+// Runs layer/rms/group norm's graph: x, then the weight and bias that are present, into y.
+static mk_status run_affine(mk_device *d, MKGraph *g, mk_buffer *x, int has_weight, mk_buffer *weight,
+                            int has_bias, mk_buffer *bias, mk_buffer *y, mk_timing *t, const char *op) {
+    if (!g) return MK_ERR_UNSUPPORTED;
+    mk_buffer *in[3], *out[1] = {y};
+    mk_mps_norm_inputs(in, x, 0, NULL, NULL, has_weight, weight, has_bias, bias);
+    return mk_mps_graph_run(d, g, in, out, t, op);
+}
+
 /* ---------------------------------------------------------------- layer / rms */
 
 mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_buffer *x,
                          mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t) {
-    @autoreleasepool {
-        @try {
-            const char *op = "mk_mps_rownorm";
-            int empty;
-            mk_status st = mk_mps_check(d, dtype, op);
-            if (st != MK_OK || (st = mk_mps_rownorm_check(a, weight, bias, &empty)) != MK_OK) return st;
-            if (empty) return mk_mps_done(MK_OK, t);
-            MKGraph *g = mk_mps_graph_get(d, op, dtype, a, sizeof *a, ^MKGraph *{
-                MPSGraph *G = [MPSGraph new];
-                MPSDataType dt = mk_mps_dtype(dtype);
-                MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->rows, a->n) dataType:dt name:@"x"];
-                NSMutableArray *ins = [NSMutableArray arrayWithObject:tx];
-                MPSGraphTensor *tw = nil, *tb = nil;
-                if (a->has_weight) [ins addObject:(tw = [G placeholderWithShape:MK_SHAPE(1, a->n) dataType:MPSDataTypeFloat32 name:@"w"])];
-                if (a->has_bias) [ins addObject:(tb = [G placeholderWithShape:MK_SHAPE(1, a->n) dataType:MPSDataTypeFloat32 name:@"b"])];
-                MPSGraphTensor *v = mk_mps_to32(G, tx);
-                if (a->kind == MK_NORM_LAYER) {
-                    MPSGraphTensor *mean = [G meanOfTensor:v axes:@[@1] name:@"mean"];
-                    MPSGraphTensor *var = [G varianceOfTensor:v meanTensor:mean axes:@[@1] name:@"var"];
-                    v = [G normalizationWithTensor:v meanTensor:mean varianceTensor:var gammaTensor:tw betaTensor:tb
-                                           epsilon:a->eps name:@"layer_norm"];
-                } else {
-                    MPSGraphTensor *ms = [G meanOfTensor:[G squareWithTensor:v name:nil] axes:@[@1] name:@"meansq"];
-                    MPSGraphTensor *eps = [G constantWithScalar:a->eps dataType:MPSDataTypeFloat32];
-                    MPSGraphTensor *inv = [G reverseSquareRootWithTensor:[G additionWithPrimaryTensor:ms secondaryTensor:eps name:nil]
-                                                                    name:@"rstd"];
-                    v = [G multiplicationWithPrimaryTensor:v secondaryTensor:inv name:@"rms_norm"];
-                    if (tw) v = [G multiplicationWithPrimaryTensor:v secondaryTensor:tw name:nil];
-                    if (tb) v = [G additionWithPrimaryTensor:v secondaryTensor:tb name:nil];
-                }
-                return mk_mps_graph_of(G, ins, @[mk_mps_from32(G, v, dt)]);
-            });
-            if (!g) return MK_ERR_UNSUPPORTED;
-            mk_buffer *in[3], *out[1] = {y};
-            mk_mps_norm_inputs(in, x, 0, NULL, NULL, a->has_weight, weight, a->has_bias, bias);
-            return mk_mps_graph_run(d, g, in, out, t, op);
-        } @catch (NSException *e) {
-            return mk_objc_exception("mk_mps_rownorm", e);
-        }
-    }
+    const char *op = "mk_mps_rownorm";
+    return mk_mps_op(op, d, dtype, t, ^mk_status(int *empty) {
+        return mk_mps_rownorm_check(a, weight, bias, empty);
+    }, ^mk_status {
+        MKGraph *g = mk_mps_graph_get(d, op, dtype, a, sizeof *a, ^MKGraph *{
+            MPSGraph *G = [MPSGraph new];
+            MPSDataType dt = mk_mps_dtype(dtype);
+            MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->rows, a->n) dataType:dt name:@"x"];
+            NSMutableArray *ins = [NSMutableArray arrayWithObject:tx];
+            MPSGraphTensor *tw = optional_input(G, ins, a->has_weight, MK_SHAPE(1, a->n), @"w");
+            MPSGraphTensor *tb = optional_input(G, ins, a->has_bias, MK_SHAPE(1, a->n), @"b");
+            MPSGraphTensor *v = mk_mps_to32(G, tx);
+            if (a->kind == MK_NORM_LAYER) {
+                MPSGraphTensor *mean = [G meanOfTensor:v axes:@[@1] name:@"mean"];
+                MPSGraphTensor *var = [G varianceOfTensor:v meanTensor:mean axes:@[@1] name:@"var"];
+                v = [G normalizationWithTensor:v meanTensor:mean varianceTensor:var gammaTensor:tw betaTensor:tb
+                                       epsilon:a->eps name:@"layer_norm"];
+            } else {
+                MPSGraphTensor *ms = [G meanOfTensor:[G squareWithTensor:v name:nil] axes:@[@1] name:@"meansq"];
+                MPSGraphTensor *eps = [G constantWithScalar:a->eps dataType:MPSDataTypeFloat32];
+                MPSGraphTensor *inv = [G reverseSquareRootWithTensor:[G additionWithPrimaryTensor:ms secondaryTensor:eps name:nil]
+                                                                name:@"rstd"];
+                v = scale_shift(G, [G multiplicationWithPrimaryTensor:v secondaryTensor:inv name:@"rms_norm"], tw, tb);
+            }
+            return mk_mps_graph_of(G, ins, @[mk_mps_from32(G, v, dt)]);
+        });
+        return run_affine(d, g, x, a->has_weight, weight, a->has_bias, bias, y, t, op);
+    });
 }
 
 /* ---------------------------------------------------------------- group norm */
@@ -58,40 +71,28 @@ mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_b
 mk_status mk_mps_group_norm(mk_device *d, const mk_group_norm_args *a, int dtype,
                             mk_buffer *x, mk_buffer *weight, mk_buffer *bias, mk_buffer *y,
                             mk_timing *t) {
-    @autoreleasepool {
-        @try {
-            const char *op = "mk_mps_group_norm";
-            int empty;
-            mk_status st = mk_mps_check(d, dtype, op);
-            if (st != MK_OK || (st = mk_mps_group_norm_check(a, weight, bias, &empty)) != MK_OK) return st;
-            if (empty) return mk_mps_done(MK_OK, t);
-            MKGraph *g = mk_mps_graph_get(d, op, dtype, a, sizeof *a, ^MKGraph *{
-                MPSGraph *G = [MPSGraph new];
-                MPSDataType dt = mk_mps_dtype(dtype);
-                MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->N, a->C, a->HW) dataType:dt name:@"x"];
-                NSMutableArray *ins = [NSMutableArray arrayWithObject:tx];
-                MPSGraphTensor *tw = nil, *tb = nil;
-                if (a->has_weight) [ins addObject:(tw = [G placeholderWithShape:MK_SHAPE(1, a->C, 1) dataType:MPSDataTypeFloat32 name:@"w"])];
-                if (a->has_bias) [ins addObject:(tb = [G placeholderWithShape:MK_SHAPE(1, a->C, 1) dataType:MPSDataTypeFloat32 name:@"b"])];
-                MPSGraphTensor *v = [G reshapeTensor:mk_mps_to32(G, tx)
-                                           withShape:MK_SHAPE(a->N, a->groups, (int64_t)(a->C / a->groups) * a->HW) name:nil];
-                MPSGraphTensor *mean = [G meanOfTensor:v axes:@[@2] name:@"mean"];
-                MPSGraphTensor *var = [G varianceOfTensor:v meanTensor:mean axes:@[@2] name:@"var"];
-                v = [G normalizationWithTensor:v meanTensor:mean varianceTensor:var gammaTensor:nil betaTensor:nil
-                                       epsilon:a->eps name:@"group_norm"];
-                v = [G reshapeTensor:v withShape:MK_SHAPE(a->N, a->C, a->HW) name:nil];
-                if (tw) v = [G multiplicationWithPrimaryTensor:v secondaryTensor:tw name:nil];
-                if (tb) v = [G additionWithPrimaryTensor:v secondaryTensor:tb name:nil];
-                return mk_mps_graph_of(G, ins, @[mk_mps_from32(G, v, dt)]);
-            });
-            if (!g) return MK_ERR_UNSUPPORTED;
-            mk_buffer *in[3], *out[1] = {y};
-            mk_mps_norm_inputs(in, x, 0, NULL, NULL, a->has_weight, weight, a->has_bias, bias);
-            return mk_mps_graph_run(d, g, in, out, t, op);
-        } @catch (NSException *e) {
-            return mk_objc_exception("mk_mps_group_norm", e);
-        }
-    }
+    const char *op = "mk_mps_group_norm";
+    return mk_mps_op(op, d, dtype, t, ^mk_status(int *empty) {
+        return mk_mps_group_norm_check(a, weight, bias, empty);
+    }, ^mk_status {
+        MKGraph *g = mk_mps_graph_get(d, op, dtype, a, sizeof *a, ^MKGraph *{
+            MPSGraph *G = [MPSGraph new];
+            MPSDataType dt = mk_mps_dtype(dtype);
+            MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->N, a->C, a->HW) dataType:dt name:@"x"];
+            NSMutableArray *ins = [NSMutableArray arrayWithObject:tx];
+            MPSGraphTensor *tw = optional_input(G, ins, a->has_weight, MK_SHAPE(1, a->C, 1), @"w");
+            MPSGraphTensor *tb = optional_input(G, ins, a->has_bias, MK_SHAPE(1, a->C, 1), @"b");
+            MPSGraphTensor *v = [G reshapeTensor:mk_mps_to32(G, tx)
+                                       withShape:MK_SHAPE(a->N, a->groups, (int64_t)(a->C / a->groups) * a->HW) name:nil];
+            MPSGraphTensor *mean = [G meanOfTensor:v axes:@[@2] name:@"mean"];
+            MPSGraphTensor *var = [G varianceOfTensor:v meanTensor:mean axes:@[@2] name:@"var"];
+            v = [G normalizationWithTensor:v meanTensor:mean varianceTensor:var gammaTensor:nil betaTensor:nil
+                                   epsilon:a->eps name:@"group_norm"];
+            v = scale_shift(G, [G reshapeTensor:v withShape:MK_SHAPE(a->N, a->C, a->HW) name:nil], tw, tb);
+            return mk_mps_graph_of(G, ins, @[mk_mps_from32(G, v, dt)]);
+        });
+        return run_affine(d, g, x, a->has_weight, weight, a->has_bias, bias, y, t, op);
+    });
 }
 
 /* ---------------------------------------------------------------- batch norm */
@@ -99,64 +100,54 @@ mk_status mk_mps_group_norm(mk_device *d, const mk_group_norm_args *a, int dtype
 mk_status mk_mps_batch_norm(mk_device *d, const mk_batch_norm_args *a, int dtype,
                             mk_buffer *x, mk_buffer *running_mean, mk_buffer *running_var,
                             mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t) {
-    @autoreleasepool {
-        @try {
-            const char *op = "mk_mps_batch_norm";
-            int empty;
-            mk_status st = mk_mps_check(d, dtype, op);
-            if (st != MK_OK || (st = mk_mps_batch_norm_check(a, running_mean, running_var, weight, bias, &empty)) != MK_OK)
-                return st;
-            if (empty) return mk_mps_done(MK_OK, t);
-            const BOOL update = mk_mps_batch_norm_updates(a);
-            double unbias = mk_mps_unbias(a);
-            MKGraph *g = mk_mps_graph_get(d, op, dtype, a, sizeof *a, ^MKGraph *{
-                MPSGraph *G = [MPSGraph new];
-                MPSDataType dt = mk_mps_dtype(dtype);
-                MPSShape *cshape = MK_SHAPE(1, a->C, 1);
-                MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->N, a->C, a->HW) dataType:dt name:@"x"];
-                NSMutableArray *ins = [NSMutableArray arrayWithObject:tx];
-                MPSGraphTensor *trm = nil, *trv = nil, *tw = nil, *tb = nil;
-                if (a->has_running) {
-                    [ins addObject:(trm = [G placeholderWithShape:MK_SHAPE(a->C) dataType:MPSDataTypeFloat32 name:@"rm"])];
-                    [ins addObject:(trv = [G placeholderWithShape:MK_SHAPE(a->C) dataType:MPSDataTypeFloat32 name:@"rv"])];
-                }
-                if (a->has_weight) [ins addObject:(tw = [G placeholderWithShape:cshape dataType:MPSDataTypeFloat32 name:@"w"])];
-                if (a->has_bias) [ins addObject:(tb = [G placeholderWithShape:cshape dataType:MPSDataTypeFloat32 name:@"b"])];
-                MPSGraphTensor *v = mk_mps_to32(G, tx), *mean, *var;
-                if (a->training) {
-                    mean = [G meanOfTensor:v axes:@[@0, @2] name:@"mean"];                       // (1, C, 1)
-                    var = [G varianceOfTensor:v meanTensor:mean axes:@[@0, @2] name:@"var"];     // biased
-                } else {
-                    if (!trm || !trv) { mk_set_error(MK_ERR_INVALID, "%s: inference needs running stats", op); return nil; }
-                    mean = [G reshapeTensor:trm withShape:cshape name:nil];
-                    var = [G reshapeTensor:trv withShape:cshape name:nil];
-                }
-                v = [G normalizationWithTensor:v meanTensor:mean varianceTensor:var gammaTensor:tw betaTensor:tb
-                                       epsilon:a->eps name:@"batch_norm"];
-                NSMutableArray *outs = [NSMutableArray arrayWithObject:mk_mps_from32(G, v, dt)];
-                if (update && trm && trv) {
-                    MPSGraphTensor *m = [G constantWithScalar:a->momentum dataType:MPSDataTypeFloat32];
-                    MPSGraphTensor *keep = [G constantWithScalar:1.0 - (double)a->momentum dataType:MPSDataTypeFloat32];
-                    MPSGraphTensor *ub = [G constantWithScalar:unbias dataType:MPSDataTypeFloat32];
-                    MPSGraphTensor *bm = [G reshapeTensor:mean withShape:MK_SHAPE(a->C) name:nil];
-                    MPSGraphTensor *bv = [G multiplicationWithPrimaryTensor:[G reshapeTensor:var withShape:MK_SHAPE(a->C) name:nil]
-                                                            secondaryTensor:ub name:nil];
-                    [outs addObject:[G additionWithPrimaryTensor:[G multiplicationWithPrimaryTensor:trm secondaryTensor:keep name:nil]
-                                                 secondaryTensor:[G multiplicationWithPrimaryTensor:bm secondaryTensor:m name:nil]
-                                                            name:@"new_rm"]];
-                    [outs addObject:[G additionWithPrimaryTensor:[G multiplicationWithPrimaryTensor:trv secondaryTensor:keep name:nil]
-                                                 secondaryTensor:[G multiplicationWithPrimaryTensor:bv secondaryTensor:m name:nil]
-                                                            name:@"new_rv"]];
-                }
-                return mk_mps_graph_of(G, ins, outs);
-            });
-            if (!g) return MK_ERR_UNSUPPORTED;
-            mk_buffer *in[5], *out[3] = {y, running_mean, running_var};
-            mk_mps_norm_inputs(in, x, a->has_running, running_mean, running_var, a->has_weight, weight,
-                               a->has_bias, bias);
-            return mk_mps_graph_run(d, g, in, out, t, op);
-        } @catch (NSException *e) {
-            return mk_objc_exception("mk_mps_batch_norm", e);
-        }
-    }
+    const char *op = "mk_mps_batch_norm";
+    return mk_mps_op(op, d, dtype, t, ^mk_status(int *empty) {
+        return mk_mps_batch_norm_check(a, running_mean, running_var, weight, bias, empty);
+    }, ^mk_status {
+        const BOOL update = mk_mps_batch_norm_updates(a);
+        double unbias = mk_mps_unbias(a);
+        MKGraph *g = mk_mps_graph_get(d, op, dtype, a, sizeof *a, ^MKGraph *{
+            MPSGraph *G = [MPSGraph new];
+            MPSDataType dt = mk_mps_dtype(dtype);
+            MPSShape *cshape = MK_SHAPE(1, a->C, 1);
+            MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->N, a->C, a->HW) dataType:dt name:@"x"];
+            NSMutableArray *ins = [NSMutableArray arrayWithObject:tx];
+            MPSGraphTensor *trm = optional_input(G, ins, a->has_running, MK_SHAPE(a->C), @"rm");
+            MPSGraphTensor *trv = optional_input(G, ins, a->has_running, MK_SHAPE(a->C), @"rv");
+            MPSGraphTensor *tw = optional_input(G, ins, a->has_weight, cshape, @"w");
+            MPSGraphTensor *tb = optional_input(G, ins, a->has_bias, cshape, @"b");
+            MPSGraphTensor *v = mk_mps_to32(G, tx), *mean, *var;
+            if (a->training) {
+                mean = [G meanOfTensor:v axes:@[@0, @2] name:@"mean"];                       // (1, C, 1)
+                var = [G varianceOfTensor:v meanTensor:mean axes:@[@0, @2] name:@"var"];     // biased
+            } else {
+                if (!trm || !trv) { mk_set_error(MK_ERR_INVALID, "%s: inference needs running stats", op); return nil; }
+                mean = [G reshapeTensor:trm withShape:cshape name:nil];
+                var = [G reshapeTensor:trv withShape:cshape name:nil];
+            }
+            v = [G normalizationWithTensor:v meanTensor:mean varianceTensor:var gammaTensor:tw betaTensor:tb
+                                   epsilon:a->eps name:@"batch_norm"];
+            NSMutableArray *outs = [NSMutableArray arrayWithObject:mk_mps_from32(G, v, dt)];
+            if (update && trm && trv) {
+                MPSGraphTensor *m = [G constantWithScalar:a->momentum dataType:MPSDataTypeFloat32];
+                MPSGraphTensor *keep = [G constantWithScalar:1.0 - (double)a->momentum dataType:MPSDataTypeFloat32];
+                MPSGraphTensor *ub = [G constantWithScalar:unbias dataType:MPSDataTypeFloat32];
+                MPSGraphTensor *bm = [G reshapeTensor:mean withShape:MK_SHAPE(a->C) name:nil];
+                MPSGraphTensor *bv = [G multiplicationWithPrimaryTensor:[G reshapeTensor:var withShape:MK_SHAPE(a->C) name:nil]
+                                                        secondaryTensor:ub name:nil];
+                [outs addObject:[G additionWithPrimaryTensor:[G multiplicationWithPrimaryTensor:trm secondaryTensor:keep name:nil]
+                                             secondaryTensor:[G multiplicationWithPrimaryTensor:bm secondaryTensor:m name:nil]
+                                                        name:@"new_rm"]];
+                [outs addObject:[G additionWithPrimaryTensor:[G multiplicationWithPrimaryTensor:trv secondaryTensor:keep name:nil]
+                                             secondaryTensor:[G multiplicationWithPrimaryTensor:bv secondaryTensor:m name:nil]
+                                                        name:@"new_rv"]];
+            }
+            return mk_mps_graph_of(G, ins, outs);
+        });
+        if (!g) return MK_ERR_UNSUPPORTED;
+        mk_buffer *in[5], *out[3] = {y, running_mean, running_var};
+        mk_mps_norm_inputs(in, x, a->has_running, running_mean, running_var, a->has_weight, weight,
+                           a->has_bias, bias);
+        return mk_mps_graph_run(d, g, in, out, t, op);
+    });
 }

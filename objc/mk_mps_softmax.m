@@ -8,32 +8,26 @@
 
 mk_status mk_mps_softmax(mk_device *d, const mk_softmax_args *a, int dtype, mk_buffer *x,
                          mk_buffer *y, mk_timing *t) {
-    @autoreleasepool {
-        @try {
-            int empty;
-            mk_status st = mk_mps_check(d, dtype, OP);
-            if (st != MK_OK || (st = mk_mps_softmax_check(a, &empty)) != MK_OK) return st;
-            if (empty) return mk_mps_done(MK_OK, t);
-            MKGraph *g = mk_mps_graph_get(d, OP, dtype, a, sizeof *a, ^MKGraph *{
-                MPSGraph *G = [MPSGraph new];
-                MPSDataType dt = mk_mps_dtype(dtype);
-                MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->outer, a->n, a->inner) dataType:dt name:@"x"];
-                MPSGraphTensor *v = mk_mps_to32(G, tx);
-                if (a->log) {
-                    MPSGraphTensor *m = [G reductionMaximumWithTensor:v axis:1 name:@"max"];
-                    MPSGraphTensor *s = [G subtractionWithPrimaryTensor:v secondaryTensor:m name:@"shifted"];
-                    MPSGraphTensor *sum = [G reductionSumWithTensor:[G exponentWithTensor:s name:nil] axis:1 name:@"sum"];
-                    v = [G subtractionWithPrimaryTensor:s secondaryTensor:[G logarithmWithTensor:sum name:nil] name:@"logsm"];
-                } else {
-                    v = [G softMaxWithTensor:v axis:1 name:@"softmax"];
-                }
-                return mk_mps_graph_of(G, @[tx], @[mk_mps_from32(G, v, dt)]);
-            });
-            if (!g) return MK_ERR_UNSUPPORTED;
-            mk_buffer *in[1] = {x}, *out[1] = {y};
-            return mk_mps_graph_run(d, g, in, out, t, OP);
-        } @catch (NSException *e) {
-            return mk_objc_exception(OP, e);
-        }
-    }
+    return mk_mps_op(OP, d, dtype, t, ^mk_status(int *empty) {
+        return mk_mps_softmax_check(a, empty);
+    }, ^mk_status {
+        MKGraph *g = mk_mps_graph_get(d, OP, dtype, a, sizeof *a, ^MKGraph *{
+            MPSGraph *G = [MPSGraph new];
+            MPSDataType dt = mk_mps_dtype(dtype);
+            MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->outer, a->n, a->inner) dataType:dt name:@"x"];
+            MPSGraphTensor *v = mk_mps_to32(G, tx);
+            if (a->log) {
+                MPSGraphTensor *m = [G reductionMaximumWithTensor:v axis:1 name:@"max"];
+                MPSGraphTensor *s = [G subtractionWithPrimaryTensor:v secondaryTensor:m name:@"shifted"];
+                MPSGraphTensor *sum = [G reductionSumWithTensor:[G exponentWithTensor:s name:nil] axis:1 name:@"sum"];
+                v = [G subtractionWithPrimaryTensor:s secondaryTensor:[G logarithmWithTensor:sum name:nil] name:@"logsm"];
+            } else {
+                v = [G softMaxWithTensor:v axis:1 name:@"softmax"];
+            }
+            return mk_mps_graph_of(G, @[tx], @[mk_mps_from32(G, v, dt)]);
+        });
+        if (!g) return MK_ERR_UNSUPPORTED;
+        mk_buffer *in[1] = {x}, *out[1] = {y};
+        return mk_mps_graph_run(d, g, in, out, t, OP);
+    });
 }

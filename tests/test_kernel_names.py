@@ -6,6 +6,7 @@ import pytest
 
 from mpskern import _native, paths
 from mpskern.sim import compiler, frontend
+from mpskern.sim.msl_tokens import LineMap
 from mpskern.tuning import spaces
 
 # kernels an encoder runs beside its space's variants (mpskern/backends/gpu/*.py)
@@ -33,7 +34,7 @@ def test_kernel_name_refuses_other_dtypes(dtype):
 
 def _kernels_in(fname, macros):
     pre = compiler.preprocess(paths.metal_source(fname), macros)
-    return {k.host_name for k in frontend.find_kernels(pre, frontend._Lines(pre))}
+    return {k.host_name for k in frontend.find_kernels(pre, LineMap(pre))}
 
 
 @pytest.mark.skipif(not compiler.available(), reason="no C++ compiler for the simulator")
@@ -65,7 +66,7 @@ kernel void demo_copy(const device T* x [[buffer(0)]], device T* y [[buffer(1)]]
 
 
 def _find(src):
-    return frontend.find_kernels(src, frontend._Lines(src))
+    return frontend.find_kernels(src, LineMap(src))
 
 
 def test_front_end_reads_a_decltype_instantiation_from_its_template():

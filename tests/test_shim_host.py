@@ -1147,15 +1147,33 @@ def _body(everything, name):
     return everything[m.end():i - 1]
 
 
+def _is_guard(inner):
+    return (re.match(r"@autoreleasepool \{\s*@try \{", inner) and
+            re.search(r"@catch \(NSException \*\w+\) \{\s*(return mk_objc_exception|\(void\)mk_objc_exception"
+                      r"|if \(why)", inner))
+
+
+# the frames that hold the one guard (objc/mk_metal.h, objc/mk_mps.h): a body that is one
+# `return mk_objc_guard(op, ^{...})` / `return mk_mps_op(...)` runs wholly inside it
+GUARDED_CALL = re.compile(r'(?:const char \*op = "\w+";\s*)?return (?:mk_objc_guard|mk_mps_op)\(')
+
+
 def test_no_objective_c_exception_crosses_the_c_abi():
     everything = "\n".join(p.read_text() for p in sorted(OBJC.glob("mk_*.m")))
     names = _exported(everything)
     assert len(names) > 7 + 12
+    for frame in ("mk_objc_guard", "mk_objc_release"):
+        assert _is_guard(_body(everything, frame).strip()), frame
+    assert re.search(r"^mk_status mk_mps_op\([^;{]*\)\s*\{\s*return mk_objc_guard\(op, \^mk_status \{",
+                     everything, re.M), "mk_mps_op is not inside mk_objc_guard"
     for name in sorted(names):
         body = _body(everything, name)
         if not re.search(r"\[\w", body):        # no message send (mk_library_load): nothing can raise
             continue
         inner = body.strip()
+        if GUARDED_CALL.match(inner):
+            assert inner.endswith("});"), f"{name}: code after the guarded block"
+            continue
         assert inner.startswith("@autoreleasepool {"), name
         assert re.match(r"@autoreleasepool \{\s*@try \{", inner), f"{name}: the body is not inside @try"
         assert re.search(r"@catch \(NSException \*\w+\) \{\s*(return mk_objc_exception|\(void\)mk_objc_exception"

@@ -130,13 +130,6 @@ typedef struct {
     float *mean, *rstd;       // per row
 } seg_ctx;
 
-static const float *seg_input(const row_ctx *t, long r, long lo, long len, float *buf) {
-    long n = t->a->n;
-    if (t->dtype == MK_F32) return (const float *)t->x + r * n + lo;
-    mk_h2f((const mk_half *)t->x + r * n + lo, buf, len);
-    return buf;
-}
-
 static void seg_stats(void *vc, long b, long e) {
     seg_ctx *s = vc;
     row_ctx *t = s->t;
@@ -147,7 +140,7 @@ static void seg_stats(void *vc, long b, long e) {
     for (long p = b; p < e; p++) {
         long i = p % s->segs, lo = mk_segment_start(i, s->segs, n);
         long len = mk_segment_start(i + 1, s->segs, n) - lo;
-        const float *x = seg_input(t, p / s->segs, lo, len, buf);
+        const float *x = mk_row_piece(t->dtype, t->x, n, p / s->segs, lo, len, buf);
         s->c[p] = t->a->kind == MK_NORM_LAYER ? rv->sum(x, len) / (float)len : 0.0f;
         s->q[p] = rv->dev_moments(x, len, s->c[p], &s->d[p]);
     }
@@ -164,7 +157,7 @@ static void seg_out(void *vc, long b, long e) {
     for (long p = b; p < e; p++) {
         long r = p / s->segs, i = p % s->segs, lo = mk_segment_start(i, s->segs, n);
         long len = mk_segment_start(i + 1, s->segs, n) - lo;
-        const float *x = seg_input(t, r, lo, len, buf);
+        const float *x = mk_row_piece(t->dtype, t->x, n, r, lo, len, buf);
         const float *w = t->w ? t->w + lo : NULL, *bb = t->b ? t->b + lo : NULL;
         if (t->dtype == MK_F32) {
             rv->norm_out(x, (float *)t->y + r * n + lo, len, s->mean[r], s->rstd[r], w, bb);

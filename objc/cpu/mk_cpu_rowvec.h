@@ -4,6 +4,7 @@
 // through the table. Not part of the public ABI.
 #ifndef MK_CPU_ROWVEC_H
 #define MK_CPU_ROWVEC_H
+#include "mk_cpu.h"
 
 typedef struct {
     // maximum of x[0..n); NaN if any element is NaN
@@ -51,6 +52,14 @@ static inline long mk_row_segments(long rows, long n, long threads, int max_busy
 // start of segment i of `segs` in a row of n floats (on a 16-float boundary; i = segs: n)
 static inline long mk_segment_start(long i, long segs, long n) {
     return i >= segs ? n : (n * i / segs) & ~15L;
+}
+// Floats [lo, lo + len) of row r of x (rows of n elements, float32 or float16 by dtype) as
+// float32: a pointer into x, or buf (len floats) holding the converted float16 values.
+static inline const float *mk_row_piece(int dtype, const void *x, long n, long r, long lo, long len,
+                                        float *buf) {
+    if (dtype == MK_F32) return (const float *)x + r * n + lo;
+    mk_h2f((const mk_half *)x + r * n + lo, buf, len);
+    return buf;
 }
 
 #endif

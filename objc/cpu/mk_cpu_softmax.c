@@ -133,15 +133,8 @@ typedef struct {
     float *m, *ls;            // per row: max, and 1/s (softmax) or log s (log_softmax)
 } smseg_ctx;
 
-static const float *smseg_input(const sm_ctx *t, long r, long lo, long len, float *buf) {
-    long n = t->a->n;
-    if (t->dtype == MK_F32) return (const float *)t->x + r * n + lo;
-    mk_h2f((const mk_half *)t->x + r * n + lo, buf, len);
-    return buf;
-}
-
-static void smseg_stats(void *vc, long b, long e) {
-    smseg_ctx *s = vc;
+// Segments b..e-1 (p = row * segs + i): the statistics pass (out == 0) or the output pass.
+static void smseg_pass(smseg_ctx *s, long b, long e, int out) {
     sm_ctx *t = s->t;
     long n = t->a->n;
     const mk_rowvec_t *rv = mk_rowvec();
@@ -150,25 +143,13 @@ static void smseg_stats(void *vc, long b, long e) {
     for (long p = b; p < e; p++) {
         long r = p / s->segs, i = p % s->segs;
         long lo = mk_segment_start(i, s->segs, n), len = mk_segment_start(i + 1, s->segs, n) - lo;
-        const float *x = smseg_input(t, r, lo, len, buf);
-        float m = rv->max(x, len);
-        s->sm[p] = m;
-        s->ss[p] = m == -INFINITY ? 0.0f : rv->exp_sum(x, NULL, len, m);   // exp(-inf) = 0
-    }
-    mk_free(buf);
-}
-
-static void smseg_out(void *vc, long b, long e) {
-    smseg_ctx *s = vc;
-    sm_ctx *t = s->t;
-    long n = t->a->n;
-    const mk_rowvec_t *rv = mk_rowvec();
-    float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)(n / s->segs + 32) * 4) : NULL;
-    if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
-    for (long p = b; p < e; p++) {
-        long r = p / s->segs, i = p % s->segs;
-        long lo = mk_segment_start(i, s->segs, n), len = mk_segment_start(i + 1, s->segs, n) - lo;
-        const float *x = smseg_input(t, r, lo, len, buf);
+        const float *x = mk_row_piece(t->dtype, t->x, n, r, lo, len, buf);
+        if (!out) {
+            float m = rv->max(x, len);
+            s->sm[p] = m;
+            s->ss[p] = m == -INFINITY ? 0.0f : rv->exp_sum(x, NULL, len, m);   // exp(-inf) = 0
+            continue;
+        }
         float *y = t->dtype == MK_F32 ? (float *)t->y + r * n + lo : buf;
         // m = -inf (an all -inf row) or NaN makes x - m NaN: the row comes out NaN, as torch
         if (t->a->log) rv->sub2(x, y, len, s->m[r], s->ls[r]);
@@ -177,6 +158,9 @@ static void smseg_out(void *vc, long b, long e) {
     }
     mk_free(buf);
 }
+
+static void smseg_stats(void *vc, long b, long e) { smseg_pass(vc, b, e, 0); }
+static void smseg_out(void *vc, long b, long e) { smseg_pass(vc, b, e, 1); }
 
 static void softmax_segments(sm_ctx *t, long segs) {
     long rows = t->a->outer, tasks = rows * segs;

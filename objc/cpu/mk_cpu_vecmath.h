@@ -12,11 +12,9 @@
 
 MK_INLINE float mk_bits_to_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
-// exp(x) with a few ulp error on [-87.3, 88.37]; 0 below (values under ~1.2e-38 flush to 0),
-// +inf above (exact exp overflows only past 88.72: callers here pass x <= 0), NaN -> NaN.
-// x = n*ln2 + r with |r| <= ln2/2; exp(r) by a degree-6 polynomial; 2^n from the exponent bits.
-MK_INLINE float mk_expf(float x) {
-    float xc = x < -87.3f ? -87.3f : (x > 88.37f ? 88.37f : x);
+// e^xc for xc in [-87.3, 88.37] (callers clamp): xc = n*ln2 + r with |r| <= ln2/2; exp(r) by
+// a degree-6 polynomial; 2^n from the exponent bits. A few ulp.
+MK_INLINE float mk_exp_core(float xc) {
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   // round to nearest
     float r = xc - n * 0.693145751953125f;
     r = r - n * 1.428606765330187045e-06f;
@@ -26,11 +24,19 @@ MK_INLINE float mk_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    float scale = mk_bits_to_float((uint32_t)((int32_t)n + 127) << 23);
-    float v = p * scale;
+    return p * mk_bits_to_float((uint32_t)((int32_t)n + 127) << 23);
+}
+
+// exp(x) on all of float: 0 below -87.3 (values under ~1.2e-38 flush to 0), +inf above 88.37
+// (exact exp overflows only past 88.72: callers here pass x <= 0), NaN -> NaN.
+MK_INLINE float mk_expf(float x) {
+    float v = mk_exp_core(x < -87.3f ? -87.3f : (x > 88.37f ? 88.37f : x));
     v = x < -87.3f ? 0.0f : v;
     return x > 88.37f ? __builtin_inff() : v;
 }
 
+// exp(x) for x <= 0 without mk_expf's overflow and NaN selects (callers keep NaN
+// themselves): below -87.3 it gives ~1e-38 instead of 0.
+MK_INLINE float mk_exp_nonpos(float x) { return mk_exp_core(x < -87.3f ? -87.3f : x); }
 
 #endif

@@ -100,49 +100,51 @@ MK_NO_ASAN static void fiber_entry(void *p) {
     f->fn(f->arg);
 }
 
-static void fiber_prepare(Fiber *f, FiberFn fn, void *arg) {
+// Resets f to run fn(arg) and returns its stack's 16-byte aligned top, where the
+// architecture's fiber_init lays out the first switch's saved registers.
+static void **fiber_prepare(Fiber *f, FiberFn fn, void *arg) {
     if (f->abandoned) unpoison(f->stack, f->stack_size);
     f->abandoned = false;
     f->fn = fn;
     f->arg = arg;
     f->asan_bottom = f->stack;
     f->asan_size = f->stack_size;
+    return (void **)(((uintptr_t)(f->stack + f->stack_size)) & ~(uintptr_t)15);
 }
 
+// A global function symbol of the asm below: Mach-O's leading underscore; ELF's type and
+// hidden visibility (the symbols stay inside _native.so).
 #if defined(__APPLE__)
 #define MK_SYM(x) "_" #x
+#define MK_ASM_FUNCTION(x) ".globl _" #x "\n"
 #else
 #define MK_SYM(x) #x
+#if defined(__x86_64__)
+#define MK_ASM_FUNCTION(x) ".globl " #x "\n.type " #x ",@function\n.hidden " #x "\n"
+#else
+#define MK_ASM_FUNCTION(x) ".globl " #x "\n.type " #x ",%function\n.hidden " #x "\n"
+#endif
 #endif
 
 #if defined(__x86_64__)
 // Callee-saved: rbx rbp r12-r15 (System V). The first switch into a fresh fiber "returns"
 // into mk_sim_fiber_start with fiber_entry in r12 and the Fiber in r13.
 asm(".text\n"
-    ".globl " MK_SYM(mk_sim_switch) "\n"
-#if !defined(__APPLE__)
-    ".type mk_sim_switch,@function\n"
-    ".hidden mk_sim_switch\n"
-#endif
+    MK_ASM_FUNCTION(mk_sim_switch)
     MK_SYM(mk_sim_switch) ":\n"
     "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
     "  movq %rsp, (%rdi)\n"
     "  movq %rsi, %rsp\n"
     "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
     "  ret\n"
-    ".globl " MK_SYM(mk_sim_fiber_start) "\n"
-#if !defined(__APPLE__)
-    ".hidden mk_sim_fiber_start\n"
-#endif
+    MK_ASM_FUNCTION(mk_sim_fiber_start)
     MK_SYM(mk_sim_fiber_start) ":\n"
     "  movq %r13, %rdi\n"
     "  callq *%r12\n"
     "  ud2\n");
 
 void fiber_init(Fiber *f, FiberFn fn, void *arg, Fiber *) {
-    fiber_prepare(f, fn, arg);
-    uintptr_t top = ((uintptr_t)(f->stack + f->stack_size)) & ~(uintptr_t)15;
-    void **sp = (void **)top;
+    void **sp = fiber_prepare(f, fn, arg);
     *--sp = (void *)mk_sim_fiber_start;    // ret target: leaves rsp % 16 == 0 before the call
     *--sp = nullptr;                       // rbp
     *--sp = nullptr;                       // rbx
@@ -157,11 +159,7 @@ void fiber_init(Fiber *f, FiberFn fn, void *arg, Fiber *) {
 // Callee-saved: x19-x28, fp (x29), lr (x30), d8-d15 (AAPCS64). A fresh fiber's lr points
 // at mk_sim_fiber_start with fiber_entry in x19 and the Fiber in x20.
 asm(".text\n"
-    ".globl " MK_SYM(mk_sim_switch) "\n"
-#if !defined(__APPLE__)
-    ".type mk_sim_switch,%function\n"
-    ".hidden mk_sim_switch\n"
-#endif
+    MK_ASM_FUNCTION(mk_sim_switch)
     ".p2align 2\n"
     MK_SYM(mk_sim_switch) ":\n"
     "  sub sp, sp, #176\n"
@@ -176,10 +174,7 @@ asm(".text\n"
     "  ldp d14, d15, [sp, #144]\n"
     "  add sp, sp, #176\n"
     "  ret\n"
-    ".globl " MK_SYM(mk_sim_fiber_start) "\n"
-#if !defined(__APPLE__)
-    ".hidden mk_sim_fiber_start\n"
-#endif
+    MK_ASM_FUNCTION(mk_sim_fiber_start)
     ".p2align 2\n"
     MK_SYM(mk_sim_fiber_start) ":\n"
     "  mov x0, x20\n"
@@ -187,9 +182,7 @@ asm(".text\n"
     "  brk #0\n");
 
 void fiber_init(Fiber *f, FiberFn fn, void *arg, Fiber *) {
-    fiber_prepare(f, fn, arg);
-    uintptr_t top = ((uintptr_t)(f->stack + f->stack_size)) & ~(uintptr_t)15;
-    void **sp = (void **)(top - 176);
+    void **sp = fiber_prepare(f, fn, arg) - 176 / sizeof(void *);
     for (int i = 0; i < 22; i++) sp[i] = nullptr;
     sp[0] = (void *)fiber_entry;           // x19
     sp[1] = f;                             // x20

@@ -119,24 +119,23 @@ static void plain_sync_misuse(Worker *w, const char *what, const char *file, int
     abandon_lane(w);
 }
 
-static void rt_barrier(unsigned, const char *file, int line) {
+// The current lane waits at a barrier (`what`, for the barrier-free build's error) of `file`:`line`.
+static void barrier_at(const char *what, int state, const char *file, int line) {
     Worker *w = tl_worker;
     RtGuard guard(w);
-    if (w->plain) plain_sync_misuse(w, "threadgroup_barrier", file, line);
+    if (w->plain) plain_sync_misuse(w, what, file, line);
     Lane &l = w->lanes[w->cur];
     l.bar_file = file;
     l.bar_line = line;
-    block(w, L_BARRIER);
+    block(w, state);
+}
+
+static void rt_barrier(unsigned, const char *file, int line) {
+    barrier_at("threadgroup_barrier", L_BARRIER, file, line);
 }
 
 static void rt_simd_barrier(unsigned, const char *file, int line) {
-    Worker *w = tl_worker;
-    RtGuard guard(w);
-    if (w->plain) plain_sync_misuse(w, "simdgroup_barrier", file, line);
-    Lane &l = w->lanes[w->cur];
-    l.bar_file = file;
-    l.bar_line = line;
-    block(w, L_SIMD_BARRIER);
+    barrier_at("simdgroup_barrier", L_SIMD_BARRIER, file, line);
 }
 
 static const mk_sim_xchg *rt_simd_exchange(const void *value, unsigned size, const void *site) {
@@ -267,15 +266,15 @@ static void on_fault(int sig, siginfo_t *si, void *ctx) {
             size_t page = (size_t)sysconf(_SC_PAGESIZE);
             overflow = st && base >= st - page && base < st;
         }
+        const mk_sim_lane &b = w->lanes[w->cur].b;
+        char lane_at[96];    // the faulting lane
+        snprintf(lane_at, sizeof lane_at, "thread (%u,%u,%u) of threadgroup (%u,%u,%u)",
+                 b.thread_position_in_threadgroup[0], b.thread_position_in_threadgroup[1],
+                 b.thread_position_in_threadgroup[2], b.threadgroup_position_in_grid[0],
+                 b.threadgroup_position_in_grid[1], b.threadgroup_position_in_grid[2]);
         if (sig == SIGFPE)
-            snprintf(msg, sizeof msg, "kernel '%s' divided an integer by zero (or INT_MIN by -1) in "
-                     "thread (%u,%u,%u) of threadgroup (%u,%u,%u)", j->k->name,
-                     w->lanes[w->cur].b.thread_position_in_threadgroup[0],
-                     w->lanes[w->cur].b.thread_position_in_threadgroup[1],
-                     w->lanes[w->cur].b.thread_position_in_threadgroup[2],
-                     w->lanes[w->cur].b.threadgroup_position_in_grid[0],
-                     w->lanes[w->cur].b.threadgroup_position_in_grid[1],
-                     w->lanes[w->cur].b.threadgroup_position_in_grid[2]);
+            snprintf(msg, sizeof msg, "kernel '%s' divided an integer by zero (or INT_MIN by -1) in %s",
+                     j->k->name, lane_at);
         else if (overflow)
             snprintf(msg, sizeof msg, "kernel '%s' overflowed a GPU thread's stack of %zu KiB "
                      "(large per-thread arrays?); set MPSKERN_SIM_STACK_KB to raise it",
@@ -284,14 +283,9 @@ static void on_fault(int sig, siginfo_t *si, void *ctx) {
             char where[160];
             near_buffer(j, base, where, sizeof where);
             snprintf(msg, sizeof msg, "kernel '%s' made an invalid memory access (%s, %s) at %p%s in "
-                     "thread (%u,%u,%u) of threadgroup (%u,%u,%u); run it with check=True to find the line",
+                     "%s; run it with check=True to find the line",
                      j->k->name, access_kind(ctx), sig == SIGBUS ? "SIGBUS" : "SIGSEGV", si->si_addr, where,
-                     w->lanes[w->cur].b.thread_position_in_threadgroup[0],
-                     w->lanes[w->cur].b.thread_position_in_threadgroup[1],
-                     w->lanes[w->cur].b.thread_position_in_threadgroup[2],
-                     w->lanes[w->cur].b.threadgroup_position_in_grid[0],
-                     w->lanes[w->cur].b.threadgroup_position_in_grid[1],
-                     w->lanes[w->cur].b.threadgroup_position_in_grid[2]);
+                     lane_at);
         }
         j->set_error(MK_ERR_RUNTIME, msg);
         w->in_kernel = 0;

@@ -211,29 +211,35 @@ template <class T, int R, int C> inline simdgroup_matrix<T, R, C> make_filled_si
     return m;
 }
 
+// Where this lane's two fragment elements live in a matrix of `elements_per_row` columns
+// starting at `origin` (x: column, y: row), read transposed or not: simdgroup_load/store.
+inline void __mk_frag_offsets(unsigned long at[2], unsigned long elements_per_row,
+                              vec<unsigned long, 2> origin, bool transpose) {
+    int r, c;
+    __mk_frag_coord(__mk_rt->lane()->thread_index_in_simdgroup, r, c);
+    for (int j = 0; j < 2; j++) {
+        unsigned long row = transpose ? c + j : r, col = transpose ? r : c + j;
+        at[j] = (origin.y + row) * elements_per_row + origin.x + col;
+    }
+}
+
 template <class T, int R, int C, class U>
 inline void simdgroup_load(simdgroup_matrix<T, R, C> &d, const U *src, unsigned long elements_per_row = C,
                            vec<unsigned long, 2> origin = vec<unsigned long, 2>(0, 0), bool transpose = false) {
     static_assert(std::is_same<mk_plain_t<U>, T>::value,
                   "simdgroup_load: the source's element type must be the matrix's (MSL converts nothing)");
-    int r, c;
-    __mk_frag_coord(__mk_rt->lane()->thread_index_in_simdgroup, r, c);
-    for (int j = 0; j < 2; j++) {
-        unsigned long row = transpose ? c + j : r, col = transpose ? r : c + j;
-        d.e[j] = T(src[(origin.y + row) * elements_per_row + origin.x + col]);
-    }
+    unsigned long at[2];
+    __mk_frag_offsets(at, elements_per_row, origin, transpose);
+    for (int j = 0; j < 2; j++) d.e[j] = T(src[at[j]]);
 }
 template <class T, int R, int C, class U>
 inline void simdgroup_store(const simdgroup_matrix<T, R, C> &s, U *dst, unsigned long elements_per_row = C,
                             vec<unsigned long, 2> origin = vec<unsigned long, 2>(0, 0), bool transpose = false) {
     static_assert(std::is_same<mk_plain_t<U>, T>::value,
                   "simdgroup_store: the destination's element type must be the matrix's (MSL converts nothing)");
-    int r, c;
-    __mk_frag_coord(__mk_rt->lane()->thread_index_in_simdgroup, r, c);
-    for (int j = 0; j < 2; j++) {
-        unsigned long row = transpose ? c + j : r, col = transpose ? r : c + j;
-        dst[(origin.y + row) * elements_per_row + origin.x + col] = U(s.e[j]);
-    }
+    unsigned long at[2];
+    __mk_frag_offsets(at, elements_per_row, origin, transpose);
+    for (int j = 0; j < 2; j++) dst[at[j]] = U(s.e[j]);
 }
 
 template <class TD, class TA, class TB, class TC>

@@ -41,28 +41,62 @@ static_assert(MK_TPR % 32 == 0, "MK_TPR must be a multiple of the SIMD width (32
 static_assert(NM_THREADS <= 1024, "MK_TPR * MK_RPG must be at most 1024 threads");
 static_assert(MK_VPT >= 1, "MK_VPT must be at least 1");
 
-// Per-thread moments of the values a thread holds in registers (two-pass, exact). RMS
-// (centered == false) takes mu = 0 and m2 = the plain sum of squares: moments about a
-// running mean would turn one Inf into (Inf - Inf)^2 = NaN for the whole row, where
-// torch (and the reference) give 0 for the finite entries and NaN only for the Inf.
-inline float3 nm_thread_moments(thread const float* v, int t, int n, bool centered)
+#include "mk_rowvec.h"
+
+// Per-thread moments of the values a thread holds in registers (two-pass, exact), over its
+// live entries. RMS (centered == false) takes mu = 0 and m2 = the plain sum of squares:
+// moments about a running mean would turn one Inf into (Inf - Inf)^2 = NaN for the whole
+// row, where torch (and the reference) give 0 for the finite entries and NaN only for the
+// Inf.
+inline float3 nm_thread_moments(thread const mk_rowvals& v, mk_span sp, int t, bool centered)
 {
     float c = 0.0f;
     float s = 0.0f;
-    for (int j = 0; j < MK_VPT; ++j) {
-        if (t + j * MK_TPR < n) {
-            c += 1.0f;
-            s += v[j];
+    for (int j = 0; j < MK_RV_NV; ++j) {
+        if (mk_live_v(sp, t, j)) {
+            c += 4.0f;
+            s += (v.v[j].x + v.v[j].y) + (v.v[j].z + v.v[j].w);
         }
+    }
+    for (int j = 0; j < MK_RV_HEADS; ++j) {
+        if (mk_live_h(sp, t, j)) {
+            c += 1.0f;
+            s += v.h[j];
+        }
+    }
+    if (mk_live_t(sp, t)) {
+        c += 1.0f;
+        s += v.tl;
     }
     const float mu = c > 0.0f && centered ? s / c : 0.0f;
     float m2 = 0.0f;
-    for (int j = 0; j < MK_VPT; ++j) {
-        if (t + j * MK_TPR < n) {
-            m2 += (v[j] - mu) * (v[j] - mu);
+    for (int j = 0; j < MK_RV_NV; ++j) {
+        if (mk_live_v(sp, t, j)) {
+            const float4 d = v.v[j] - mu;
+            m2 += (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w);
         }
     }
+    for (int j = 0; j < MK_RV_HEADS; ++j) {
+        if (mk_live_h(sp, t, j)) {
+            m2 += (v.h[j] - mu) * (v.h[j] - mu);
+        }
+    }
+    if (mk_live_t(sp, t)) {
+        m2 += (v.tl - mu) * (v.tl - mu);
+    }
     return float3(c, mu, m2);
+}
+
+// The row's values times the power of two S (mk_pow2_scale: 1 for ordinary rows).
+inline void nm_scale(thread mk_rowvals& v, float S)
+{
+    for (int j = 0; j < MK_RV_NV; ++j) {
+        v.v[j] *= S;
+    }
+    for (int j = 0; j < MK_RV_HEADS; ++j) {
+        v.h[j] *= S;
+    }
+    v.tl *= S;
 }
 
 // One looped step: Welford (centered) or the sum of squares (RMS; see nm_thread_moments).
@@ -76,7 +110,98 @@ inline void nm_step(thread float& c, thread float& mu, thread float& m2, float x
     }
 }
 
+// The moments of one contiguous row's elements that thread t streams (head scalars, vectors,
+// tail: mk_rowvec.h), of the values times `scale`; returns max |x| in .w (unscaled).
+template <typename T>
+inline float4 nm_stream_moments(const device T* x, int base, mk_span sp, int t, bool centered,
+                                float scale)
+{
+    float c = 0.0f;
+    float mu = 0.0f;
+    float m2 = 0.0f;
+    float amax = 0.0f;
+    for (int k = t; k < sp.head; k += MK_TPR) {
+        const float v = float(x[base + k]);
+        amax = max(amax, abs(v));
+        nm_step(c, mu, m2, v * scale, centered);
+    }
+    for (int i = t; i < sp.nvec; i += MK_TPR) {
+        const float4 v = mk_load4(x, base + sp.head + 4 * i);
+        const float4 av = abs(v);
+        amax = max(amax, max(max(av.x, av.y), max(av.z, av.w)));
+        const float4 u = v * scale;
+        nm_step(c, mu, m2, u.x, centered);
+        nm_step(c, mu, m2, u.y, centered);
+        nm_step(c, mu, m2, u.z, centered);
+        nm_step(c, mu, m2, u.w, centered);
+    }
+    if (t < sp.tail) {
+        const float v = float(x[base + sp.head + 4 * sp.nvec + t]);
+        amax = max(amax, abs(v));
+        nm_step(c, mu, m2, v * scale, centered);
+    }
+    return float4(c, mu, m2, amax);
+}
+
+// Row moments of a streamed row, finite wherever the normalised output is representable:
+// each thread's moments at scale 1 (ordinary rows: exactly the plain computation), redone
+// at its own power of two when its values reach 2^48 (sums of squares could overflow), then
+// all brought to the row's scale S (mk_pow2_scale of the row's max |x|). Returns (mean,
+// variance) of the values times S, and S in .z. Three reductions (red1 serves the first
+// and the last: a barrier lies between them).
+template <typename T>
+inline float3 nm_stream_row(const device T* x, int base, mk_span sp, int t, bool centered,
+                            float n, threadgroup float* red0, threadgroup float* red1,
+                            uint tid, uint lane, uint sg)
+{
+    float4 m = nm_stream_moments(x, base, sp, t, centered, 1.0f);
+    const float st = mk_pow2_scale(m.w);
+    if (st != 1.0f) {
+        m = nm_stream_moments(x, base, sp, t, centered, st);
+    }
+    const float S = mk_pow2_scale(mk_row_max(m.w, red1, tid, lane, sg, MK_TPR));
+    const float ratio = S / st;                 // a power of two <= 1: exact
+    const float2 mv = mk_row_moments(m.x, m.y * ratio, m.z * ratio * ratio, n, centered,
+                                     red0, red1, tid, lane, sg, MK_TPR);
+    return float3(mv.x, mv.y, S);
+}
+
+// The same for a row held in registers: scaled in place by the row's S (returned in .z).
+inline float3 nm_held_row(thread mk_rowvals& v, mk_span sp, int t, bool centered, float n,
+                          threadgroup float* red0, threadgroup float* red1,
+                          uint tid, uint lane, uint sg)
+{
+    const float S = mk_pow2_scale(mk_row_max(mk_rv_absmax(v), red1, tid, lane, sg, MK_TPR));
+    nm_scale(v, S);
+    const float3 tm = nm_thread_moments(v, sp, t, centered);
+    const float2 mv = mk_row_moments(tm.x, tm.y, tm.z, n, centered, red0, red1, tid, lane, sg,
+                                     MK_TPR);
+    return float3(mv.x, mv.y, S);
+}
+
 // ---------------------------------------------------------------- layer_norm / rms_norm
+
+// o = (x*S - mean) * rstd, times w[k] plus b[k] (4 columns from k)
+inline float4 nm_affine4(float4 v, float mean, float rstd, const device float* w,
+                         const device float* b, bool has_w, bool has_b, int k, bool aligned)
+{
+    float4 o = (v - mean) * rstd;
+    if (has_w) {
+        o *= mk_param4(w, k, aligned);
+    }
+    if (has_b) {
+        o += mk_param4(b, k, aligned);
+    }
+    return o;
+}
+
+inline float nm_affine1(float v, float mean, float rstd, const device float* w,
+                        const device float* b, bool has_w, bool has_b, int k)
+{
+    float o = (v - mean) * rstd;
+    o = has_w ? o * w[k] : o;
+    return has_b ? o + b[k] : o;
+}
 
 template <typename T>
 kernel void norm_rownorm_rows(const device T* x [[buffer(0)]], const device float* w [[buffer(1)]],
@@ -93,25 +218,27 @@ kernel void norm_rownorm_rows(const device T* x [[buffer(0)]], const device floa
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int n = row < a.rows ? a.n : 0;
     const int base = n > 0 ? row * a.n : 0;
-    float v[MK_VPT];
-    for (int j = 0; j < MK_VPT; ++j) {
-        const int k = t + j * MK_TPR;
-        v[j] = k < n ? float(x[base + k]) : 0.0f;
-    }
+    const mk_span sp = mk_row_span<T>(base, n);
+    mk_rowvals v;
+    mk_rv_load(v, x, base, sp, t, 0.0f);
     const bool centered = a.kind == MK_NORM_LAYER;
-    const float3 tm = nm_thread_moments(v, t, n, centered);
-    const float2 mv = mk_row_moments(tm.x, tm.y, tm.z, float(a.n), centered,
-                                     red0, red1, tid, lane, sg, MK_TPR);
-    const float rstd = rsqrt(mv.y + a.eps);
-    for (int j = 0; j < MK_VPT; ++j) {
-        const int k = t + j * MK_TPR;
-        if (k < n) {
-            float o = (v[j] - mv.x) * rstd;
-            o = a.has_weight != 0 ? o * w[k] : o;
-            o = a.has_bias != 0 ? o + b[k] : o;
-            y[base + k] = T(o);
+    const float3 ms = nm_held_row(v, sp, t, centered, float(a.n), red0, red1, tid, lane, sg);
+    const float rstd = rsqrt(ms.y + a.eps * ms.z * ms.z);
+    const bool hw = a.has_weight != 0, hb = a.has_bias != 0, al = (sp.head & 3) == 0;
+    for (int j = 0; j < MK_RV_NV; ++j) {
+        if (mk_live_v(sp, t, j)) {
+            v.v[j] = nm_affine4(v.v[j], ms.x, rstd, w, b, hw, hb, mk_col_v(sp, t, j), al);
         }
     }
+    for (int j = 0; j < MK_RV_HEADS; ++j) {
+        if (mk_live_h(sp, t, j)) {
+            v.h[j] = nm_affine1(v.h[j], ms.x, rstd, w, b, hw, hb, mk_col_h(t, j));
+        }
+    }
+    if (mk_live_t(sp, t)) {
+        v.tl = nm_affine1(v.tl, ms.x, rstd, w, b, hw, hb, mk_col_t(sp, t));
+    }
+    mk_rv_store(y, base, sp, t, v);
 }
 
 template <typename T>
@@ -130,25 +257,125 @@ kernel void norm_rownorm_looped(const device T* x [[buffer(0)]],
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int n = row < a.rows ? a.n : 0;
     const int base = n > 0 ? row * a.n : 0;
+    const mk_span sp = mk_row_span<T>(base, n);
     const bool centered = a.kind == MK_NORM_LAYER;
-    float c = 0.0f;
-    float mu = 0.0f;
-    float m2 = 0.0f;
-    for (int k = t; k < n; k += MK_TPR) {
-        nm_step(c, mu, m2, float(x[base + k]), centered);
+    const float3 ms = nm_stream_row(x, base, sp, t, centered, float(a.n), red0, red1, tid, lane,
+                                    sg);
+    const float S = ms.z;
+    const float rstd = rsqrt(ms.y + a.eps * S * S);
+    const bool hw = a.has_weight != 0, hb = a.has_bias != 0, al = (sp.head & 3) == 0;
+    for (int k = t; k < sp.head; k += MK_TPR) {
+        y[base + k] = T(nm_affine1(float(x[base + k]) * S, ms.x, rstd, w, b, hw, hb, k));
     }
-    const float2 mv = mk_row_moments(c, mu, m2, float(a.n), centered,
-                                     red0, red1, tid, lane, sg, MK_TPR);
-    const float rstd = rsqrt(mv.y + a.eps);
-    for (int k = t; k < n; k += MK_TPR) {
-        float o = (float(x[base + k]) - mv.x) * rstd;
-        o = a.has_weight != 0 ? o * w[k] : o;
-        o = a.has_bias != 0 ? o + b[k] : o;
-        y[base + k] = T(o);
+    for (int i = t; i < sp.nvec; i += MK_TPR) {
+        const int k = sp.head + 4 * i;
+        mk_store4(y, base + k, nm_affine4(mk_load4(x, base + k) * S, ms.x, rstd, w, b, hw, hb, k,
+                                          al));
+    }
+    if (t < sp.tail) {
+        const int k = sp.head + 4 * sp.nvec + t;
+        y[base + k] = T(nm_affine1(float(x[base + k]) * S, ms.x, rstd, w, b, hw, hb, k));
     }
 }
 
 // ---------------------------------------------------------------- group_norm
+
+// A group's row is its C/groups channels of HW elements, back to back; a thread walks its
+// columns in increasing order and tracks the channel without a division per element
+// (gn_at once, then gn_step / gn_next). The channels' weight and bias are staged in
+// threadgroup memory (GN_TAB pairs shared by the MK_RPG rows) when they fit, so that the
+// element loop reads only x from device memory; else from device memory.
+#define GN_TAB 512
+
+struct gn_chan {
+    int c;          // channel within the group
+    int off;        // column within the channel
+};
+
+inline gn_chan gn_at(int k, int hw)
+{
+    gn_chan g;
+    g.c = k / hw;
+    g.off = k - g.c * hw;
+    return g;
+}
+
+inline void gn_next(thread gn_chan& g, int hw)   // one column on
+{
+    if (++g.off == hw) {
+        g.off = 0;
+        ++g.c;
+    }
+}
+
+inline void gn_step(thread gn_chan& g, int dq, int dr, int hw)   // dq*hw + dr columns on
+{
+    g.c += dq;
+    g.off += dr;
+    if (g.off >= hw) {
+        g.off -= hw;
+        ++g.c;
+    }
+}
+
+struct gn_params {
+    const device float* w;
+    const device float* b;
+    threadgroup float2* tab;    // this row's (w, b) pairs, or null: read w, b
+    int c0;                     // the group's first channel
+    bool has_w;
+    bool has_b;
+};
+
+inline float gn_apply(float v, float mean, float rstd, thread const gn_params& p, int c)
+{
+    float o = (v - mean) * rstd;
+    if (p.tab) {
+        const float2 wb = p.tab[c];
+        return o * wb.x + wb.y;
+    }
+    o = p.has_w ? o * p.w[p.c0 + c] : o;
+    return p.has_b ? o + p.b[p.c0 + c] : o;
+}
+
+inline float4 gn_apply4(float4 v, float mean, float rstd, thread const gn_params& p, gn_chan g,
+                        int hw)
+{
+    float4 o;
+    o.x = gn_apply(v.x, mean, rstd, p, g.c);
+    gn_next(g, hw);
+    o.y = gn_apply(v.y, mean, rstd, p, g.c);
+    gn_next(g, hw);
+    o.z = gn_apply(v.z, mean, rstd, p, g.c);
+    gn_next(g, hw);
+    o.w = gn_apply(v.w, mean, rstd, p, g.c);
+    return o;
+}
+
+// The row's parameters; stages them in `tab` (GN_TAB pairs) when every row's fit. Holds a
+// barrier: every thread of the threadgroup calls it.
+inline gn_params gn_stage(const device float* w, const device float* b,
+                          constant mk_group_norm_args& a, threadgroup float2* tab, int row,
+                          int t, uint tid)
+{
+    const int cg = a.C / a.groups;
+    gn_params p;
+    p.w = w;
+    p.b = b;
+    p.has_w = a.has_weight != 0;
+    p.has_b = a.has_bias != 0;
+    p.c0 = (row % a.groups) * cg;
+    p.tab = nullptr;
+    if (cg * MK_RPG <= GN_TAB) {
+        threadgroup float2* mine = tab + int(tid / MK_TPR) * cg;
+        for (int c = t; c < cg; c += MK_TPR) {
+            mine[c] = float2(p.has_w ? w[p.c0 + c] : 1.0f, p.has_b ? b[p.c0 + c] : 0.0f);
+        }
+        p.tab = mine;
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    return p;
+}
 
 template <typename T>
 kernel void norm_group_rows(const device T* x [[buffer(0)]], const device float* w [[buffer(1)]],
@@ -161,32 +388,37 @@ kernel void norm_group_rows(const device T* x [[buffer(0)]], const device float*
 {
     threadgroup float red0[NM_THREADS / 32];
     threadgroup float red1[NM_THREADS / 32];
+    threadgroup float2 tab[GN_TAB];
     const int t = int(tid % MK_TPR);
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
-    const int cg = a.C / a.groups;
-    const int len = cg * a.HW;
+    const int hw = a.HW;
+    const int len = a.C / a.groups * hw;
     const int n = row < a.N * a.groups ? len : 0;
     const int base = n > 0 ? row * len : 0;
-    const int c0 = (row % a.groups) * cg;     // first channel of this group
-    float v[MK_VPT];
-    for (int j = 0; j < MK_VPT; ++j) {
-        const int k = t + j * MK_TPR;
-        v[j] = k < n ? float(x[base + k]) : 0.0f;
+    const mk_span sp = mk_row_span<T>(base, n);
+    mk_rowvals v;
+    mk_rv_load(v, x, base, sp, t, 0.0f);
+    const float3 ms = nm_held_row(v, sp, t, true, float(len), red0, red1, tid, lane, sg);
+    const float rstd = rsqrt(ms.y + a.eps * ms.z * ms.z);
+    const gn_params p = gn_stage(w, b, a, tab, row, t, tid);
+    // vector j of this thread starts 4*MK_TPR columns after vector j-1
+    const int dq = 4 * MK_TPR / hw, dr = 4 * MK_TPR - dq * hw;
+    gn_chan g = gn_at(mk_col_v(sp, t, 0), hw);
+    for (int j = 0; j < MK_RV_NV; ++j) {
+        if (mk_live_v(sp, t, j)) {
+            v.v[j] = gn_apply4(v.v[j], ms.x, rstd, p, g, hw);
+        }
+        gn_step(g, dq, dr, hw);
     }
-    const float3 tm = nm_thread_moments(v, t, n, true);
-    const float2 mv = mk_row_moments(tm.x, tm.y, tm.z, float(len), true,
-                                     red0, red1, tid, lane, sg, MK_TPR);
-    const float rstd = rsqrt(mv.y + a.eps);
-    for (int j = 0; j < MK_VPT; ++j) {
-        const int k = t + j * MK_TPR;
-        if (k < n) {
-            const int ch = c0 + k / a.HW;
-            float o = (v[j] - mv.x) * rstd;
-            o = a.has_weight != 0 ? o * w[ch] : o;
-            o = a.has_bias != 0 ? o + b[ch] : o;
-            y[base + k] = T(o);
+    for (int j = 0; j < MK_RV_HEADS; ++j) {
+        if (mk_live_h(sp, t, j)) {
+            v.h[j] = gn_apply(v.h[j], ms.x, rstd, p, mk_col_h(t, j) / hw);
         }
     }
+    if (mk_live_t(sp, t)) {
+        v.tl = gn_apply(v.tl, ms.x, rstd, p, mk_col_t(sp, t) / hw);
+    }
+    mk_rv_store(y, base, sp, t, v);
 }
 
 template <typename T>
@@ -200,28 +432,31 @@ kernel void norm_group_looped(const device T* x [[buffer(0)]], const device floa
 {
     threadgroup float red0[NM_THREADS / 32];
     threadgroup float red1[NM_THREADS / 32];
+    threadgroup float2 tab[GN_TAB];
     const int t = int(tid % MK_TPR);
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
-    const int cg = a.C / a.groups;
-    const int len = cg * a.HW;
+    const int hw = a.HW;
+    const int len = a.C / a.groups * hw;
     const int n = row < a.N * a.groups ? len : 0;
     const int base = n > 0 ? row * len : 0;
-    const int c0 = (row % a.groups) * cg;
-    float c = 0.0f;
-    float mu = 0.0f;
-    float m2 = 0.0f;
-    for (int k = t; k < n; k += MK_TPR) {
-        mk_welford(c, mu, m2, float(x[base + k]));
+    const mk_span sp = mk_row_span<T>(base, n);
+    const float3 ms = nm_stream_row(x, base, sp, t, true, float(len), red0, red1, tid, lane, sg);
+    const float S = ms.z;
+    const float rstd = rsqrt(ms.y + a.eps * S * S);
+    const gn_params p = gn_stage(w, b, a, tab, row, t, tid);
+    for (int k = t; k < sp.head; k += MK_TPR) {
+        y[base + k] = T(gn_apply(float(x[base + k]) * S, ms.x, rstd, p, k / hw));
     }
-    const float2 mv = mk_row_moments(c, mu, m2, float(len), true,
-                                     red0, red1, tid, lane, sg, MK_TPR);
-    const float rstd = rsqrt(mv.y + a.eps);
-    for (int k = t; k < n; k += MK_TPR) {
-        const int ch = c0 + k / a.HW;
-        float o = (float(x[base + k]) - mv.x) * rstd;
-        o = a.has_weight != 0 ? o * w[ch] : o;
-        o = a.has_bias != 0 ? o + b[ch] : o;
-        y[base + k] = T(o);
+    const int dq = 4 * MK_TPR / hw, dr = 4 * MK_TPR - dq * hw;
+    gn_chan g = gn_at(sp.head + 4 * t, hw);
+    for (int i = t; i < sp.nvec; i += MK_TPR) {
+        const int at = base + sp.head + 4 * i;
+        mk_store4(y, at, gn_apply4(mk_load4(x, at) * S, ms.x, rstd, p, g, hw));
+        gn_step(g, dq, dr, hw);
+    }
+    if (t < sp.tail) {
+        const int k = sp.head + 4 * sp.nvec + t;
+        y[base + k] = T(gn_apply(float(x[base + k]) * S, ms.x, rstd, p, k / hw));
     }
 }
 
@@ -252,9 +487,13 @@ kernel void norm_batch_stats(const device T* x [[buffer(0)]], device float* part
     float c = 0.0f;
     float mu = 0.0f;
     float m2 = 0.0f;
+    // element k of the channel is column off of image img: stepped by MK_TPR columns
+    // without a division per element (gn_chan: "channel" = image here)
+    const int dq = MK_TPR / a.HW, dr = MK_TPR - dq * a.HW;
+    gn_chan g = gn_at(k0 + t, a.HW);
     for (int k = k0 + t; k < k1; k += MK_TPR) {
-        const int img = k / a.HW;
-        mk_welford(c, mu, m2, float(x[(img * a.C + ch) * a.HW + (k - img * a.HW)]));
+        mk_welford(c, mu, m2, float(x[(g.c * a.C + ch) * a.HW + g.off]));
+        gn_step(g, dq, dr, a.HW);
     }
     const float n = float(max(k1 - k0, 1));
     const float2 mv = mk_row_moments(c, mu, m2, n, true, red0, red1, tid, lane, sg, MK_TPR);
@@ -267,7 +506,6 @@ kernel void norm_batch_stats(const device T* x [[buffer(0)]], device float* part
 
 // One thread per channel: combine its chunks' moments exactly (Chan et al.), store mean and
 // biased variance in stats[0:C], stats[C:2C], update the running statistics (unbiased).
-// Statistics are float32 whatever x is: T is unused, only norm_batch_finish_f32 exists.
 template <typename T>
 kernel void norm_batch_finish(const device float* partial [[buffer(0)]],
                               device float* running_mean [[buffer(1)]],
@@ -302,6 +540,21 @@ kernel void norm_batch_finish(const device float* partial [[buffer(0)]],
     }
 }
 
+// Four consecutive elements per thread (gid*4 ..): the channel found once (two divisions per
+// 4 elements) and stepped; float4/half4 reads and writes when a channel's plane holds whole
+// vectors (HW % 4 == 0), else scalar ones.
+template <typename T>
+inline float batch_norm_one(float v, const device float* mean, const device float* var,
+                            const device float* w, const device float* b,
+                            constant mk_batch_norm_args& a, int ch)
+{
+    // the weight joins the scale first: (x - mean) * rstd alone can overflow where the
+    // result (|w| < 1) is representable
+    const float rstd = rsqrt(var[ch] + a.eps);
+    float o = (v - mean[ch]) * (a.has_weight != 0 ? rstd * w[ch] : rstd);
+    return a.has_bias != 0 ? o + b[ch] : o;
+}
+
 template <typename T>
 kernel void norm_batch_apply(const device T* x [[buffer(0)]],
                              const device float* mean [[buffer(1)]],
@@ -311,16 +564,36 @@ kernel void norm_batch_apply(const device T* x [[buffer(0)]],
                              constant mk_batch_norm_args& a [[buffer(6)]],
                              uint gid [[thread_position_in_grid]])
 {
-    if (int(gid) < a.N * a.C * a.HW) {
-        const int ch = (int(gid) / a.HW) % a.C;
-        // the weight joins the scale first: (x - mean) * rstd alone can overflow where the
-        // result (|w| < 1) is representable
-        const float rstd = rsqrt(var[ch] + a.eps);
-        float o = (float(x[gid]) - mean[ch]) * (a.has_weight != 0 ? rstd * w[ch] : rstd);
-        o = a.has_bias != 0 ? o + b[ch] : o;
-        y[gid] = T(o);
+    const int total = a.N * a.C * a.HW;
+    const int i0 = 4 * int(gid);
+    if (i0 >= total) {
+        return;
+    }
+    const int plane = i0 / a.HW;
+    gn_chan g;
+    g.c = plane % a.C;
+    g.off = i0 - plane * a.HW;
+    if (a.HW % 4 == 0) {            // i0 .. i0+3 lie in one plane
+        const float4 v = mk_load4(x, i0);
+        const float m = mean[g.c];
+        const float rstd = rsqrt(var[g.c] + a.eps);
+        const float scale = a.has_weight != 0 ? rstd * w[g.c] : rstd;
+        float4 o = (v - m) * scale;
+        if (a.has_bias != 0) {
+            o += b[g.c];
+        }
+        mk_store4(y, i0, o);
+        return;
+    }
+    for (int e = 0; e < 4 && i0 + e < total; ++e) {
+        y[i0 + e] = T(batch_norm_one<T>(float(x[i0 + e]), mean, var, w, b, a, g.c));
+        if (++g.off == a.HW) {
+            g.off = 0;
+            g.c = g.c + 1 == a.C ? 0 : g.c + 1;
+        }
     }
 }
+
 
 // The kernels, one per dtype (mk_common.h): <name>_f32, <name>_f16.
 MK_PER_DTYPE(norm_rownorm_rows)

@@ -11,6 +11,24 @@
 #include "mk_common.h"
 #include "mk_args.h"
 
+// Output element gid = (nc*P + p)*Q + q: two divisions per output (was three), none per
+// window element (rows of the window are a pointer step apart).
+struct pool_pos {
+    int q;
+    int p;
+    int nc;
+};
+
+inline pool_pos pool_locate(constant mk_pool2d_args& a, int gid)
+{
+    pool_pos r;
+    const int row = gid / a.Q;
+    r.q = gid - row * a.Q;
+    r.nc = row / a.P;
+    r.p = row - r.nc * a.P;
+    return r;
+}
+
 template <typename T>
 kernel void pool_max(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
                      constant mk_pool2d_args& a [[buffer(2)]],
@@ -18,9 +36,8 @@ kernel void pool_max(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
 {
     const int total = a.N * a.C * a.P * a.Q;
     if (int(gid) < total) {
-        const int q = int(gid) % a.Q;
-        const int p = (int(gid) / a.Q) % a.P;
-        const int nc = int(gid) / (a.P * a.Q);
+        const pool_pos at = pool_locate(a, int(gid));
+        const int q = at.q, p = at.p, nc = at.nc;
         const device T* xp = x + nc * a.H * a.W;
         const int h0 = p * a.stride_h - a.pad_h;
         const int w0 = q * a.stride_w - a.pad_w;
@@ -31,10 +48,11 @@ kernel void pool_max(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
         for (int i = 0; i < a.kh; ++i) {
             const int h = h0 + i * a.dil_h;
             if (h >= 0 && h < a.H) {
+                const device T* xr = xp + h * a.W;
                 for (int j = 0; j < a.kw; ++j) {
                     const int w = w0 + j * a.dil_w;
                     if (w >= 0 && w < a.W) {
-                        const float v = float(xp[h * a.W + w]);
+                        const float v = float(xr[w]);
                         if (!seen || ((v > m || isnan(v)) && !isnan(m))) {
                             m = v;
                         }
@@ -56,9 +74,8 @@ kernel void pool_avg(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
 {
     const int total = a.N * a.C * a.P * a.Q;
     if (int(gid) < total) {
-        const int q = int(gid) % a.Q;
-        const int p = (int(gid) / a.Q) % a.P;
-        const int nc = int(gid) / (a.P * a.Q);
+        const pool_pos at = pool_locate(a, int(gid));
+        const int q = at.q, p = at.p, nc = at.nc;
         const device T* xp = x + nc * a.H * a.W;
         int hs = p * a.stride_h - a.pad_h;
         int ws = q * a.stride_w - a.pad_w;
@@ -69,16 +86,20 @@ kernel void pool_avg(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
         ws = max(ws, 0);
         he = min(he, a.H);
         we = min(we, a.W);
-        float s = 0.0f;
-        for (int h = hs; h < he; ++h) {
-            for (int w = ws; w < we; ++w) {
-                s += float(xp[h * a.W + w]);
-            }
-        }
         const int count = (he > hs && we > ws) ? (he - hs) * (we - ws) : 0;
         const int divisor = a.divisor > 0 ? a.divisor
                                           : (a.count_include_pad != 0 ? padded_count : count);
-        y[gid] = T(count > 0 ? s / float(divisor) : 0.0f);
+        // the sum of x / divisor, not the sum then / divisor: a float32 sum of values near
+        // FLT_MAX overflows where their average is representable
+        const float inv = 1.0f / float(max(divisor, 1));
+        float s = 0.0f;
+        for (int h = hs; h < he; ++h) {
+            const device T* xr = xp + h * a.W;
+            for (int w = ws; w < we; ++w) {
+                s += float(xr[w]) * inv;
+            }
+        }
+        y[gid] = T(count > 0 ? s : 0.0f);
     }
 }
 

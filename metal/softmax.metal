@@ -13,7 +13,10 @@
 // threadgroup, MK_VPT values per thread for the rows variant; MK_TPR*MK_RPG <= 1024.
 // Dispatch: rows/looped: ceil(outer*inner / MK_RPG) threadgroups of MK_TPR*MK_RPG threads;
 // cols: outer*inner threads (any threadgroup size).
-// float32 accumulation for both storage types.
+// Contiguous rows (inner == 1) are read and written as float4/half4 vectors (mk_rowvec.h);
+// exp(x - max) is kept and multiplied by 1/sum (rows), or computed once more in the
+// writing pass (looped, cols: the row is not held). float32 accumulation for both storage
+// types.
 #include "mk_common.h"
 #include "mk_args.h"
 #include "mk_rowreduce.h"
@@ -33,6 +36,8 @@ static_assert(MK_TPR % 32 == 0, "MK_TPR must be a multiple of the SIMD width (32
 static_assert(SM_THREADS <= 1024, "MK_TPR * MK_RPG must be at most 1024 threads");
 static_assert(MK_VPT >= 1, "MK_VPT must be at least 1");
 
+#include "mk_rowvec.h"
+
 // The row a thread works on, where it starts and how far apart its elements are.
 struct sm_row {
     int base;
@@ -44,8 +49,9 @@ inline sm_row sm_locate(constant mk_softmax_args& a, int row)
 {
     sm_row r;
     r.live = row < a.outer * a.inner;
-    const int o = r.live ? row / a.inner : 0;
-    const int i = r.live ? row % a.inner : 0;
+    // contiguous rows (inner == 1) need no division (no Apple GPU has an integer divide)
+    const int o = !r.live ? 0 : (a.inner == 1 ? row : row / a.inner);
+    const int i = !r.live || a.inner == 1 ? 0 : row - o * a.inner;
     r.base = o * a.n * a.inner + i;
     r.step = a.inner;
     return r;
@@ -70,10 +76,95 @@ inline void sm_online(thread float& m, thread float& s, float x)
     }
 }
 
+// A contiguous row (inner == 1) in registers (mk_rowvec.h: float4/half4 reads and writes,
+// whole 128-byte lines per SIMD-group); exp(x - max) is computed once, kept, and multiplied
+// by the reciprocal of the row sum.
 template <typename T>
-inline T sm_out(float x, float m, float s, bool log_out)
+inline void softmax_rows_vec(const device T* x, device T* y, constant mk_softmax_args& a,
+                             sm_row r, threadgroup float* red_max, threadgroup float* red_sum,
+                             int t, uint tid, uint lane, uint sg)
 {
-    return log_out ? T(x - m - log(s)) : T(exp(x - m) / s);
+    const mk_span sp = mk_row_span<T>(r.base, r.live ? a.n : 0);
+    mk_rowvals v;
+    mk_rv_load(v, x, r.base, sp, t, SM_LOWEST);
+    float m = SM_LOWEST;
+    for (int j = 0; j < MK_RV_NV; ++j) {
+        m = max(m, max(max(v.v[j].x, v.v[j].y), max(v.v[j].z, v.v[j].w)));
+    }
+    for (int j = 0; j < MK_RV_HEADS; ++j) {
+        m = max(m, v.h[j]);
+    }
+    m = mk_row_max(max(m, v.tl), red_max, tid, lane, sg, MK_TPR);
+    // log_softmax keeps x (x - m - log(s)); softmax replaces it by exp(x - m)
+    const bool keep = a.log != 0;
+    float s = 0.0f;
+    for (int j = 0; j < MK_RV_NV; ++j) {
+        if (mk_live_v(sp, t, j)) {
+            const float4 e = exp(v.v[j] - m);
+            s += (e.x + e.y) + (e.z + e.w);
+            v.v[j] = keep ? v.v[j] : e;
+        }
+    }
+    for (int j = 0; j < MK_RV_HEADS; ++j) {
+        if (mk_live_h(sp, t, j)) {
+            const float e = exp(v.h[j] - m);
+            s += e;
+            v.h[j] = keep ? v.h[j] : e;
+        }
+    }
+    if (mk_live_t(sp, t)) {
+        const float e = exp(v.tl - m);
+        s += e;
+        v.tl = keep ? v.tl : e;
+    }
+    s = mk_row_sum(s, red_sum, tid, lane, sg, MK_TPR);
+    // y = e * (1/s), or x - (m + log s)
+    const float mul = keep ? 1.0f : 1.0f / s;
+    const float sub = keep ? m + log(s) : 0.0f;
+    for (int j = 0; j < MK_RV_NV; ++j) {
+        v.v[j] = (v.v[j] - sub) * mul;
+    }
+    for (int j = 0; j < MK_RV_HEADS; ++j) {
+        v.h[j] = (v.h[j] - sub) * mul;
+    }
+    v.tl = (v.tl - sub) * mul;
+    mk_rv_store(y, r.base, sp, t, v);
+}
+
+// Strided rows (inner > 1, too few for the cols variant): one element per thread and step.
+template <typename T>
+inline void softmax_rows_strided(const device T* x, device T* y, constant mk_softmax_args& a,
+                                 sm_row r, threadgroup float* red_max,
+                                 threadgroup float* red_sum, int t, uint tid, uint lane,
+                                 uint sg)
+{
+    float v[MK_VPT];
+    float m = SM_LOWEST;
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
+        v[j] = (r.live && k < a.n) ? float(x[r.base + k * r.step]) : SM_LOWEST;
+        m = max(m, v[j]);
+    }
+    m = mk_row_max(m, red_max, tid, lane, sg, MK_TPR);
+    float s = 0.0f;
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
+        if (r.live && k < a.n) {
+            v[j] = exp(v[j] - m);
+            s += v[j];
+        }
+    }
+    s = mk_row_sum(s, red_sum, tid, lane, sg, MK_TPR);
+    const float inv = 1.0f / s;
+    const float lsum = log(s);
+    for (int j = 0; j < MK_VPT; ++j) {
+        const int k = t + j * MK_TPR;
+        if (r.live && k < a.n) {
+            const int at = r.base + k * r.step;
+            // log_softmax from x again, not log(exp): exp(x - m) may underflow to 0
+            y[at] = a.log != 0 ? T(float(x[at]) - m - lsum) : T(v[j] * inv);
+        }
+    }
 }
 
 template <typename T>
@@ -88,28 +179,23 @@ kernel void softmax_rows(const device T* x [[buffer(0)]], device T* y [[buffer(1
     threadgroup float red_sum[SM_THREADS / 32];
     const int t = int(tid % MK_TPR);
     const sm_row r = sm_locate(a, int(group) * MK_RPG + int(tid / MK_TPR));
-    float v[MK_VPT];
-    float m = SM_LOWEST;
-    for (int j = 0; j < MK_VPT; ++j) {
-        const int k = t + j * MK_TPR;
-        v[j] = (r.live && k < a.n) ? float(x[r.base + k * r.step]) : SM_LOWEST;
-        m = max(m, v[j]);
+    if (a.inner == 1) {
+        softmax_rows_vec<T>(x, y, a, r, red_max, red_sum, t, tid, lane, sg);
+    } else {
+        softmax_rows_strided<T>(x, y, a, r, red_max, red_sum, t, tid, lane, sg);
     }
-    m = mk_row_max(m, red_max, tid, lane, sg, MK_TPR);
-    float s = 0.0f;
-    for (int j = 0; j < MK_VPT; ++j) {
-        const int k = t + j * MK_TPR;
-        if (r.live && k < a.n) {
-            s += exp(v[j] - m);
-        }
+}
+
+// Fold the 4 values of a vector into the online pair: one rescale per new maximum.
+inline void sm_online4(thread float& m, thread float& s, float4 x)
+{
+    const float mx = max(max(x.x, x.y), max(x.z, x.w));
+    if (mx > m) {
+        s *= exp(m - mx);
+        m = mx;
     }
-    s = mk_row_sum(s, red_sum, tid, lane, sg, MK_TPR);
-    for (int j = 0; j < MK_VPT; ++j) {
-        const int k = t + j * MK_TPR;
-        if (r.live && k < a.n) {
-            y[r.base + k * r.step] = sm_out<T>(v[j], m, s, a.log != 0);
-        }
-    }
+    const float4 e = exp(x - m);
+    s += (e.x + e.y) + (e.z + e.w);
 }
 
 template <typename T>
@@ -125,18 +211,49 @@ kernel void softmax_looped(const device T* x [[buffer(0)]], device T* y [[buffer
     const int t = int(tid % MK_TPR);
     const sm_row r = sm_locate(a, int(group) * MK_RPG + int(tid / MK_TPR));
     const int n = r.live ? a.n : 0;
+    // contiguous rows: scalar head and tail, vectors between (mk_rowvec.h); strided rows:
+    // all of it "head", one element per step
+    const bool contiguous = a.inner == 1;
+    mk_span sp = {n, 0, 0};
+    if (contiguous) {
+        sp = mk_row_span<T>(r.base, n);
+    }
     float m = SM_LOWEST;
     float s = 0.0f;
-    for (int k = t; k < n; k += MK_TPR) {
+    for (int k = t; k < sp.head; k += MK_TPR) {
         sm_online(m, s, float(x[r.base + k * r.step]));
+    }
+    for (int i = t; i < sp.nvec; i += MK_TPR) {
+        sm_online4(m, s, mk_load4(x, r.base + sp.head + 4 * i));
+    }
+    if (t < sp.tail) {
+        sm_online(m, s, float(x[r.base + sp.head + 4 * sp.nvec + t]));
     }
     const float row_m = mk_row_max(m, red_max, tid, lane, sg, MK_TPR);
     // rescale this thread's sum to the row maximum (a thread without elements has s = 0)
     const float part = s * exp(m - row_m);
     const float row_s = mk_row_sum(part, red_sum, tid, lane, sg, MK_TPR);
-    for (int k = t; k < n; k += MK_TPR) {
+    // y = exp(x - m) * (1/s) or x - (m + log s)
+    const bool lg = a.log != 0;
+    const float mul = lg ? 1.0f : 1.0f / row_s;
+    const float sub = lg ? row_m + log(row_s) : row_m;
+    for (int k = t; k < sp.head; k += MK_TPR) {
         const int at = r.base + k * r.step;
-        y[at] = sm_out<T>(float(x[at]), row_m, row_s, a.log != 0);
+        const float d = float(x[at]) - sub;
+        y[at] = T(lg ? d : exp(d) * mul);
+    }
+    for (int i = t; i < sp.nvec; i += MK_TPR) {
+        const int at = r.base + sp.head + 4 * i;
+        float4 d = mk_load4(x, at) - sub;
+        if (!lg) {
+            d = exp(d) * mul;
+        }
+        mk_store4(y, at, d);
+    }
+    if (t < sp.tail) {
+        const int at = r.base + sp.head + 4 * sp.nvec + t;
+        const float d = float(x[at]) - sub;
+        y[at] = T(lg ? d : exp(d) * mul);
     }
 }
 
@@ -152,9 +269,13 @@ kernel void softmax_cols(const device T* x [[buffer(0)]], device T* y [[buffer(1
         for (int k = 0; k < a.n; ++k) {
             sm_online(m, s, float(x[r.base + k * r.step]));
         }
+        const bool lg = a.log != 0;
+        const float mul = lg ? 1.0f : 1.0f / s;
+        const float sub = lg ? m + log(s) : m;
         for (int k = 0; k < a.n; ++k) {
             const int at = r.base + k * r.step;
-            y[at] = sm_out<T>(float(x[at]), m, s, a.log != 0);
+            const float d = float(x[at]) - sub;
+            y[at] = T(lg ? d : exp(d) * mul);
         }
     }
 }

@@ -232,13 +232,9 @@ def _known(cases, dtypes, specials, bes, why):
 
 
 F32, F16 = np.float32, np.float16
-_known(["avg_pool2d", "avg_pool2d-exclude-pad", "avg_pool2d-wide", "avg_pool2d-wide-divisor"],
-       [F32], ["big"], ["sim"],
-       "natives (pool.metal): float32 window sums overflow where the average is "
-       "representable")
-_known(["layer_norm", "layer_norm-long", "rms_norm", "rms_norm-long", "group_norm",
-        "batch_norm-training"], [F32], ["big"], ["sim"],
-       "reliab-files (norm.metal): float32 sums of squares overflow for |x| > ~1e19")
+_known(["batch_norm-training"], [F32], ["big"], ["sim"],
+       "prof-rows (norm.metal): float32 batch_norm statistics overflow for |x| > ~1e19 (the "
+       "row norms rescale by a power of two; batch_norm's stats/finish/apply do not yet)")
 
 
 def _params():

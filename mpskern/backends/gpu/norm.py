@@ -7,14 +7,16 @@ contiguous in NCHW. batch_norm (space "batch_norm"): inference is one elementwis
 over the running statistics; training is a dispatch list run in one command buffer: the
 moments of `split` chunks per channel (TPR threads per chunk; spaces.stats_split), their
 exact combination per channel with the running-stat update, then the same elementwise
-dispatch over those statistics (`threads` per threadgroup).
+dispatch over those statistics (`threads` per threadgroup; 4 elements per thread).
 """
 import numpy as np
 
 from mpskern import _native
 from mpskern.backends.gpu import rows as R
-from mpskern.backends.gpu.context import configure, helper_threads, nothing, pipelines
+from mpskern.backends.gpu.context import cdiv, configure, helper_threads, nothing, pipelines
 from mpskern.tuning import spaces
+
+APPLY_PER_THREAD = 4     # norm_batch_apply_*: consecutive elements per thread (norm.metal)
 
 
 def _optional(ctx, v, fallback):
@@ -76,7 +78,8 @@ def batch_norm(ctx, args, dtype, x, running_mean, running_var, weight, bias, y, 
     outputs = [yb]
     if not training:
         rm, rv = ctx.buffer(running_mean), ctx.buffer(running_var)
-        run = [R.elementwise_dispatch(apply, threads, N * C * HW, [xb, rm, rv, wb, bb, yb, packed])]
+        run = [R.elementwise_dispatch(apply, threads, cdiv(N * C * HW, APPLY_PER_THREAD),
+                                      [xb, rm, rv, wb, bb, yb, packed])]
     else:
         split = spaces.stats_split(cfg, N, C, HW)
         partial = ctx.buffer(np.empty(3 * C * split, np.float32), writable=True)
@@ -94,7 +97,7 @@ def batch_norm(ctx, args, dtype, x, running_mean, running_var, weight, bias, y, 
         run = [R.row_dispatch(pipes[1], cfg, C * split, [xb, partial, packed, nsplit]),
                R.elementwise_dispatch(fin, helper_threads(fin, 32), C,
                                       [partial, rm, rv, stats, packed, nsplit]),
-               R.elementwise_dispatch(apply, threads, N * C * HW,
+               R.elementwise_dispatch(apply, threads, cdiv(N * C * HW, APPLY_PER_THREAD),
                                       [xb, mean, var, wb, bb, yb, packed])]
         cfg = dict(cfg, split=split)
     return ctx.submit(run, dict(cfg, level=level), outputs=outputs)

@@ -10,6 +10,7 @@ is the op's nominal FLOPs and bytes at the chip's peaks over that estimate.
     python benchmarks/roofline.py                       # the tables (markdown), ~3 minutes
     python benchmarks/roofline.py --quick               # softmax on apple7, float32
     python benchmarks/roofline.py --write docs/roofline.md   # refresh the docs' tables
+    python benchmarks/roofline.py --ops softmax --write docs/roofline.md   # only softmax's cells
     python benchmarks/roofline.py --ops softmax --families 7,9 --check docs/roofline.md
 
 --check compares the cells it computes with the page's tables (exit 1 on a difference of
@@ -52,13 +53,18 @@ def cell(op, dtype, family):
     return s.roofline_pct, bound, s.estimate_ms
 
 
-def roofline_table(ops, dtype, families):
+def roofline_table(ops, dtype, families, known=None):
+    """Markdown rows of `ops`; cells in `known` ({(op, dtype, family): (pct, bound)}, from
+    the page --write refreshes) are kept as they are, the others modelled now."""
     lines = [f"| op ({dtype}) | shape | " + " | ".join(f"apple{f}" for f in families) + " |",
              "| --- | --- | " + " | ".join("---" for _ in families) + " |"]
     for op in ops:
         cells = []
         for f in families:
-            pct, bound, _ = cell(op, dtype, f)
+            if known and (op, dtype, f) in known:
+                pct, bound = known[(op, dtype, f)]
+            else:
+                pct, bound, _ = cell(op, dtype, f)
             cells.append(f"{pct:.0f}% ({bound})")
         lines.append(f"| {op} | `{SHAPES[op]}` | " + " | ".join(cells) + " |")
     return lines
@@ -89,6 +95,23 @@ def tables(ops, dtypes, families, mfa=True):
         out += roofline_table(ops, dt, families) + [""]
     if mfa:
         out += mfa_table(dtypes) + [""]
+    return out
+
+
+def refreshed(text, ops, dtypes, families):
+    """The page's whole block with the cells of `ops` x `dtypes` x `families` modelled
+    again and every other cell (and the MFA table, unless gemm is among `ops`) kept."""
+    block = text.split(BEGIN, 1)[1].split(END, 1)[0] if BEGIN in text else ""
+    known = {k: v for k, v in parse(block).items()
+             if not (k[0] in ops and k[1] in dtypes and k[2] in families)}
+    out = []
+    for dt in DTYPES:
+        out += roofline_table(list(SHAPES), dt, FAMILIES, known) + [""]
+    if "gemm" in ops:
+        out += mfa_table(DTYPES) + [""]
+    else:
+        mfa = block[block.index("| GEMM on"):] if "| GEMM on" in block else ""
+        out += mfa.strip().splitlines() + [""]
     return out
 
 
@@ -183,11 +206,11 @@ def main(argv=None):
     warnings.simplefilter("ignore")
     if a.check:
         return check(a.check, ops, dts, fams)
-    lines = tables(ops, dts, fams, mfa=not a.quick and "gemm" in ops)
     if a.write:
-        write(a.write, lines)
+        with open(a.write, encoding="utf-8") as f:
+            write(a.write, refreshed(f.read(), ops, dts, fams))
     else:
-        print("\n".join(lines))
+        print("\n".join(tables(ops, dts, fams, mfa=not a.quick and "gemm" in ops)))
     return 0
 
 

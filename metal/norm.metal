@@ -111,69 +111,91 @@ inline void nm_step(thread float& c, thread float& mu, thread float& m2, float x
 }
 
 // The moments of one contiguous row's elements that thread t streams (head scalars, vectors,
-// tail: mk_rowvec.h), of the values times `scale`; returns max |x| in .w (unscaled).
+// tail: mk_rowvec.h), of the values times `scale`.
 template <typename T>
-inline float4 nm_stream_moments(const device T* x, int base, mk_span sp, int t, bool centered,
+inline float3 nm_stream_moments(const device T* x, int base, mk_span sp, int t, bool centered,
                                 float scale)
 {
     float c = 0.0f;
     float mu = 0.0f;
     float m2 = 0.0f;
-    float amax = 0.0f;
     for (int k = t; k < sp.head; k += MK_TPR) {
-        const float v = float(x[base + k]);
-        amax = max(amax, abs(v));
-        nm_step(c, mu, m2, v * scale, centered);
+        nm_step(c, mu, m2, float(x[base + k]) * scale, centered);
     }
     for (int i = t; i < sp.nvec; i += MK_TPR) {
-        const float4 v = mk_load4(x, base + sp.head + 4 * i);
-        const float4 av = abs(v);
-        amax = max(amax, max(max(av.x, av.y), max(av.z, av.w)));
-        const float4 u = v * scale;
+        const float4 u = mk_load4(x, base + sp.head + 4 * i) * scale;
         nm_step(c, mu, m2, u.x, centered);
         nm_step(c, mu, m2, u.y, centered);
         nm_step(c, mu, m2, u.z, centered);
         nm_step(c, mu, m2, u.w, centered);
     }
     if (t < sp.tail) {
-        const float v = float(x[base + sp.head + 4 * sp.nvec + t]);
-        amax = max(amax, abs(v));
-        nm_step(c, mu, m2, v * scale, centered);
+        nm_step(c, mu, m2, float(x[base + sp.head + 4 * sp.nvec + t]) * scale, centered);
     }
-    return float4(c, mu, m2, amax);
+    return float3(c, mu, m2);
 }
 
-// Row moments of a streamed row, finite wherever the normalised output is representable:
-// each thread's moments at scale 1 (ordinary rows: exactly the plain computation), redone
-// at its own power of two when its values reach 2^48 (sums of squares could overflow), then
-// all brought to the row's scale S (mk_pow2_scale of the row's max |x|). Returns (mean,
-// variance) of the values times S, and S in .z. Three reductions (red1 serves the first
-// and the last: a barrier lies between them).
+template <typename T>
+inline float nm_stream_absmax(const device T* x, int base, mk_span sp, int t)
+{
+    float m = 0.0f;
+    for (int k = t; k < sp.head; k += MK_TPR) {
+        m = max(m, abs(float(x[base + k])));
+    }
+    for (int i = t; i < sp.nvec; i += MK_TPR) {
+        const float4 a = abs(mk_load4(x, base + sp.head + 4 * i));
+        m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    if (t < sp.tail) {
+        m = max(m, abs(float(x[base + sp.head + 4 * sp.nvec + t])));
+    }
+    return m;
+}
+
+// Whether any row of the threadgroup may hold values of 2^48 or more (or overflowed):
+// every value a thread holds is within |mu| + sqrt(m2) of 0; one threadgroup-wide max
+// (uniform: the rescaling below holds barriers). Non-finite bounds count as large.
+inline bool nm_group_large(float3 tm, threadgroup float* red, uint tid, uint lane, uint sg)
+{
+    const float bound = abs(tm.y) + sqrt(tm.z);
+    const float big = mk_row_max(bound, red, tid, lane, sg, NM_THREADS);
+    return ((as_type<uint>(big) >> 23) & 0xffu) >= 127u + 48u;
+}
+
+// Row moments, finite wherever the normalised output is representable: computed at scale 1
+// (ordinary rows: exactly the plain computation, one extra threadgroup max); when a row of
+// the threadgroup may hold |x| >= 2^48, every row is redone times its power of two S
+// (mk_pow2_scale of its max |x|). Returns (mean, variance) of the values times S, and S.
+// Reductions: red2 (the test), red1 (row max |x|), then red0, red1 (mk_row_moments).
 template <typename T>
 inline float3 nm_stream_row(const device T* x, int base, mk_span sp, int t, bool centered,
                             float n, threadgroup float* red0, threadgroup float* red1,
-                            uint tid, uint lane, uint sg)
+                            threadgroup float* red2, uint tid, uint lane, uint sg)
 {
-    float4 m = nm_stream_moments(x, base, sp, t, centered, 1.0f);
-    const float st = mk_pow2_scale(m.w);
-    if (st != 1.0f) {
-        m = nm_stream_moments(x, base, sp, t, centered, st);
+    float3 m = nm_stream_moments(x, base, sp, t, centered, 1.0f);
+    float S = 1.0f;
+    if (nm_group_large(m, red2, tid, lane, sg)) {
+        S = mk_pow2_scale(mk_row_max(nm_stream_absmax(x, base, sp, t), red1, tid, lane, sg,
+                                     MK_TPR));
+        m = nm_stream_moments(x, base, sp, t, centered, S);
     }
-    const float S = mk_pow2_scale(mk_row_max(m.w, red1, tid, lane, sg, MK_TPR));
-    const float ratio = S / st;                 // a power of two <= 1: exact
-    const float2 mv = mk_row_moments(m.x, m.y * ratio, m.z * ratio * ratio, n, centered,
-                                     red0, red1, tid, lane, sg, MK_TPR);
+    const float2 mv = mk_row_moments(m.x, m.y, m.z, n, centered, red0, red1, tid, lane, sg,
+                                     MK_TPR);
     return float3(mv.x, mv.y, S);
 }
 
-// The same for a row held in registers: scaled in place by the row's S (returned in .z).
+// The same for a row held in registers (scaled in place when S != 1).
 inline float3 nm_held_row(thread mk_rowvals& v, mk_span sp, int t, bool centered, float n,
                           threadgroup float* red0, threadgroup float* red1,
-                          uint tid, uint lane, uint sg)
+                          threadgroup float* red2, uint tid, uint lane, uint sg)
 {
-    const float S = mk_pow2_scale(mk_row_max(mk_rv_absmax(v), red1, tid, lane, sg, MK_TPR));
-    nm_scale(v, S);
-    const float3 tm = nm_thread_moments(v, sp, t, centered);
+    float3 tm = nm_thread_moments(v, sp, t, centered);
+    float S = 1.0f;
+    if (nm_group_large(tm, red2, tid, lane, sg)) {
+        S = mk_pow2_scale(mk_row_max(mk_rv_absmax(v), red1, tid, lane, sg, MK_TPR));
+        nm_scale(v, S);
+        tm = nm_thread_moments(v, sp, t, centered);
+    }
     const float2 mv = mk_row_moments(tm.x, tm.y, tm.z, n, centered, red0, red1, tid, lane, sg,
                                      MK_TPR);
     return float3(mv.x, mv.y, S);
@@ -214,6 +236,7 @@ kernel void norm_rownorm_rows(const device T* x [[buffer(0)]], const device floa
 {
     threadgroup float red0[NM_THREADS / 32];
     threadgroup float red1[NM_THREADS / 32];
+    threadgroup float red2[NM_THREADS / 32];
     const int t = int(tid % MK_TPR);
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int n = row < a.rows ? a.n : 0;
@@ -222,7 +245,8 @@ kernel void norm_rownorm_rows(const device T* x [[buffer(0)]], const device floa
     mk_rowvals v;
     mk_rv_load(v, x, base, sp, t, 0.0f);
     const bool centered = a.kind == MK_NORM_LAYER;
-    const float3 ms = nm_held_row(v, sp, t, centered, float(a.n), red0, red1, tid, lane, sg);
+    const float3 ms = nm_held_row(v, sp, t, centered, float(a.n), red0, red1, red2, tid, lane,
+                                  sg);
     const float rstd = rsqrt(ms.y + a.eps * ms.z * ms.z);
     const bool hw = a.has_weight != 0, hb = a.has_bias != 0, al = (sp.head & 3) == 0;
     for (int j = 0; j < MK_RV_NV; ++j) {
@@ -253,14 +277,15 @@ kernel void norm_rownorm_looped(const device T* x [[buffer(0)]],
 {
     threadgroup float red0[NM_THREADS / 32];
     threadgroup float red1[NM_THREADS / 32];
+    threadgroup float red2[NM_THREADS / 32];
     const int t = int(tid % MK_TPR);
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const int n = row < a.rows ? a.n : 0;
     const int base = n > 0 ? row * a.n : 0;
     const mk_span sp = mk_row_span<T>(base, n);
     const bool centered = a.kind == MK_NORM_LAYER;
-    const float3 ms = nm_stream_row(x, base, sp, t, centered, float(a.n), red0, red1, tid, lane,
-                                    sg);
+    const float3 ms = nm_stream_row(x, base, sp, t, centered, float(a.n), red0, red1, red2, tid,
+                                    lane, sg);
     const float S = ms.z;
     const float rstd = rsqrt(ms.y + a.eps * S * S);
     const bool hw = a.has_weight != 0, hb = a.has_bias != 0, al = (sp.head & 3) == 0;
@@ -388,6 +413,7 @@ kernel void norm_group_rows(const device T* x [[buffer(0)]], const device float*
 {
     threadgroup float red0[NM_THREADS / 32];
     threadgroup float red1[NM_THREADS / 32];
+    threadgroup float red2[NM_THREADS / 32];
     threadgroup float2 tab[GN_TAB];
     const int t = int(tid % MK_TPR);
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
@@ -398,7 +424,7 @@ kernel void norm_group_rows(const device T* x [[buffer(0)]], const device float*
     const mk_span sp = mk_row_span<T>(base, n);
     mk_rowvals v;
     mk_rv_load(v, x, base, sp, t, 0.0f);
-    const float3 ms = nm_held_row(v, sp, t, true, float(len), red0, red1, tid, lane, sg);
+    const float3 ms = nm_held_row(v, sp, t, true, float(len), red0, red1, red2, tid, lane, sg);
     const float rstd = rsqrt(ms.y + a.eps * ms.z * ms.z);
     const gn_params p = gn_stage(w, b, a, tab, row, t, tid);
     // vector j of this thread starts 4*MK_TPR columns after vector j-1
@@ -432,6 +458,7 @@ kernel void norm_group_looped(const device T* x [[buffer(0)]], const device floa
 {
     threadgroup float red0[NM_THREADS / 32];
     threadgroup float red1[NM_THREADS / 32];
+    threadgroup float red2[NM_THREADS / 32];
     threadgroup float2 tab[GN_TAB];
     const int t = int(tid % MK_TPR);
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
@@ -440,7 +467,8 @@ kernel void norm_group_looped(const device T* x [[buffer(0)]], const device floa
     const int n = row < a.N * a.groups ? len : 0;
     const int base = n > 0 ? row * len : 0;
     const mk_span sp = mk_row_span<T>(base, n);
-    const float3 ms = nm_stream_row(x, base, sp, t, true, float(len), red0, red1, tid, lane, sg);
+    const float3 ms = nm_stream_row(x, base, sp, t, true, float(len), red0, red1, red2, tid,
+                                    lane, sg);
     const float S = ms.z;
     const float rstd = rsqrt(ms.y + a.eps * S * S);
     const gn_params p = gn_stage(w, b, a, tab, row, t, tid);

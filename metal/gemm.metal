@@ -3,12 +3,14 @@
 // Kernels (T = float "f32" or half "f16"; half is storage only, accumulation is float):
 //   gemm_tiled_<t>         threadgroup-tiled, scalar FMAs per lane
 //   gemm_simd_<t>          threadgroup-tiled, 8x8 simdgroup_matrix multiply-accumulate
-//                          (compiled only for tile sets whose output tile fits: MK_SIMD_FITS)
+//                          (compiled only for tile sets whose staging fits: MK_SIMD_FITS)
 //   gemm_splitk_reduce_<t> split-K second pass: sums the partial tiles, applies alpha/beta/C
 // Grid (threadgroups): x = ceil(N/BN), y = ceil(M/BM), z = batch * split_k; threads per
-// threadgroup = 32*WM*WN. Edge tiles read zeros past M, N, K and guard their stores, so any
-// M, N, K works. Batch strides of 0 broadcast an operand. C may alias out (each element is
-// read, then written, by the same thread); C is not read when beta == 0 (BLAS semantics).
+// threadgroup = 32*WM*WN (declared: [[max_total_threads_per_threadgroup]]). Interior tiles
+// load 4-wide without checks and store 2-wide straight from the fragments; edge tiles read
+// zeros past M, N, K and check every store, so any M, N, K works. Batch strides of 0
+// broadcast an operand. C may alias out (each element is read, then written, by the same
+// thread); C is not read when beta == 0 (BLAS semantics).
 // With split_k > 1 the first pass writes float partial sums to `partial`
 // ([split_k][batch][M][N]) instead of out, and gemm_splitk_reduce finishes.
 #include "mk_common.h"
@@ -62,7 +64,55 @@ inline void mk_gemm_store(float v, int m, int n, thread const mk_gemm_place& p,
     }
 }
 
+// One lane's two neighbouring elements (m, n) and (m, n+1) of a fragment. `vec` (interior
+// tile, even leading dimensions and batch strides) writes them, and reads C, as one
+// 2-wide access each; otherwise each element is checked against M and N.
 template <typename T>
+inline void mk_gemm_store2(float2 v, int m, int n, bool vec, thread const mk_gemm_place& p,
+                           const device T* C, device T* out, device float* partial,
+                           constant mk_gemm_args& args)
+{
+    if (!vec) {
+        for (int e = 0; e < 2; ++e) {
+            if (m < args.M && n + e < args.N) {
+                mk_gemm_store(v[e], m, n + e, p, C, out, partial, args);
+            }
+        }
+    } else if (args.split_k > 1) {
+        *reinterpret_cast<device float2*>(
+            partial + ((p.s * args.batch + p.b) * args.M + m) * args.N + n) = v;
+    } else {
+        const int o = m * args.ldc + n;
+        float2 r = args.alpha * v;
+        if (args.has_c != 0 && args.beta != 0.0f) {
+            r += args.beta * float2(*reinterpret_cast<const device typename mk_vec<T>::v2*>(
+                C + p.b * args.stride_c + o));
+        }
+        *reinterpret_cast<device typename mk_vec<T>::v2*>(out + p.b * args.stride_out + o) =
+            typename mk_vec<T>::v2(T(mk_act(r.x)), T(mk_act(r.y)));
+    }
+}
+
+// Whether this threadgroup's slices of A and B at k0 can take unchecked vector loads
+// (mk_stage): the whole slice inside the matrix, not transposed, 4-aligned rows.
+struct mk_gemm_vec {
+    bool a, b;
+};
+
+inline mk_gemm_vec mk_gemm_vec_at(int m0, int n0, int k0, thread const mk_gemm_place& p,
+                                  constant mk_gemm_args& args)
+{
+    mk_gemm_vec v;
+    const bool k_full = k0 + MK_BK <= p.k_end;
+    v.a = MK_VEC_LOADS && k_full && args.trans_a == 0 && m0 + MK_BM <= args.M
+          && ((args.lda | args.stride_a) & 3) == 0;
+    v.b = MK_VEC_LOADS && k_full && args.trans_b == 0 && n0 + MK_BN <= args.N
+          && ((args.ldb | args.stride_b) & 3) == 0;
+    return v;
+}
+
+template <typename T>
+[[max_total_threads_per_threadgroup(MK_NT)]]
 kernel void gemm_tiled(const device T* A [[buffer(0)]],
                        const device T* B [[buffer(1)]],
                        const device T* C [[buffer(2)]],
@@ -74,8 +124,8 @@ kernel void gemm_tiled(const device T* A [[buffer(0)]],
                        uint sg [[simdgroup_index_in_threadgroup]],
                        uint lane [[thread_index_in_simdgroup]])
 {
-    threadgroup float As[MK_BK * MK_BM];
-    threadgroup float Bs[MK_BK * MK_BN];
+    threadgroup T As[MK_TILED_A(T)];
+    threadgroup T Bs[MK_SIMD_B(T)];
 
     const mk_gemm_place p = mk_gemm_locate(tgp.z, args);
     const int m0 = int(tgp.y) * MK_BM;
@@ -89,11 +139,12 @@ kernel void gemm_tiled(const device T* A [[buffer(0)]],
     mk_acc_tiled acc;
     mk_tiled_zero(acc);
     for (int k0 = p.k_begin; k0 < p.k_end; k0 += MK_BK) {
-        // A tile (m, k) -> As[k*BM + m];  B tile (k, n) -> Bs[k*BN + n]
-        mk_load_tile(As, 1, MK_BM, Ab, args.lda, args.trans_a != 0, MK_BM, MK_BK,
-                     m0, k0, args.M, p.k_end, int(tid), MK_NT);
-        mk_load_tile(Bs, MK_BN, 1, Bb, args.ldb, args.trans_b != 0, MK_BK, MK_BN,
-                     k0, n0, p.k_end, args.N, int(tid), MK_NT);
+        const mk_gemm_vec v = mk_gemm_vec_at(m0, n0, k0, p, args);
+        // A tile (m, k) -> As[k*TLDA + m] (transposed: checked loads);  B (k, n) -> Bs[k*LDB + n]
+        mk_stage<MK_BM, MK_BK, 1, MK_TLDA(T)>(As, Ab, args.lda, args.trans_a != 0, false,
+                                              m0, k0, args.M, p.k_end, int(tid));
+        mk_stage<MK_BK, MK_BN, MK_LDB(T), 1>(Bs, Bb, args.ldb, args.trans_b != 0, v.b,
+                                             k0, n0, p.k_end, args.N, int(tid));
         threadgroup_barrier(mem_flags::mem_threadgroup);
         mk_tiled_step(As, Bs, acc, tr, tc);
         threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -111,6 +162,7 @@ kernel void gemm_tiled(const device T* A [[buffer(0)]],
 
 #if MK_SIMD_FITS
 template <typename T>
+[[max_total_threads_per_threadgroup(MK_NT)]]
 kernel void gemm_simd(const device T* A [[buffer(0)]],
                       const device T* B [[buffer(1)]],
                       const device T* C [[buffer(2)]],
@@ -119,12 +171,12 @@ kernel void gemm_simd(const device T* A [[buffer(0)]],
                       device float* partial [[buffer(5)]],
                       uint3 tgp [[threadgroup_position_in_grid]],
                       uint tid [[thread_index_in_threadgroup]],
-                      uint sg [[simdgroup_index_in_threadgroup]])
+                      uint sg [[simdgroup_index_in_threadgroup]],
+                      uint lane [[thread_index_in_simdgroup]])
 {
-    threadgroup float smem[MK_SMEM_FLOATS];
+    threadgroup T As[MK_SIMD_A(T)];                  // As[m*LDA + k]
+    threadgroup T Bs[MK_SIMD_B(T)];                  // Bs[k*LDB + n]
 
-    threadgroup float* As = smem;                    // As[m*BK + k]
-    threadgroup float* Bs = smem + MK_BM * MK_BK;    // Bs[k*BN + n]
     const mk_gemm_place p = mk_gemm_locate(tgp.z, args);
     const int m0 = int(tgp.y) * MK_BM;
     const int n0 = int(tgp.x) * MK_BN;
@@ -132,28 +184,29 @@ kernel void gemm_simd(const device T* A [[buffer(0)]],
     const device T* Bb = B + p.b * args.stride_b;
     const int sr = int(sg) / MK_WN * MK_SG_M;        // this SIMD-group's sub-tile origin
     const int sc = int(sg) % MK_WN * MK_SG_N;
+    const mk_frag_pos f = mk_frag_coord(lane);
 
     mk_acc_simd acc;
     mk_simd_zero(acc);
     for (int k0 = p.k_begin; k0 < p.k_end; k0 += MK_BK) {
-        mk_load_tile(As, MK_BK, 1, Ab, args.lda, args.trans_a != 0, MK_BM, MK_BK,
-                     m0, k0, args.M, p.k_end, int(tid), MK_NT);
-        mk_load_tile(Bs, MK_BN, 1, Bb, args.ldb, args.trans_b != 0, MK_BK, MK_BN,
-                     k0, n0, p.k_end, args.N, int(tid), MK_NT);
+        const mk_gemm_vec v = mk_gemm_vec_at(m0, n0, k0, p, args);
+        mk_stage<MK_BM, MK_BK, MK_LDA(T), 1>(As, Ab, args.lda, args.trans_a != 0, v.a,
+                                             m0, k0, args.M, p.k_end, int(tid));
+        mk_stage<MK_BK, MK_BN, MK_LDB(T), 1>(Bs, Bb, args.ldb, args.trans_b != 0, v.b,
+                                             k0, n0, p.k_end, args.N, int(tid));
         threadgroup_barrier(mem_flags::mem_threadgroup);
         mk_simd_step(As, Bs, acc, sr, sc);
         threadgroup_barrier(mem_flags::mem_threadgroup);
     }
-    // Edge tiles and the epilogue go through threadgroup memory: fragments have no
-    // per-element bounds, so store the whole tile, then each thread finishes elements.
-    mk_simd_store(acc, smem, sr, sc);
-    threadgroup_barrier(mem_flags::mem_threadgroup);
-    for (int i = int(tid); i < MK_BM * MK_BN; i += MK_NT) {
-        const int r = i / MK_BN;
-        const int m = m0 + r;
-        const int n = n0 + i - r * MK_BN;
-        if (m < args.M && n < args.N) {
-            mk_gemm_store(smem[i], m, n, p, C, out, partial, args);
+    // Fragments go straight from the registers to device memory, each lane its own two
+    // elements per fragment: 2-wide on interior tiles, checked on edge tiles.
+    const bool vec = m0 + MK_BM <= args.M && n0 + MK_BN <= args.N
+                     && (args.split_k > 1 ? (args.N & 1) == 0
+                         : ((args.ldc | args.stride_c | args.stride_out) & 1) == 0);
+    for (int i = 0; i < MK_FM; ++i) {
+        for (int j = 0; j < MK_FN; ++j) {
+            mk_gemm_store2(float2(acc.v[i][j].thread_elements()), m0 + sr + 8 * i + f.fr,
+                           n0 + sc + 8 * j + f.fc, vec, p, C, out, partial, args);
         }
     }
 }
@@ -162,6 +215,7 @@ kernel void gemm_simd(const device T* A [[buffer(0)]],
 
 // Split-K second pass: one thread per output element (grid: ceil(batch*M*N / threads)).
 template <typename T>
+[[max_total_threads_per_threadgroup(256)]]   // gpu/gemm.py's REDUCE_THREADS
 kernel void gemm_splitk_reduce(const device float* partial [[buffer(0)]],
                                const device T* C [[buffer(1)]],
                                device T* out [[buffer(2)]],

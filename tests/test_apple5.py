@@ -36,7 +36,8 @@ def test_the_tiled_kernels_remain_and_run():
     be = backends.get("sim")
     macros = dict(MK_BM=32, MK_BN=32, MK_BK=16, MK_WM=2, MK_WN=2, MK_NO_SIMDGROUP_MATRIX=1)
     lib_src = metal_source("gemm.metal")
-    assert be.pipeline("gemm_tiled_f32", source=lib_src, macros=macros).max_threads == 1024
+    # [[max_total_threads_per_threadgroup(MK_NT)]]: 32 * WM * WN
+    assert be.pipeline("gemm_tiled_f32", source=lib_src, macros=macros).max_threads == 128
     with pytest.raises(ValueError, match="no kernel named 'gemm_simd_f32'"):
         be.pipeline("gemm_simd_f32", source=lib_src, macros=macros)
 

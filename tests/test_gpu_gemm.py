@@ -220,6 +220,28 @@ def test_split_k(sim, variant, dtype):
     check(got, ref, bound, f"rule split_k={sim.last_config['split_k']}")
 
 
+def test_split_k_rule_follows_the_core_count():
+    """Unpinned split-K fills the GPU: a 256x256x4096 gemm (16 tiles of 64x64) is split on
+    a 32-core M1 Max (4 chunks: 64 threadgroups, 2 per core), not on an 8-core M1; tall or
+    short K, and grids that fill the cores already, are not split."""
+    from mpskern.backends.gpu.context import gpu_cores
+    cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2)
+    assert spaces.split_k(cfg, 1, 256, 256, 4096, cores=32) == 4
+    assert spaces.split_k(cfg, 1, 256, 256, 4096, cores=8) == 1
+    assert spaces.split_k(cfg, 1, 8, 8, 2048, cores=8) == 8        # 1 tile: 8 chunks of 256
+    assert spaces.split_k(cfg, 1, 256, 256, 200, cores=32) == 1    # K < max(M, N)
+    assert spaces.split_k(cfg, 4, 256, 256, 4096, cores=32) == 1   # 64 tiles already
+    assert spaces.split_k(dict(cfg, split_k=2), 1, 8, 8, 8, cores=1) == 2
+    assert gpu_cores(dict(name="Apple M1 Max", family=7)) == 32
+    assert gpu_cores(dict(name="mpskern simulator", family=9)) == peaks_cores(9)
+    assert gpu_cores({}) == 8
+
+
+def peaks_cores(family):
+    from mpskern import peaks
+    return peaks.chip(family).cores
+
+
 def test_default_choice_is_recorded(sim):
     rng = np.random.default_rng(6)
     A, B = data(rng, (1, 4, 4), np.float32), data(rng, (1, 4, 4), np.float32)
@@ -374,17 +396,19 @@ def test_pipeline_thread_limit_steps_down_unless_pinned():
         pipelines(ctx, "gemm", np.float32, (1, 64, 64, 64), cfg, "forced", kernels)
 
 
-def test_tile_set_that_only_the_tiled_kernel_fits(sim):
-    """96x96x32 fits the tiled kernel (24 KiB) but not the simd one (its 36 KiB output
-    tile): the rules say so per variant, the library still compiles, the tiled kernel runs."""
-    cfg = dict(variant="tiled", BM=96, BN=96, BK=32, WM=2, WN=3)   # 48 accumulators per lane
+def test_simd_kernels_hold_no_output_tile(sim):
+    """96x96x32 once fitted only the tiled kernel (the simd one staged its 36 KiB output
+    tile in threadgroup memory); fragments now go straight to device memory, so the simd
+    kernel needs only the padded A and B slices (26 KiB at float32) and runs it."""
+    cfg = dict(variant="simd", BM=96, BN=96, BK=32, WM=2, WN=3)   # 48 accumulators per lane
     assert spaces.problems("gemm", cfg, sim.info) == []
-    assert any("threadgroup memory" in p
-               for p in spaces.problems("gemm", dict(cfg, variant="simd"), sim.info))
+    assert spaces.threadgroup_memory("gemm", cfg) == 4 * (96 * 36 + 32 * 100)
     rng = np.random.default_rng(10)
-    A, B = data(rng, (1, 100, 70), np.float16), data(rng, (1, 70, 97), np.float16)
-    ref, bound = reference(A, B, None, 1.0, 0.0, False, False)
-    check(run(sim, A, B, config=cfg), ref, bound)
+    for dtype in DTYPES:
+        A, B = data(rng, (1, 100, 72), dtype), data(rng, (1, 72, 97), dtype)
+        ref, bound = reference(A, B, None, 1.0, 0.0, False, False)
+        check(run(sim, A, B, config=cfg), ref, bound)
+        assert sim.last_config["kernel"].startswith("gemm_simd_")
 
 
 # ------------------------------------------------------------------------------ public API

@@ -180,6 +180,7 @@ def test_candidate_order_and_limits():
     key = lookup.Choice({}, "generic", "", op="gemm", dtype="float32", shape=(1, 40, 24, 16))
     c = tuner.candidates_for(key, big)
     fam = [e.config for f in (7, 8, 9, 10) for e in db.family_defaults(f).for_op("gemm", "float32")]
+    fam += spaces.shipped("gemm")
     fitting = [f for f in fam if f["BN"] <= 48]        # 64-wide tiles are oversized for N=24
     assert c[0] == fitting[0] and all(spaces.problems("gemm", x, big) == [] for x in c)
     assert all(x["BM"] <= 80 and x["BN"] <= 48 for x in c)

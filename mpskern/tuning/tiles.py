@@ -1,6 +1,5 @@
 """The tiled GEMM spaces (metal/gemm.metal, metal/conv2d.metal): gemm, conv2d's implicit
 GEMM and its depthwise kernel, with their rules and rule-based defaults."""
-from mpskern.tuning import lookup
 from mpskern.tuning.space import FLOAT, Space
 
 
@@ -8,13 +7,17 @@ def _threads(c):
     return 32 * c["WM"] * c["WN"]
 
 
+# Staged rows are padded by 16 bytes (4 floats) against bank conflicts (mk_gemm_tile.h MK_PAD)
+PAD = 4
+
+
 def _tg_memory(c):
-    """Bytes of threadgroup memory of the variant (mk_gemm_tile.h: MK_AB_FLOATS for tiled,
-    MK_SMEM_FLOATS for simd, which reuses the staging area for the output tile)."""
-    ab = c["BM"] * c["BK"] + c["BK"] * c["BN"]
+    """Bytes of threadgroup memory of the variant at float32 (float16 stages half as half:
+    about half of it): the A and B slices with padded rows (mk_gemm_tile.h MK_STAGE_BYTES,
+    MK_TILED_STAGE_BYTES); the simd kernels store the output straight from the fragments."""
     if c["variant"] == "simd":
-        return FLOAT * max(ab, c["BM"] * c["BN"])
-    return FLOAT * ab
+        return FLOAT * (c["BM"] * (c["BK"] + PAD) + c["BK"] * (c["BN"] + PAD))
+    return FLOAT * (c["BK"] * (c["BM"] + PAD) + c["BK"] * (c["BN"] + PAD))
 
 
 # The register rule: a lane holds at most this many output values. Apple GPUs give a thread
@@ -35,6 +38,21 @@ def operands(c):
     """A and B values one lane holds per K step (simd: fragments of 2; tiled: TM + TN)."""
     sm, sn = c["BM"] // c["WM"], c["BN"] // c["WN"]
     return (sm // 8 + sn // 8) * 2 if c["variant"] == "simd" else sm // 4 + sn // 8
+
+
+def _conv_rules(c):
+    """conv2d's gather (metal/conv2d.metal mk_conv_gather) gives each thread fixed columns:
+    threads per threadgroup and BN must divide one another, and when threads are a multiple
+    of BN, the rows one pass covers (threads / BN) divide BK or cover it."""
+    out = _rules(c)
+    nt, bn, bk = _threads(c), c["BN"], c["BK"]
+    if nt % bn == 0:
+        if nt // bn < bk and bk % (nt // bn):
+            out.append(f"{nt} threads cover {nt // bn} rows of the B slice per pass, which "
+                       f"does not divide BK={bk}")
+    elif bn % nt:
+        out.append(f"{nt} threads per threadgroup and BN={bn} do not divide one another")
+    return out
 
 
 def _rules(c):
@@ -58,14 +76,15 @@ _TILES = dict(BM=(16, 32, 48, 64, 96, 128), BN=(16, 32, 48, 64, 96, 128),
 # Rule-based defaults, used when neither the user database nor the family's packaged
 # defaults have a valid entry (an unknown GPU family, or a device with smaller limits).
 # The first choice is a public heuristic, not measured by mpskern: MLX's steel GEMM uses
-# 64x64x16 tiles with 2x2 SIMD-groups for float32 and 1x2 for half
-# (mlx/backend/metal/matmul.cpp); the rest step down until one fits the device.
+# 64x64x16 tiles with 2x2 SIMD-groups (mlx/backend/metal/matmul.cpp; MLX takes 1x2 for
+# half, whose 64 accumulators per lane the model puts at 4 resident SIMD-groups per core on
+# Apple7, so mpskern keeps 2x2); the rest step down until one fits the device.
 _FALLBACKS = (dict(BM=32, BN=32, BK=16, WM=2, WN=2), dict(BM=32, BN=32, BK=8, WM=1, WN=1),
               dict(BM=16, BN=16, BK=8, WM=1, WN=1))
 
 
 def _first(dtype):
-    return dict(BM=64, BN=64, BK=16, WM=2 if lookup.dtype_name(dtype) == "float32" else 1, WN=2)
+    return dict(BM=64, BN=64, BK=16, WM=2, WN=2)
 
 
 def _defaults(dtype, shape=None):
@@ -74,7 +93,7 @@ def _defaults(dtype, shape=None):
     return [{"variant": "simd", **t} for t in tiles] + [{"variant": "tiled", **t} for t in tiles]
 
 
-_SHIPPED = tuple([{"variant": "simd", **_first(dt)} for dt in ("float32", "float16")]
+_SHIPPED = tuple([{"variant": "simd", **_first("float32")}]
                  + [{"variant": "simd", **t} for t in _FALLBACKS])
 # depthwise: 256 threads, a common choice for one-thread-per-output kernels
 _DEPTHWISE = tuple({"variant": "depthwise", "threads": t} for t in (256, 128, 64, 32))
@@ -86,12 +105,11 @@ SPACES = {
                       "SIMD-groups; split_k > 1 sums K chunks in a second pass",
                   threads=_threads, tg_memory=_tg_memory, rules=_rules, defaults=_defaults,
                   shipped=_SHIPPED),
-    # conv2d adds a 12-byte column table per tile column (metal/conv2d.metal)
     "conv2d": Space("conv2d", "conv2d.metal", ("simd", "tiled"), _TILES,
                     doc="implicit GEMM: Kg x N*P*Q output per group, K = Cg*R*S; the "
                         "GEMM's tile parameters",
-                    threads=_threads, tg_memory=lambda c: _tg_memory(c) + 12 * c["BN"],
-                    rules=_rules, defaults=_defaults, shipped=_SHIPPED),
+                    threads=_threads, tg_memory=_tg_memory,
+                    rules=_conv_rules, defaults=_defaults, shipped=_SHIPPED),
     "conv2d_depthwise": Space("conv2d", "conv2d.metal", ("depthwise",), {},
                               runtime=dict(threads=(32, 64, 128, 256, 512, 1024)),
                               doc="one thread per output element; threads per threadgroup",
@@ -101,17 +119,20 @@ SPACES = {
 }
 
 
-def split_k(config, batch, M, N, K):
+def split_k(config, batch, M, N, K, cores=8):
     """How many K chunks a gemm of this shape sums in parallel: the configuration's
-    `split_k` when it has one, else a rule (mpskern's own, not measured): when the output
-    has fewer than 16 tiles but K is at least 16 times the larger of M and N, split K so
-    each chunk keeps at least 256 of it (at most 16 chunks)."""
+    `split_k` when it has one, else a rule (mpskern's own, not measured; like MLX it splits
+    only when the output has few tiles and K is at least max(M, N)): when the grid has fewer
+    than 2 threadgroups per GPU core (`cores`: gpu/context.py's gpu_cores) and K is at least
+    max(M, N) and 512, double the chunks while each keeps at least 256 of K, up to 16 chunks
+    or 2 threadgroups per core."""
     if "split_k" in config:
         return int(config["split_k"])
     tiles = -(-M // config["BM"]) * -(-N // config["BN"]) * batch
-    if tiles >= 16 or K < 16 * max(M, N) or K < 512:
+    target = 2 * max(1, int(cores))
+    if tiles >= target or K < max(M, N) or K < 512:
         return 1
     s = 1
-    while s < 16 and K // (2 * s) >= 256 and tiles * s < 16:
+    while s < 16 and K // (2 * s) >= 256 and tiles * s < target:
         s *= 2
     return s

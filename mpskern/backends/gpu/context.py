@@ -196,6 +196,18 @@ def activation_macros(args):
     return {"MK_ACT": act} if act else {}
 
 
+def gpu_cores(info):
+    """GPU cores of a device (its name in peaks.CHIPS, else its family's base chip; 8 when
+    neither is known): how many threadgroups a grid needs to fill the GPU."""
+    from mpskern import peaks
+    for key in (info.get("name"), info.get("family")):
+        try:
+            return peaks.chip(key).cores
+        except (ValueError, TypeError):
+            continue
+    return 8
+
+
 def helper_threads(pipe, threads):
     """Threads per threadgroup of a helper kernel that takes any size (its grid is counted
     in threads or it guards its index): `threads`, halved until the pipeline allows it."""

@@ -5,12 +5,12 @@ generic rule) unless the caller pins one; its `variant` picks gemm_simd_* or gem
 its tile parameters are the kernel's macros. One threadgroup per BM x BN output tile and
 batch entry; with split_k > 1 each K chunk gets its own threadgroup writing float partial
 sums to device scratch, and gemm_splitk_reduce_* finishes (alpha, beta, C) in the same
-command buffer.
+command buffer; unpinned, split_k follows the GPU's core count (tiles.split_k).
 """
 from mpskern import _native
 from mpskern._errors import Unsupported
 from mpskern.backends.gpu.context import (MAX_GRID_YZ, activation_macros, cdiv, configure,
-                                          helper_threads, nothing, pipelines)
+                                          gpu_cores, helper_threads, nothing, pipelines)
 from mpskern.tuning import spaces
 
 SPACE = "gemm"
@@ -30,7 +30,7 @@ def gemm(ctx, args, dtype, A, B, C, out, config=None):
     act = activation_macros(args)        # the fused activation, in the kernels' own stores
     cfg, level, (pipe,) = pipelines(ctx, SPACE, dtype, shape, cfg, level, lambda c: [
         (spaces.SPACES[SPACE].kernel(c, dtype), spaces.threads(SPACE, c))], act)
-    split = spaces.split_k(cfg, batch, M, N, K)
+    split = spaces.split_k(cfg, batch, M, N, K, cores=gpu_cores(ctx.limits))
     if split * batch * M * N >= INT32_LIMIT:
         split = 1
     record = dict(cfg, split_k=split, kernel=pipe.name, level=level)

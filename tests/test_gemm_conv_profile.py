@@ -1,0 +1,67 @@
+"""The gemm and conv2d kernels at their shipped defaults, measured by the simulator's
+profiling mode (issue 16 part C's targets): no threadgroup bank conflicts under the
+32 x 4-byte bank model, unchecked vector loads on interior tiles (gemm), no integer
+division by a runtime value inside a loop, at most 64 accumulators per lane, and (model)
+at least 8 resident SIMD-groups per core on Apple7/8. Shapes have interior threadgroups
+(not first or last along a grid dimension) and stay small: every threadgroup is profiled."""
+import numpy as np
+import pytest
+
+from mpskern import sim
+from mpskern.profiling import run as prun
+from mpskern.sim import profile_build
+from mpskern.tuning import tiles
+
+pytestmark = [pytest.mark.skipif(not sim.available()[0], reason="no host C++ compiler"),
+              pytest.mark.skipif(profile_build.clang()[0] is None, reason="profiling needs clang")]
+
+CASES = [(op, shape, fam, dt) for op, shape in (("gemm", "M=320,N=320,K=1024"),
+                                                ("conv2d", "1,32,16,16,192,3,pad=1"),
+                                                ("conv2d", "1,256,16,16,192,1"))
+         for fam in (7, 9) for dt in ("float32", "float16")]
+
+
+@pytest.fixture
+def packaged_defaults(monkeypatch, tmp_path):
+    monkeypatch.setenv("MPSKERN_TUNING_DB", str(tmp_path / "none.json"))
+
+
+@pytest.mark.parametrize("op,shape,family,dtype", CASES,
+                         ids=[f"{o}-{s}-apple{f}-{d}" for o, s, f, d in CASES])
+def test_shipped_defaults_meet_the_counters(packaged_defaults, op, shape, family, dtype):
+    prof, info = prun.profile_op(op, shape, dtype, family=family, max_groups=0)
+    cfg = info["config"]
+    assert cfg["level"] == "family" and cfg["variant"] == "simd", cfg
+    assert tiles.accumulators(cfg) <= tiles.MAX_ACCUMULATORS
+    (d,) = prof.dispatches
+    assert d["kernel"] == f"{op}_simd_{'f32' if dtype == 'float32' else 'f16'}"
+    where = f"{op} {shape} apple{family} {dtype} {d['kernel']}"
+    tg = d["threadgroup"]
+    for kind in ("load", "store"):
+        assert tg[kind]["bank_factor"] == pytest.approx(1.0), (where, kind, tg[kind])
+    assert d["int_div"]["in_loops"] == 0, (where, d["int_div"])
+    interior = d["device"]["interior"]
+    assert interior["loads"] > 0, where
+    if op == "gemm" or shape.endswith(",1"):
+        # every A and B slice of an interior tile is loaded 4-wide, C 2-wide (float16: 4
+        # bytes, not counted as vector: C's share of the loads is 64/K of the A and B ones);
+        # a 1x1 stride-1 convolution's im2col is x itself, staged like B (bias: once per row)
+        assert interior["vector"] >= 0.9, (where, interior)
+    else:
+        # the weights are loaded 4-wide; the im2col gather stays scalar (its rows start at
+        # q*stride - pad + s, not 16-byte aligned: docs/kernels-gemm-conv.md)
+        assert interior["vector"] > 0.1, (where, interior)
+    (est,) = prun.model_of(prof, info).dispatches
+    if family in (7, 8):
+        assert est.simdgroups_per_core >= 8, (where, est)
+
+
+def test_staging_half_as_half_halves_threadgroup_memory(packaged_defaults):
+    """float16 stages its slices as half: the measured threadgroup memory is that of the
+    padded float32 staging (tiles._tg_memory) over two, with 8-half (16-byte) padding."""
+    for dtype, elem, pad in (("float32", 4, 4), ("float16", 2, 8)):
+        prof, info = prun.profile_op("gemm", "M=128,N=128,K=32", dtype, family=7, max_groups=0)
+        c = info["config"]
+        want = elem * (c["BM"] * (c["BK"] + pad) + c["BK"] * (c["BN"] + pad))
+        assert prof.dispatches[0]["tg_memory"] == want, (dtype, c)
+        assert np.dtype(dtype).itemsize == elem

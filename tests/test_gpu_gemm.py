@@ -317,7 +317,7 @@ def no_user_db(monkeypatch, tmp_path):
     monkeypatch.setenv("MPSKERN_TUNING_DB", str(tmp_path / "none.json"))
 
 
-@pytest.mark.parametrize("family,tiles", [(7, (64, 64, 16, 2, 2)), (9, (32, 32, 8, 1, 1))])
+@pytest.mark.parametrize("family,tiles", [(7, (64, 64, 16, 2, 2)), (9, (64, 64, 16, 2, 2))])
 def test_simulated_family_uses_its_packaged_default(sim, no_user_db, family, tiles):
     rng = np.random.default_rng(family)
     A, B = data(rng, (1, 33, 20), np.float32), data(rng, (1, 20, 40), np.float32)

@@ -282,8 +282,8 @@ def table(rows):
 def selftest(
     backend: Optional[List[str]] = typer.Option(
         None, "--backend", "-b",
-        help="Backend to test (repeatable). Default: every available one but sim "
-             "(the simulator is slow; ask for it with --backend sim). cpu always runs as reference."),
+        help="Backend to test (repeatable). Default: every available one, sim only where there is "
+             "no Metal GPU (on Linux: cpu and sim). cpu always runs as reference."),
     dtype: Optional[List[str]] = typer.Option(
         None, "--dtype", "-d", help="float32 and/or float16 (repeatable; default both)."),
     op: Optional[List[str]] = typer.Option(None, "--op", help="Only these ops (repeatable)."),
@@ -312,7 +312,10 @@ def selftest(
             tty.error(f"unknown backend(s) {bad}; use one of {', '.join(backends.NAMES)}")
         names = list(dict.fromkeys(backend))
     else:
-        names = [b for b in backends.available() if b != "sim"]
+        # every backend this machine runs; the simulator only where there is no GPU (it is
+        # slow, and on a Mac metal runs the same kernels): on Linux, cpu and sim
+        avail = backends.available()
+        names = [b for b in avail if b != "sim" or "metal" not in avail]
     dtypes = list(dict.fromkeys(dtype or DTYPES))
     if any(d not in DTYPES for d in dtypes):
         tty.error(f"--dtype must be one of {', '.join(DTYPES)}, got {dtypes}")

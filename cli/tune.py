@@ -113,8 +113,10 @@ def _run(console, tdb, op, backend, dtype, shape, budget, stride, padding, group
         if backend == "auto":
             backend = tuner.auto_backend()
             if backend != "metal" and not show:
-                console.print(f"no Metal GPU here: ranking by the model ({backend}; modelled GPU "
-                              f"times, not measurements; docs/profiling.md)")
+                console.print(f"no Metal GPU here: ranking by the model (--backend {backend}: "
+                              f"the simulator runs each candidate, the {backend[6:]} model "
+                              f"times it; modelled GPU times, not measurements; the winner is "
+                              f"checked on the simulator where small enough; docs/profiling.md)")
         tuner.gpu_backend(backend)
         spec = ops.get(op)
         shapes = [spec.parse(s) for s in shape] if shape else [spec.tune_shape(backend)]

@@ -1,5 +1,7 @@
 """QA regressions: `mpskern tune` names the bad option (not a numpy/internal message) for
 out-of-range --dtype/--stride/--padding/--reps, before any search starts."""
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -65,3 +67,26 @@ def test_an_unwritable_database_fails_before_the_search(monkeypatch, tmp_path):
     assert "best" not in r.output, r.output     # no candidate was timed
     r = CliRunner().invoke(app, ["tune", "--merge", str(db), "--db", str(db)])
     assert r.exit_code == 2
+
+
+def test_tune_without_backend_ranks_by_the_model_off_a_mac_and_says_so(monkeypatch, tmp_path):
+    """No Metal GPU: the default tunes (exit 0, an entry stored for the simulated device)
+    ranked by the family's performance model, and says so in one line naming the backend."""
+    from mpskern import backends
+    if backends.availability("metal")[0]:
+        pytest.skip("a Mac: the default is its GPU")
+    monkeypatch.setenv("COLUMNS", "250")
+    db = tmp_path / "t.json"
+    monkeypatch.setenv("MPSKERN_TUNING_DB", str(db))
+    r = CliRunner().invoke(app, ["tune", "softmax", "--shape", "8x64", "--budget", "0.3",
+                                 "--reps", "1"])
+    assert r.exit_code == 0, r.output
+    said = [ln for ln in r.output.splitlines() if ln.startswith("no Metal GPU here")]
+    assert len(said) == 1, r.output
+    fam = backends.get("sim").info.get("family") or 8
+    assert f"ranking by the model (--backend model-apple{fam}" in said[0]
+    assert "not measurements" in said[0] and "simulator" in said[0]
+    assert f"(model-apple{fam})" in r.output and "not measured" in r.output
+    entries = json.loads(db.read_text())["entries"]     # tuned and stored, said to be modelled
+    assert [e["op"] for e in entries] == ["softmax"], entries
+    assert entries[0]["provenance"]["measured"] is False, entries

@@ -149,3 +149,14 @@ def test_real_run_on_sim_when_asked():
     assert r.exit_code == 0, r.output
     assert "backend sim: available (tested)" in r.output
     assert "20 passed, 0 failed, 0 unsupported (cpu, sim; float32)" in r.output   # NaN/Inf and activation cases
+
+
+def test_default_backends_include_sim_where_there_is_no_gpu(monkeypatch):
+    seen = []
+    monkeypatch.setattr(st, "run", lambda names, *a, **k: seen.append(names) or [])
+    r = runner.invoke(app, ["selftest", "--op", "softmax", "--no-isolate"])
+    avail = mpskern.backends.available()
+    want = [b for b in avail if b != "sim" or "metal" not in avail]
+    assert seen == [want], (seen, r.output)
+    if "metal" not in avail and "sim" in avail:
+        assert "sim" in seen[0] and "backend sim: available (tested)" in r.output

@@ -13,7 +13,7 @@ DEFAULT_RESULTS = "results"     # cli/bench.py's --out default
 
 HELP = ("Write an HTML and Markdown report with figures from bench results.\n\n"
         "OUT/index.html and OUT/report.md, PNGs under OUT/figures: throughput per shape per "
-        "backend with p10-p90 bands, speedup over cpu, a roofline with the device's peaks, "
+        "backend (points with p10-p90 bars), speedup over cpu, a roofline with the device's peaks, "
         "the machine, and tables; with --compare OLD NEW, the cases that got slower beyond "
         "noise.")
 

@@ -186,6 +186,11 @@ def _run(op="conv2d", tg=("cpu", "metal", "mps", "torch-cpu"), dtypes=("float32"
     return runner.run(op, cases, dtypes, [fake_make(n) for n in tg], budget=0.02)
 
 
+# conv2d's tiny preset's first case: its name and its full shape (N x C x H x W, R x S -> K,
+# stride and padding), as Op.preset labels every preset row
+TINY_3X3 = "tiny 3x3 16 (1x16x16x16 3x3->16 s1p1)"
+
+
 def test_runner_checks_times_and_derives():
     rows = _run()
     assert len(rows) == 2 * 4
@@ -193,7 +198,7 @@ def test_runner_checks_times_and_derives():
         schema.validate(r)
         assert r["schema_version"] == schema.SCHEMA_VERSION and r["op"] == "conv2d"
     by = {(r["shape_label"], r["backend"]): r for r in rows}
-    cpu, metal = by[("tiny 3x3 16", "cpu")], by[("tiny 3x3 16", "metal")]
+    cpu, metal = by[(TINY_3X3, "cpu")], by[(TINY_3X3, "metal")]
     for r in (cpu, metal):
         assert r["status"] == "ok" and r["n_samples"] >= 10
         assert r["p10_ms"] <= r["median_ms"] <= r["p90_ms"]
@@ -203,10 +208,10 @@ def test_runner_checks_times_and_derives():
     assert cpu["speedup_vs_cpu"] == 1.0
     assert math.isclose(metal["speedup_vs_cpu"], cpu["median_ms"] / metal["median_ms"])
     assert metal["median_ms"] > 0.2                              # its 0.2 ms sleep is in there
-    bad = by[("tiny 3x3 16", "mps")]
+    bad = by[(TINY_3X3, "mps")]
     assert bad["status"] == "check_failed" and bad["median_ms"] is None
     assert "exceeds tolerance" in bad["error"] and bad["max_err"] > bad["tolerance"]
-    err = by[("tiny 3x3 16", "torch-cpu")]
+    err = by[(TINY_3X3, "torch-cpu")]
     assert err["status"] == "error" and "NotImplementedError: fake: no kernel" in err["error"]
 
 
@@ -254,6 +259,7 @@ def test_cli_bench_table_jsonl_csv(cli, tmp_path):
     assert r.exit_code == 0, r.output
     assert "mpskern bench conv2d" in r.stdout and "tiny 3x3 16" in r.stdout
     rows = schema.read_jsonl([tmp_path / "bench.jsonl"])
+    assert rows[0]["shape_label"] == TINY_3X3           # the preset's name and its full shape
     assert [x["backend"] for x in rows] == ["cpu", "metal"] * 2
     assert (tmp_path / "x.csv").read_text().count("\n") == 5
 

@@ -49,7 +49,9 @@ def test_report_html_markdown_figures(results, tmp_path):
         assert f"figures/{f}" in html and f"figures/{f}" in md
     for text in (html, md):
         assert "Machine" in text and "say nothing about GPU speed" in text
-        assert "tiny 3x3 16" in text and "check_failed" in text   # the broken fake
+        assert "tiny 3x3 16 (1x16x16x16 3x3-&gt;16 s1p1)" in text or (
+            "tiny 3x3 16 (1x16x16x16 3x3->16 s1p1)" in text)      # the preset row's full shape
+        assert "check_failed" in text                              # the broken fake
         assert rows[0]["numpy"] in text
     assert "<a href='#conv2d'>conv2d</a>" in html and "[softmax](#softmax)" in md
 

@@ -5,6 +5,7 @@ errors; bench's command line, --keep-samples and x-cpu column; the Winograd note
 import copy
 import json
 import os
+import re
 
 import numpy as np
 from typer.testing import CliRunner
@@ -140,3 +141,32 @@ def test_report_explains_conv2d_above_peak_and_drops_vs_cpu_with_cpu_alone(tmp_p
     assert "Rows above 100 % of peak" in md and "Winograd" in md
     assert "vs cpu" not in md
 
+
+
+def test_preset_rows_carry_their_full_shapes():
+    for name, sp in ops.TABLE.items():
+        for preset in sp.presets:
+            for label, shape in sp.preset(preset):
+                assert sp.label(shape) in label, (name, preset, label)
+    label = ops.get("conv2d").preset("resnet50")[0][0]
+    assert re.search(r"\(\d+x\d+x\d+x\d+ \dx\d->\d+ s\dp\d", label), label   # N C H W, R S, K
+
+
+def test_throughput_figure_draws_no_lines_between_shapes(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from mpskern.report import figures
+    sp = ops.get("softmax")
+    rows = runner.run("softmax", sp.preset("tiny"), ["float32"],
+                      [fake_make("cpu"), fake_make("metal")], budget=0.02)
+    saved = []
+    monkeypatch.setattr(figures, "_save", lambda fig, path: saved.append(fig))
+    assert figures.throughput(data.with_throughput(data.frame(rows)), "softmax", "float32",
+                              str(tmp_path / "t.png"))
+    (fig,) = saved
+    assert isinstance(fig, Figure)
+    ax = fig.axes[0]
+    joined = [ln for ln in ax.get_lines()
+              if len(ln.get_xdata()) > 1 and ln.get_linestyle() not in ("None", "none", "")]
+    assert not joined, [ln.get_label() for ln in joined]       # points and bars only
+    assert len(ax.containers) == 2                             # one errorbar set per backend

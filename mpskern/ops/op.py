@@ -219,11 +219,18 @@ class Op:
         return self.key(s)
 
     def preset(self, name):
-        """[(label, shape)] of a named preset; ValueError listing the names."""
+        """[(label, shape)] of a named preset, each label the preset's name for the case and
+        the full shape ("res4 3x3 256 (8x256x14x14 3x3->256 s1p1)"); ValueError listing the
+        names."""
         if name not in self.presets:
             raise ValueError(f"{self.name} has no preset {name!r}; use one of "
                              f"{', '.join(self.presets)}")
-        return [(label, self.complete(fields)) for label, fields in self.presets[name]]
+        out = []
+        for label, fields in self.presets[name]:
+            s = self.complete(fields)
+            full = self.label(s)
+            out.append((label if full in label else f"{label} ({full})", s))
+        return out
 
     def tune_shape(self, backend):
         """The shape `mpskern tune` uses when none is given (small on the simulator)."""

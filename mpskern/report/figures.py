@@ -1,5 +1,5 @@
 """The report's matplotlib figures, drawn on Agg canvases (no pyplot state, no display):
-throughput per shape per backend with p10-p90 bands, speedup over cpu, roofline, and the
+throughput per shape per backend (points with p10-p90 bars), speedup over cpu, roofline, and the
 comparison of two runs."""
 import math
 
@@ -46,7 +46,8 @@ def _log_if_wide(ax, values, axis="y"):
 
 
 def throughput(df, op, dtype, path):
-    """Metric per shape (x, smallest work first) per backend, median line, p10-p90 band."""
+    """Metric per shape (x, smallest work first) per backend: a point at the median with a
+    p10-p90 bar, backends side by side (the shapes are unrelated: no lines between them)."""
     d = df[(df.op == op) & (df.dtype == dtype) & (df.status == "ok")]
     if d.empty:
         return False
@@ -58,25 +59,28 @@ def throughput(df, op, dtype, path):
     unit = d.unit.iloc[0]
     sim = False
     vals = []
-    for b in sorted(d.backend.unique(), key=backend_sort_key):
+    names = sorted(d.backend.unique(), key=backend_sort_key)
+    width = 0.7 / max(len(names), 1)
+    for i, b in enumerate(names):
         db = d[d.backend == b].set_index("shape_key").reindex(shapes)
         simulated = bool(db.simulated.fillna(False).any())
         sim |= simulated
         v = db.value.to_numpy(float)
         vals += list(v)
-        ls = "--" if simulated else "-"
-        ax.plot(x, v, ls, marker="o", color=_color(b), label=_label(b, simulated))
-        ax.fill_between(x, db.lo.to_numpy(float), db.hi.to_numpy(float), color=_color(b),
-                        alpha=0.2, linewidth=0)
+        xb = x + (i - (len(names) - 1) / 2) * width
+        err = np.vstack([v - db.lo.to_numpy(float), db.hi.to_numpy(float) - v])
+        ax.errorbar(xb, v, yerr=np.where(np.isfinite(err), np.maximum(err, 0), 0), ls="none",
+                    marker="s" if simulated else "o", color=_color(b), capsize=3,
+                    mfc="white" if simulated else _color(b), label=_label(b, simulated))
         unst = db.unstable.fillna(False).astype(bool).to_numpy()
         if unst.any():
-            ax.plot(x[unst], v[unst], "o", mfc="none", mec="k", ms=11)
+            ax.plot(xb[unst], v[unst], "o", mfc="none", mec="k", ms=11)
     _log_if_wide(ax, vals)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(f"{unit} (higher is better)")
     ax.set_xlabel("shape (ordered by work)")
-    ax.set_title(f"{op} {dtype}: throughput (line: median, band: p10-p90)", fontsize=10)
+    ax.set_title(f"{op} {dtype}: throughput per shape (point: median, bar: p10-p90)", fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     h, lab = ax.get_legend_handles_labels()
     if d.unstable.fillna(False).astype(bool).any():

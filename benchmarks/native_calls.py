@@ -90,7 +90,7 @@ def tiny_calls(native=_native):
         "cpu_softmax 4x4": lambda: n.cpu_softmax(sm, F32, x, y),
         "cpu_gemm 4x4x4": lambda: n.cpu_gemm(ga, F32, x, x, None, y),
         "cpu_conv2d 1x1 @4x4": lambda: n.cpu_conv2d(ca, F32, x4, w, None, y4),
-        "cpu_pool2d 2x2 @4x4": lambda: n.cpu_pool2d(pa, F32, x4, p4),
+        "cpu_pool2d 2x2 @4x4": lambda: n.cpu_pool2d(pa, F32, x4, p4, None),
         "cpu_rownorm 4x4": lambda: n.cpu_rownorm(ra, F32, x, v, v, y),
         "cpu_group_norm 4x4": lambda: n.cpu_group_norm(gn, F32, x, v, v, y),
         "cpu_batch_norm 4x4": lambda: n.cpu_batch_norm(bn, F32, x, rm, rv, v, v, y),
@@ -250,7 +250,7 @@ def sizes():
         x = rng.standard_normal((1, 4, h, h)).astype(np.float32)
         y = np.empty((1, 4, h // 2, h // 2), np.float32)
         a = pool_args(1, 4, h, h, 2)
-        t = per_call_us(lambda: _native.cpu_pool2d(a, F32, x, y), n=1000, rounds=7)
+        t = per_call_us(lambda: _native.cpu_pool2d(a, F32, x, y, None), n=1000, rounds=7)
         print(f"  cpu_pool2d 4x{h:3d}x{h:<3d}   {x.nbytes + y.nbytes:8d} B {t:9.2f}")
 
 

@@ -54,13 +54,16 @@ typedef struct mk_conv2d_args {
 
 #define MK_POOL_MAX 0
 #define MK_POOL_AVG 1
+#define MK_POOL_ADAPTIVE_AVG 2     // torch's adaptive_avg_pool2d: output (p, q) averages rows
+                                   // [p*H/P, ceil((p+1)*H/P)) x columns [q*W/Q, ceil((q+1)*W/Q))
+                                   // (kh, kw, strides, padding, dilation, divisor unused)
 // Windows start at p*stride - pad; a window is clipped to the input for max and for the
 // count_include_pad=False divisor; the count_include_pad=True divisor clips the window to
 // the padded extent (H + pad_h_end), as torch does.
 typedef struct mk_pool2d_args {
     mk_i32 N, C, H, W, P, Q;
     mk_i32 kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
-    mk_i32 mode;                   // MK_POOL_MAX / MK_POOL_AVG
+    mk_i32 mode;                   // MK_POOL_MAX / MK_POOL_AVG / MK_POOL_ADAPTIVE_AVG
     mk_i32 count_include_pad;
     mk_i32 divisor;                // >0: divisor_override
     mk_i32 pad_h_end, pad_w_end;   // padded extent limits: H + pad_h_end, W + pad_w_end

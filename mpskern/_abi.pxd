@@ -1,5 +1,5 @@
 # _abi.pxd: Cython's view of the C ABI (objc/mpskern.h, metal/mk_args.h). Keep in step.
-from libc.stdint cimport uint32_t, uint64_t, int32_t
+from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t
 
 cdef extern from "mk_args.h":
     int MK_F32, MK_F16
@@ -45,7 +45,8 @@ cdef extern from "mpskern.h" nogil:
                           const void *C, void *out)
     mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const void *w,
                             const float *bias, void *y)
-    mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y)
+    mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y,
+                            int64_t *indices)
     mk_status mk_cpu_softmax(const mk_softmax_args *a, int dtype, const void *x, void *y)
     mk_status mk_cpu_rownorm(const mk_rownorm_args *a, int dtype, const void *x,
                              const float *weight, const float *bias, void *y)
@@ -143,7 +144,7 @@ cdef extern from "mpskern.h" nogil:
     mk_status mk_mps_conv2d(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buffer *x,
                             mk_buffer *w, mk_buffer *bias, mk_buffer *y, mk_timing *t)
     mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buffer *x,
-                            mk_buffer *y, mk_timing *t)
+                            mk_buffer *y, mk_buffer *indices, mk_timing *t)
     mk_status mk_mps_softmax(mk_device *d, const mk_softmax_args *a, int dtype, mk_buffer *x,
                              mk_buffer *y, mk_timing *t)
     mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_buffer *x,

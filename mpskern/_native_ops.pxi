@@ -37,7 +37,7 @@ cdef mk_status _cpu_gemm(const void* a, int dt, void** p) noexcept nogil:
 cdef mk_status _cpu_conv2d(const void* a, int dt, void** p) noexcept nogil:
     return mk_cpu_conv2d(<const mk_conv2d_args*>a, dt, p[0], p[1], <const float*>p[2], p[3])
 cdef mk_status _cpu_pool2d(const void* a, int dt, void** p) noexcept nogil:
-    return mk_cpu_pool2d(<const mk_pool2d_args*>a, dt, p[0], p[1])
+    return mk_cpu_pool2d(<const mk_pool2d_args*>a, dt, p[0], p[1], <int64_t*>p[2])
 cdef mk_status _cpu_softmax(const void* a, int dt, void** p) noexcept nogil:
     return mk_cpu_softmax(<const mk_softmax_args*>a, dt, p[0], p[1])
 cdef mk_status _cpu_rownorm(const void* a, int dt, void** p) noexcept nogil:
@@ -57,7 +57,7 @@ cdef mk_status _mps_gemm(mk_device* d, const void* a, int dt, mk_buffer** b, mk_
 cdef mk_status _mps_conv2d(mk_device* d, const void* a, int dt, mk_buffer** b, mk_timing* t) noexcept nogil:
     return mk_mps_conv2d(d, <const mk_conv2d_args*>a, dt, b[0], b[1], b[2], b[3], t)
 cdef mk_status _mps_pool2d(mk_device* d, const void* a, int dt, mk_buffer** b, mk_timing* t) noexcept nogil:
-    return mk_mps_pool2d(d, <const mk_pool2d_args*>a, dt, b[0], b[1], t)
+    return mk_mps_pool2d(d, <const mk_pool2d_args*>a, dt, b[0], b[1], b[2], t)
 cdef mk_status _mps_softmax(mk_device* d, const void* a, int dt, mk_buffer** b, mk_timing* t) noexcept nogil:
     return mk_mps_softmax(d, <const mk_softmax_args*>a, dt, b[0], b[1], t)
 cdef mk_status _mps_rownorm(mk_device* d, const void* a, int dt, mk_buffer** b, mk_timing* t) noexcept nogil:
@@ -279,7 +279,8 @@ cdef tuple _row(args_t* tag, str name, str arrays, cpu_fn cpu, mps_fn mps):
 cpu_gemm, mps_gemm = _row(<mk_gemm_args*>NULL, "gemm", "A B C out!", _cpu_gemm, _mps_gemm)
 cpu_conv2d, mps_conv2d = _row(<mk_conv2d_args*>NULL, "conv2d", "x w bias y!",
                               _cpu_conv2d, _mps_conv2d)
-cpu_pool2d, mps_pool2d = _row(<mk_pool2d_args*>NULL, "pool2d", "x y!", _cpu_pool2d, _mps_pool2d)
+cpu_pool2d, mps_pool2d = _row(<mk_pool2d_args*>NULL, "pool2d", "x y! indices!",
+                              _cpu_pool2d, _mps_pool2d)
 cpu_softmax, mps_softmax = _row(<mk_softmax_args*>NULL, "softmax", "x y!",
                                 _cpu_softmax, _mps_softmax)
 cpu_rownorm, mps_rownorm = _row(<mk_rownorm_args*>NULL, "rownorm", "x weight bias y!",

@@ -182,7 +182,11 @@ def _pool(x, kernel_size, stride, padding, dilation, ceil_mode, reduce):
     return y[0] if unbatched else y
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    if return_indices:
+        return _max_pool2d_indices(x, kernel_size, stride, padding, dilation, ceil_mode)
+
     def taps(start, k, d, n):
         """The window's taps inside the input, as a slice (they are evenly spaced)."""
         inside = [start + a * d for a in range(k) if 0 <= start + a * d < n]
@@ -193,6 +197,54 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
         # a window wholly in the padding (possible with dilation) is -inf, as torch
         return x[:, :, rows, cols].max(axis=(2, 3), initial=-np.inf)
     return _pool(x, kernel_size, stride, padding, dilation, ceil_mode, red)
+
+
+def _max_pool2d_indices(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """(values, int64 indices) by torch's rule, stated once here: tap by tap in row-major
+    window order from -inf at the window's first tap inside the input, a tap wins when it
+    is greater or NaN (so ties keep the first, the last NaN wins)."""
+    x = np.asarray(x, np.float64)
+    unbatched = x.ndim == 3
+    xb = x[None] if unbatched else x
+    N, C, H, W = xb.shape
+    kh, kw = _two(kernel_size)
+    sh, sw = _two(stride if stride is not None else kernel_size)
+    ph, pw = _two(padding)
+    dh, dw = _two(dilation)
+    hs = window_starts(H, kh, sh, ph, dh, ceil_mode)
+    ws = window_starts(W, kw, sw, pw, dw, ceil_mode)
+    y = np.full((N, C, len(hs), len(ws)), -np.inf)
+    idx = np.zeros(y.shape, np.int64)
+    for i, h0 in enumerate(hs):
+        for j, w0 in enumerate(ws):
+            taps = [(h, w) for h in range(h0, h0 + kh * dh, dh) if 0 <= h < H
+                    for w in range(w0, w0 + kw * dw, dw) if 0 <= w < W]
+            if not taps:
+                continue
+            m, at = y[:, :, i, j], idx[:, :, i, j]          # views
+            at[...] = taps[0][0] * W + taps[0][1]
+            for h, w in taps:
+                v = xb[:, :, h, w]
+                win = (v > m) | np.isnan(v)
+                m[win], at[win] = v[win], h * W + w
+    return (y[0], idx[0]) if unbatched else (y, idx)
+
+
+def adaptive_avg_pool2d(x, output_size):
+    """torch's adaptive windows: output p covers [floor(p*H/P), ceil((p+1)*H/P))."""
+    x = np.asarray(x, np.float64)
+    unbatched = x.ndim == 3
+    xb = x[None] if unbatched else x
+    H, W = xb.shape[-2:]
+    size = output_size if isinstance(output_size, (tuple, list)) else (output_size,) * 2
+    P, Q = (H if size[0] is None else size[0]), (W if size[1] is None else size[1])
+    y = np.empty(xb.shape[:2] + (P, Q))
+    for p in range(P):
+        h0, h1 = (p * H) // P, -(-((p + 1) * H) // P)
+        for q in range(Q):
+            w0, w1 = (q * W) // Q, -(-((q + 1) * W) // Q)
+            y[:, :, p, q] = xb[:, :, h0:h1, w0:w1].mean(axis=(2, 3))
+    return y[0] if unbatched else y
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,

@@ -22,7 +22,7 @@ stated once:
 from dataclasses import dataclass
 
 F32 = 4
-POOL_MAX, POOL_AVG = 0, 1       # MK_POOL_MAX / MK_POOL_AVG
+POOL_MAX, POOL_AVG, POOL_ADAPTIVE_AVG = 0, 1, 2   # MK_POOL_MAX / _AVG / _ADAPTIVE_AVG
 # MK_ACT_*: the fused activations of gemm and conv2d, by the public name (None: none)
 ACTIVATIONS = {None: 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}
 NORM_LAYER, NORM_RMS = 0, 1     # MK_NORM_LAYER / MK_NORM_RMS
@@ -99,6 +99,14 @@ def pool2d_args(N, C, H, W, P, Q, kh, kw, *, stride_h=1, stride_w=1, pad_h=0, pa
 def pool2d_cost(*, N, C, H, W, P, Q, kh, kw, itemsize, **_):
     """One compare (max) or add (avg) per window element."""
     return Cost(float(N * C * P * Q * kh * kw), float((N * C * H * W + N * C * P * Q) * itemsize))
+
+
+def adaptive_pool2d_cost(*, N, C, H, W, P, Q, itemsize, **_):
+    """One add per element of every adaptive window (they overlap when H % P != 0): the
+    window heights sum to sum_p (ceil((p+1)H/P) - floor(pH/P)), likewise the widths."""
+    rows = sum(((p + 1) * H + P - 1) // P - p * H // P for p in range(P))
+    cols = sum(((q + 1) * W + Q - 1) // Q - q * W // Q for q in range(Q))
+    return Cost(float(N * C * rows * cols), float((N * C * H * W + N * C * P * Q) * itemsize))
 
 
 # -- mk_softmax_args: x viewed as (outer, n, inner), softmax along n -----------------------

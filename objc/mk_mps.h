@@ -46,6 +46,12 @@ mk_status mk_mps_op(const char *op, mk_device *d, int dtype, mk_timing *t,
 // (torch's formulas: relu keeps NaN, gelu with erf, gelu_tanh as x * sigmoid(2u), silu).
 MPSGraphTensor *mk_mps_activation(MPSGraph *G, MPSGraphTensor *x, int act);
 
+// The pool2d variants mk_mps_pool2d routes to (objc/mk_mps_pool_windows.m; arguments
+// checked, nothing empty): MK_POOL_ADAPTIVE_AVG, and max with int64 indices.
+mk_status mk_mps_adaptive_avg_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buffer *x,
+                                     mk_buffer *y, mk_timing *t);
+mk_status mk_mps_max_pool2d_indices(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buffer *x,
+                                    mk_buffer *y, mk_buffer *indices, mk_timing *t);
 // The shape as an MPSShape.
 MPSShape *mk_mps_shape(int n, const int64_t *dims);
 #define MK_SHAPE(...) mk_mps_shape((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \

@@ -217,9 +217,10 @@ int mk_mps_conv2d_host(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buff
 mk_status mk_mps_pool2d_check(const mk_pool2d_args *a, int *empty) {
     *empty = 0;
     if (!a) return mk_set_error(MK_ERR_INVALID, POOL ": args is NULL");
-    if (a->mode != MK_POOL_MAX && a->mode != MK_POOL_AVG)
-        return mk_set_error(MK_ERR_INVALID, POOL ": mode %d is neither max (%d) nor avg (%d)",
-                            a->mode, MK_POOL_MAX, MK_POOL_AVG);
+    if (a->mode != MK_POOL_MAX && a->mode != MK_POOL_AVG && a->mode != MK_POOL_ADAPTIVE_AVG)
+        return mk_set_error(MK_ERR_INVALID, POOL ": mode %d is neither max (%d), avg (%d) nor "
+                            "adaptive avg (%d)", a->mode, MK_POOL_MAX, MK_POOL_AVG,
+                            MK_POOL_ADAPTIVE_AVG);
     if (a->N < 0 || a->C < 0 || a->H < 0 || a->W < 0 || a->P < 0 || a->Q < 0)
         return mk_set_error(MK_ERR_INVALID, POOL ": negative size (N %d, C %d, H %d, W %d, P %d, Q %d)",
                             a->N, a->C, a->H, a->W, a->P, a->Q);

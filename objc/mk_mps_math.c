@@ -37,6 +37,30 @@ void mk_mps_avg_divisors(const mk_pool2d_args *a, float *out) {
         }
 }
 
+void mk_mps_adaptive_window(int i, int out, int in, int64_t *lo, int64_t *hi) {
+    *lo = (int64_t)i * in / out;
+    *hi = ((int64_t)(i + 1) * in + out - 1) / out;
+}
+
+// the first tap of k (`dil` apart from `start`) inside [0, n); the start itself if none is
+static int64_t first_inside(int64_t start, int k, int dil, int64_t n) {
+    for (int i = 0; i < k; i++) {
+        int64_t v = start + (int64_t)i * dil;
+        if (v >= 0 && v < n) return v;
+    }
+    return start;
+}
+
+void mk_mps_first_taps(const mk_pool2d_args *a, int32_t *out) {
+    for (int p = 0; p < a->P; p++) {
+        int64_t h = first_inside((int64_t)p * a->stride_h - a->pad_h, a->kh, a->dil_h, a->H);
+        for (int q = 0; q < a->Q; q++) {
+            int64_t w = first_inside((int64_t)q * a->stride_w - a->pad_w, a->kw, a->dil_w, a->W);
+            out[(int64_t)p * a->Q + q] = (int32_t)(h * a->W + w);
+        }
+    }
+}
+
 static mk_mps_matrix stored(int64_t rows, int64_t cols, int64_t ld, int64_t stride) {
     mk_mps_matrix m = {rows, cols, ld, stride};
     return m;

@@ -17,10 +17,14 @@
 #define OP "mk_mps_pool2d"
 
 mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buffer *x,
-                        mk_buffer *y, mk_timing *t) {
+                        mk_buffer *y, mk_buffer *indices, mk_timing *t) {
     return mk_mps_op(OP, d, dtype, t, ^mk_status(int *empty) {
+        if (indices && a && a->mode != MK_POOL_MAX)
+            return mk_set_error(MK_ERR_INVALID, OP ": indices are for max pooling only (mode %d)", a->mode);
         return mk_mps_pool2d_check(a, empty);
     }, ^mk_status {
+        if (a->mode == MK_POOL_ADAPTIVE_AVG) return mk_mps_adaptive_avg_pool2d(d, a, dtype, x, y, t);
+        if (indices) return mk_mps_max_pool2d_indices(d, a, dtype, x, y, indices, t);
         mk_status st;
         mk_mps_window_plan wp;
         if ((st = mk_mps_pool2d_plan(a, &wp)) != MK_OK) return st;

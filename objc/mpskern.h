@@ -52,7 +52,11 @@ mk_status mk_cpu_gemm(const mk_gemm_args *a, int dtype, const void *A, const voi
                       const void *C, void *out);
 mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const void *w,
                         const float *bias, void *y);
-mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y);
+// indices: NULL, or int64 (N, C, P, Q) for MK_POOL_MAX: where each maximum came from, as a flat
+// index h*W + w into its (H, W) plane (torch's return_indices: the first of equal maxima, the
+// last NaN of a window; a window of -inf only: its first element inside the input).
+mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y,
+                        int64_t *indices);
 mk_status mk_cpu_softmax(const mk_softmax_args *a, int dtype, const void *x, void *y);
 mk_status mk_cpu_rownorm(const mk_rownorm_args *a, int dtype, const void *x,
                          const float *weight, const float *bias, void *y);
@@ -207,7 +211,7 @@ mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer 
 mk_status mk_mps_conv2d(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buffer *x,
                         mk_buffer *w, mk_buffer *bias, mk_buffer *y, mk_timing *t);
 mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buffer *x,
-                        mk_buffer *y, mk_timing *t);
+                        mk_buffer *y, mk_buffer *indices, mk_timing *t);   // indices: as mk_cpu_pool2d
 mk_status mk_mps_softmax(mk_device *d, const mk_softmax_args *a, int dtype, mk_buffer *x,
                          mk_buffer *y, mk_timing *t);
 mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_buffer *x,

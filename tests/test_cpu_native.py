@@ -213,7 +213,7 @@ def test_pool2d(dtype, case, threads):
     args = dict(N=2, C=3, H=H, W=W, P=P, Q=Q, kh=k[0], kw=k[1], stride_h=s[0], stride_w=s[1],
                 pad_h=p[0], pad_w=p[1], dil_h=d[0], dil_w=d[1], mode=mode,
                 count_include_pad=int(cip), divisor=div, pad_h_end=p[0], pad_w_end=p[1])
-    _native.cpu_pool2d(args, DT[dtype], x, y)
+    _native.cpu_pool2d(args, DT[dtype], x, y, None)
     close(y, pool_ref(x, mode, k, s, p, d, P, Q, cip, div), dtype)
 
 
@@ -224,7 +224,7 @@ def test_max_pool_propagates_nan():
     args = dict(N=1, C=1, H=4, W=4, P=2, Q=2, kh=2, kw=2, stride_h=2, stride_w=2, pad_h=0,
                 pad_w=0, dil_h=1, dil_w=1, mode=0, count_include_pad=1, divisor=0,
                 pad_h_end=0, pad_w_end=0)
-    _native.cpu_pool2d(args, F32, x, y)
+    _native.cpu_pool2d(args, F32, x, y, None)
     assert np.isnan(y[0, 0, 0, 0]) and not np.isnan(y[0, 0, 1:, 1:]).any()
 
 
@@ -236,7 +236,7 @@ def test_global_max_pool_nan_and_inf():
     args = dict(N=1, C=3, H=7, W=7, P=1, Q=1, kh=7, kw=7, stride_h=7, stride_w=7, pad_h=0,
                 pad_w=0, dil_h=1, dil_w=1, mode=0, count_include_pad=1, divisor=0,
                 pad_h_end=0, pad_w_end=0)
-    _native.cpu_pool2d(args, F32, x, y)
+    _native.cpu_pool2d(args, F32, x, y, None)
     assert np.isnan(y[0, 0, 0, 0]) and y[0, 1, 0, 0] == -np.inf
     assert y[0, 2, 0, 0] == x[0, 2].max()
 

@@ -63,6 +63,8 @@ def cmath(tmp_path_factory):
     lib.mk_mps_floor_windows.argtypes = [ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.mk_mps_avg_divisors.argtypes = [ctypes.POINTER(PoolArgs), ctypes.c_void_p]
     lib.mk_mps_gemm_plan_make.argtypes = [ctypes.POINTER(GemmArgs), ctypes.POINTER(GemmPlan)]
+    lib.mk_mps_adaptive_window.argtypes = [ctypes.c_int] * 3 + [ctypes.POINTER(ctypes.c_int64)] * 2
+    lib.mk_mps_first_taps.argtypes = [ctypes.POINTER(PoolArgs), ctypes.c_void_p]
     return lib
 
 
@@ -106,7 +108,43 @@ class EmulatedShim:
     def mps_run(self, kernel, d, a, dtype, *bufs):      # _native.mps_run: the row's mps_<op>
         return getattr(self, f"mps_{kernel}")(d, a, dtype, *bufs)
 
-    def mps_pool2d(self, d, a, dtype, x, y):
+    def _adaptive(self, i, out, n):
+        lo, hi = ctypes.c_int64(), ctypes.c_int64()
+        self.lib.mk_mps_adaptive_window(i, out, n, ctypes.byref(lo), ctypes.byref(hi))
+        return lo.value, hi.value
+
+    def mps_pool2d(self, d, a, dtype, x, y, indices):
+        if a["mode"] == 2:      # mk_mps_adaptive_avg_pool2d: row sums, column sums, / sizes
+            xs = x.array.astype(np.float32)
+            rows = [self._adaptive(p, a["P"], a["H"]) for p in range(a["P"])]
+            cols = [self._adaptive(q, a["Q"], a["W"]) for q in range(a["Q"])]
+            v = np.stack([xs[:, :, lo:hi].sum(axis=2) for lo, hi in rows], axis=2)
+            v = np.stack([v[:, :, :, lo:hi].sum(axis=3) for lo, hi in cols], axis=3)
+            n = np.array([[(h1 - h0) * (w1 - w0) for w0, w1 in cols] for h0, h1 in rows], np.float32)
+            y.array[...] = (v / n).reshape(y.array.shape)
+            return (0.0, 0.0)
+        if indices is not None:  # mk_mps_max_pool2d_indices: tap by tap, greater or NaN wins
+            pb, pr, gp, gq = self._pads(a, a["kh"], a["kw"])
+            pads = ((0, 0), (0, 0), (a["pad_h"], pb), (a["pad_w"], pr))
+            xv = np.pad(x.array.astype(np.float32), pads, constant_values=-np.inf)
+            xi = np.pad(np.arange(a["H"] * a["W"], dtype=np.int32).reshape(1, 1, a["H"], a["W"]),
+                        pads, constant_values=-1)
+            first = np.empty(a["P"] * a["Q"], np.int32)
+            self.lib.mk_mps_first_taps(ctypes.byref(PoolArgs(**a)), first.ctypes.data)
+            shape = (a["N"], a["C"], a["P"], a["Q"])
+            m = np.full(shape, -np.inf, np.float32)
+            at = np.broadcast_to(first.reshape(1, 1, a["P"], a["Q"]), shape).copy()
+            for i in range(a["kh"]):
+                for j in range(a["kw"]):
+                    sl = (slice(None), slice(None),
+                          slice(i * a["dil_h"], i * a["dil_h"] + (a["P"] - 1) * a["stride_h"] + 1, a["stride_h"]),
+                          slice(j * a["dil_w"], j * a["dil_w"] + (a["Q"] - 1) * a["stride_w"] + 1, a["stride_w"]))
+                    v, vi = xv[sl], np.broadcast_to(xi[sl], shape)
+                    win = (v > m) | np.isnan(v)
+                    m, at = np.where(win, v, m), np.where(win, vi, at)
+            y.array[...] = m.reshape(y.array.shape)
+            indices.array[...] = at.astype(np.int64).reshape(indices.array.shape)
+            return (0.0, 0.0)
         pb, pr, gp, gq = self._pads(a, a["kh"], a["kw"])
         avg = a["mode"] == 1
         xs = x.array.astype(np.float32)
@@ -204,6 +242,29 @@ def test_max_pool_program_matches_cpu(mps, H, k, s, p, dil, ceil):
     want, got = _both(mpskern.max_pool2d, x, k, stride=s, padding=p, dilation=dil, ceil_mode=ceil)
     if want is not None:
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("H,k,s,p,dil,ceil", MAX)
+def test_max_pool_indices_program_matches_cpu(mps, H, k, s, p, dil, ceil):
+    x = np.random.default_rng(H + k + s).standard_normal((1, 2, H, H + 2)).astype(np.float32)
+    x[0, 0, 1, :3] = x[0, 0, 0, 0]                     # ties
+    x[0, 1, ::2, 1::3] = np.nan                        # NaN (several per window)
+    x[0, 1, -2:, :] = -np.inf                          # windows of -inf only
+    want, got = _both(mpskern.max_pool2d, x, k, stride=s, padding=p, dilation=dil, ceil_mode=ceil,
+                      return_indices=True)
+    if want is not None:
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("H,W,size", [(7, 7, 1), (9, 11, (4, 5)), (3, 5, (7, None)), (13, 6, 5),
+                                      (8, 8, (8, 2)), (1, 1, 3)])
+def test_adaptive_avg_pool_program_matches_cpu(mps, H, W, size):
+    x = np.random.default_rng(H * W).standard_normal((2, 3, H, W)).astype(np.float32)
+    x[1, 2, 0, 0] = np.inf
+    want, got = _both(mpskern.adaptive_avg_pool2d, x, size)
+    assert want is not None
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 CONV = [((1, 3, 7, 8), (2, 3, 2, 4), dict(padding="same")),

@@ -293,7 +293,7 @@ FUZZ = textwrap.dedent(r'''
                  divisor=div, pad_h_end=ph, pad_w_end=pw)
         x = rng.standard_normal((1, 2, H, W)).astype(np.float32)
         y = np.full((1, 2, P, Q), 7.0, np.float32)
-        _native.cpu_pool2d(a, _native.F32, x, y)
+        _native.cpu_pool2d(a, _native.F32, x, y, None)
         ref = np.empty((1, 2, P, Q))
         for p in range(P):
             h0 = p * sh - ph

@@ -59,7 +59,8 @@ def test_without_a_float64_reference_cpu_is_the_reference():
 
 
 def test_cases_cover_every_public_op_with_odd_sizes():
-    assert set(OPS) == {"matmul", "gemm", "linear", "conv2d", "max_pool2d", "avg_pool2d", "softmax",
+    assert set(OPS) == {"matmul", "gemm", "linear", "conv2d", "max_pool2d", "avg_pool2d",
+                        "adaptive_avg_pool2d", "softmax",
                         "log_softmax", "layer_norm", "rms_norm", "batch_norm", "group_norm",
                         "scaled_dot_product_attention"}
     for op in OPS:

@@ -753,7 +753,7 @@ def test_pool_softmax_and_norm_checks(lib):
     assert lib.mk_mps_pool2d_is_avg(ctypes.byref(pool)) == 1
     wp = WindowPlan()
     assert lib.mk_mps_pool2d_plan(ctypes.byref(pool), ctypes.byref(wp)) == MK_OK and (wp.gp, wp.gq) == (2, 2)
-    for field, v, words in (("mode", 2, "mode 2 is neither max (0) nor avg (1)"), ("kh", 0, "invalid kernel"),
+    for field, v, words in (("mode", 3, "mode 3 is neither max (0), avg (1) nor adaptive avg (2)"), ("kh", 0, "invalid kernel"),
                             ("stride_w", 0, "invalid kernel"), ("pad_h", -1, "padding"),
                             ("H", -1, "negative size")):
         bad = PoolArgs.from_buffer_copy(pool)

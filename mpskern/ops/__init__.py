@@ -2,6 +2,7 @@
 (mpskern/ops/op.py says what it holds) that `mpskern bench`, `mpskern tune`, `mpskern
 selftest` and the tests share. mpskern/__init__.py re-exports __all__."""
 from mpskern import _doc
+from mpskern.ops.adaptive_pool import ADAPTIVE_AVG_POOL2D, adaptive_avg_pool2d
 from mpskern.ops.attention import ATTENTION, scaled_dot_product_attention
 from mpskern.ops.conv2d import CONV2D, conv2d
 from mpskern.ops.devices import Device, devices
@@ -14,7 +15,8 @@ from mpskern.ops.softmax import LOG_SOFTMAX, SOFTMAX, log_softmax, softmax
 
 # the op table, in the order tools list the ops: the one list of the public ops (__all__, their
 # docstrings' common part and docs/api.md's Ops chapter come from it)
-TABLE = {op.name: op for op in (CONV2D, MATMUL, GEMM, LINEAR, MAX_POOL2D, AVG_POOL2D, SOFTMAX,
+TABLE = {op.name: op for op in (CONV2D, MATMUL, GEMM, LINEAR, MAX_POOL2D, AVG_POOL2D,
+                                ADAPTIVE_AVG_POOL2D, SOFTMAX,
                                 LOG_SOFTMAX, LAYER_NORM, RMS_NORM, BATCH_NORM, GROUP_NORM,
                                 ATTENTION)}
 

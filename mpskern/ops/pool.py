@@ -1,5 +1,7 @@
 """max_pool2d and avg_pool2d (torch.nn.functional semantics, NCHW) on the backend's pool2d
 (mk_pool2d_args), and their entries in the op table (MAX_POOL2D, AVG_POOL2D)."""
+import numpy as np
+
 from mpskern import _args
 from mpskern import structs
 from mpskern.ops.op import Check, Field, Op, normal
@@ -8,10 +10,11 @@ from mpskern.shapes import pool_shape
 MAX, AVG = structs.POOL_MAX, structs.POOL_AVG
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, *,
-               backend="auto", out=None):
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False, *, backend="auto", out=None):
     """Max over kernel_size windows of x (N, C, H, W) or (C, H, W), as torch; padding
-    never wins the max, and NaN does.
+    never wins the max, and NaN does. With return_indices, also where each maximum came
+    from, exactly as torch gives them.
 
     Parameters
     ----------
@@ -28,19 +31,26 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     ceil_mode : bool
         Round the output size up (a last window that starts inside the input or its left
         padding is kept).
+    return_indices : bool
+        Also return the indices (default False): int64, shaped like the result, each the
+        flat index h * W + w into its (H, W) input plane. As torch's: the first of equal
+        maxima, the window's last NaN, and for a window of -inf only its first element
+        inside the input. out= receives the values; the indices are a new array.
 
     Returns
     -------
-    numpy.ndarray
-        (N, C, P, Q) (or (C, P, Q)) in x's dtype.
+    numpy.ndarray, or (numpy.ndarray, numpy.ndarray) with return_indices
+        (N, C, P, Q) (or (C, P, Q)) in x's dtype; with return_indices, (values, indices).
 
     Example
     -------
         x = np.arange(2 * 3 * 8 * 8, dtype=np.float32).reshape(2, 3, 8, 8)
         y = mk.max_pool2d(x, 3, stride=2, padding=1, ceil_mode=True)   # (2, 3, 5, 5)
+        y, i = mk.max_pool2d(x, 2, return_indices=True)   # i[0, 0, 0, 0] == 9 (row 1, col 1)
     """
     return _pool("max_pool2d", MAX, x, kernel_size, stride, padding, dilation, ceil_mode,
-                 True, None, backend, out)
+                 True, None, backend, out,
+                 _args.flag(return_indices, "return_indices", "max_pool2d"))
 
 
 def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
@@ -82,7 +92,7 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
 
 
 def _pool(op, mode, x, kernel_size, stride, padding, dilation, ceil_mode, count_include_pad,
-          divisor_override, backend, out):
+          divisor_override, backend, out, indices=False):
     x, code = _args.array(x, "x", op)
     if x.ndim not in (3, 4):
         raise ValueError(f"{op}: x has shape {x.shape}; {op} takes (N, C, H, W) or (C, H, W)")
@@ -98,14 +108,15 @@ def _pool(op, mode, x, kernel_size, stride, padding, dilation, ceil_mode, count_
     shape = (C, P, Q) if unbatched else (N, C, P, Q)
     be = _args.backend(backend)
     y, out = _args.output(out, shape, x.dtype, op, (x,))
-    if y.size == 0:
-        return _args.finish(y, out)
-    cip = _args.flag(count_include_pad, "count_include_pad", op)
-    args = structs.pool2d_args(N, C, H, W, P, Q, kh, kw, stride_h=sh, stride_w=sw, pad_h=ph,
-                               pad_w=pw, dil_h=dh, dil_w=dw, mode=mode, count_include_pad=cip,
-                               divisor=div)
-    be.execute("pool2d", args, code, x, y)
-    return _args.finish(y, out)
+    idx = np.empty(shape, np.int64) if indices else None
+    if y.size:
+        cip = _args.flag(count_include_pad, "count_include_pad", op)
+        args = structs.pool2d_args(N, C, H, W, P, Q, kh, kw, stride_h=sh, stride_w=sw,
+                                   pad_h=ph, pad_w=pw, dil_h=dh, dil_w=dw, mode=mode,
+                                   count_include_pad=cip, divisor=div)
+        be.execute("pool2d", args, code, x, y, idx)
+    y = _args.finish(y, out)
+    return (y, idx) if indices else y
 
 
 # -- the op table's entries -----------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""The row-reduction and elementwise spaces (metal/softmax.metal, norm.metal, pool.metal):
-softmax, softmax_cols, rownorm, group_norm, batch_norm, pool2d, with their rules and
-rule-based defaults.
+"""The row-reduction and elementwise spaces (metal/softmax.metal, norm.metal, pool.metal,
+adaptive_pool.metal, pool_indices.metal):
+softmax, softmax_cols, rownorm, group_norm, batch_norm, pool2d, adaptive_pool2d,
+pool2d_indices, with their rules and rule-based defaults.
 
 Row kernels: MK_TPR threads per row (whole SIMD-groups), MK_RPG rows per threadgroup,
 MK_VPT values per thread held in registers by the "rows" variant (a row of n elements
@@ -113,6 +114,12 @@ SPACES = {
     "pool2d": _elementwise_space("pool", "pool.metal", "direct",
                                  "one thread per output element (pool_max / pool_avg by the "
                                  "mode); threads per threadgroup"),
+    "adaptive_pool2d": _elementwise_space("adaptive_pool", "adaptive_pool.metal", "avg",
+                                          "adaptive_avg_pool2d, one thread per output "
+                                          "element; threads per threadgroup"),
+    "pool2d_indices": _elementwise_space("pool_indices", "pool_indices.metal", "max",
+                                         "max_pool2d with return_indices, one thread per "
+                                         "output element; threads per threadgroup"),
 }
 
 

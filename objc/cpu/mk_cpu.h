@@ -76,6 +76,13 @@ int mk_winograd_applies(const mk_conv2d_args *a);
 mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, const void *x,
                                  const void *w, const float *bias, void *y);
 
+/* ---- the pool2d variants mk_cpu_pool2d routes to: adaptive_avg_pool2d (MK_POOL_ADAPTIVE_AVG,
+   mk_cpu_adaptive_pool.c; checks its own arguments) and max with indices
+   (mk_cpu_pool2d_indices.c; arguments checked by mk_cpu_pool2d, nothing empty). */
+mk_status mk_cpu_adaptive_avg_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y);
+mk_status mk_cpu_max_pool2d_indices(const mk_pool2d_args *a, int dtype, const void *x, void *y,
+                                    int64_t *indices);
+
 /* ---- x86-64: hot loops are compiled for AVX-512, AVX2+FMA+F16C and the baseline, and the
    loader picks one (GCC's function multiversioning; the build stays portable, no
    -march=native). Elsewhere (arm64: NEON is the baseline) a plain function.

@@ -199,20 +199,27 @@ done:
     mk_free(xs); mk_free(ys); mk_free(lo);
 }
 
-mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y) {
+mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y,
+                        int64_t *indices) {
     MK_CHECK_PTR(a);
     MK_CHECK_DTYPE(dtype);
+    if (a->mode == MK_POOL_ADAPTIVE_AVG && !indices) return mk_cpu_adaptive_avg_pool2d(a, dtype, x, y);
     MK_CHECK_NONNEG(a->N); MK_CHECK_NONNEG(a->C); MK_CHECK_NONNEG(a->H); MK_CHECK_NONNEG(a->W);
     MK_CHECK_NONNEG(a->P); MK_CHECK_NONNEG(a->Q);
     MK_CHECK_POS(a->kh); MK_CHECK_POS(a->kw); MK_CHECK_POS(a->stride_h); MK_CHECK_POS(a->stride_w);
     MK_CHECK_NONNEG(a->pad_h); MK_CHECK_NONNEG(a->pad_w);
     MK_CHECK_POS(a->dil_h); MK_CHECK_POS(a->dil_w);
     if (a->mode != MK_POOL_MAX && a->mode != MK_POOL_AVG)
-        return mk_set_error(MK_ERR_INVALID, "mk_cpu_pool2d: mode %d is not MK_POOL_MAX (0) or "
-                            "MK_POOL_AVG (1)", a->mode);
+        return mk_set_error(MK_ERR_INVALID, "mk_cpu_pool2d: mode %d is not MK_POOL_MAX (0), "
+                            "MK_POOL_AVG (1) or MK_POOL_ADAPTIVE_AVG (2)%s", a->mode,
+                            indices ? "; indices are for MK_POOL_MAX only" : "");
+    if (indices && a->mode != MK_POOL_MAX)
+        return mk_set_error(MK_ERR_INVALID, "mk_cpu_pool2d: indices are for MK_POOL_MAX only "
+                            "(mode %d)", a->mode);
     long planes = (long)a->N * a->C;
     if (planes == 0 || a->P == 0 || a->Q == 0) return MK_OK;
     MK_CHECK_PTR(x); MK_CHECK_PTR(y);
+    if (indices) return mk_cpu_max_pool2d_indices(a, dtype, x, y, indices);
 
     float *div_h = NULL, *inv_w = NULL;
     if (a->mode == MK_POOL_AVG) {

@@ -9,7 +9,7 @@ mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer 
 mk_status mk_mps_conv2d(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buffer *x,
                         mk_buffer *w, mk_buffer *bias, mk_buffer *y, mk_timing *t) { MK_NO_MPS; }
 mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buffer *x,
-                        mk_buffer *y, mk_timing *t) { MK_NO_MPS; }
+                        mk_buffer *y, mk_buffer *indices, mk_timing *t) { MK_NO_MPS; }
 mk_status mk_mps_softmax(mk_device *d, const mk_softmax_args *a, int dtype, mk_buffer *x,
                          mk_buffer *y, mk_timing *t) { MK_NO_MPS; }
 mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_buffer *x,

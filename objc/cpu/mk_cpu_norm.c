@@ -176,7 +176,7 @@ static void rownorm_redo(row_ctx *t, long r) {
     long n = a->n;
     float *buf = mk_alloc((size_t)n * 4), mean, rstd;
     if (!buf) { t->failed = 1; return; }
-    const float *x = seg_input(t, r, 0, n, buf);
+    const float *x = mk_row_piece(t->dtype, t->x, n, r, 0, n, buf);
     float *o = t->dtype == MK_F32 ? (float *)t->y + r * n : buf;
     if (rescaled_stats(x, o, n, a->kind == MK_NORM_LAYER, a->eps, &mean, &rstd)) {
         mk_rowvec()->norm_out(o, o, n, mean, rstd, t->w, t->b);

@@ -377,7 +377,10 @@ def test_bench_real_sigint_keeps_whole_rows(tmp_path):
     out = tmp_path / "bench.jsonl"
     p = subprocess.Popen([sys.executable, "-m", "mpskern.cli.main", "bench", "softmax",
                           "--backend", "cpu", "--budget", "0.3", "-o", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         # as Ctrl-C finds a foreground program (a background job of a shell
+                         # without job control inherits SIGINT ignored)
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 120
         while not (out.exists() and out.read_bytes().endswith(b"\n")):

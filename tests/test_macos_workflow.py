@@ -65,7 +65,7 @@ def test_compile_script_covers_every_file_and_configuration(tmp_path):
 
 
 def test_compile_script_fails_and_names_the_file(tmp_path):
-    r, _ = _run_script(tmp_path, fail_on="pool.metal")
+    r, _ = _run_script(tmp_path, fail_on="/pool.metal")   # not adaptive_pool.metal
     assert r.returncode == 1
     assert "FAILED pool.metal" in r.stdout and "error: planted" in r.stdout
     assert r.stdout.strip().endswith("1 failed")

@@ -91,8 +91,11 @@ CHILD = textwrap.dedent(r'''
 
 
 def _start(name, mode, check):
+    # SIG_DFL as in a terminal's foreground program: a background job of a shell without job
+    # control inherits SIGINT ignored (and Python then installs no KeyboardInterrupt handler)
     return subprocess.Popen([sys.executable, "-c", CHILD, SRC, name, mode, str(int(check))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _result(p, timeout):

@@ -118,16 +118,18 @@ inline void softmax_rows_vec(const device T* x, device T* y, constant mk_softmax
         v.tl = keep ? v.tl : e;
     }
     s = mk_row_sum(s, red_sum, tid, lane, sg, MK_TPR);
-    // y = e * (1/s), or x - (m + log s)
+    // y = e * (1/s), or (x - m) - log s: never x - (m + log s), which rounds log s to the
+    // float spacing of m (|m| = 1e4: 1e-3)
     const float mul = keep ? 1.0f : 1.0f / s;
-    const float sub = keep ? m + log(s) : 0.0f;
+    const float sub = keep ? m : 0.0f;
+    const float lsum = keep ? log(s) : 0.0f;
     for (int j = 0; j < MK_RV_NV; ++j) {
-        v.v[j] = (v.v[j] - sub) * mul;
+        v.v[j] = (v.v[j] - sub - lsum) * mul;
     }
     for (int j = 0; j < MK_RV_HEADS; ++j) {
-        v.h[j] = (v.h[j] - sub) * mul;
+        v.h[j] = (v.h[j] - sub - lsum) * mul;
     }
-    v.tl = (v.tl - sub) * mul;
+    v.tl = (v.tl - sub - lsum) * mul;
     mk_rv_store(y, r.base, sp, t, v);
 }
 
@@ -233,18 +235,19 @@ kernel void softmax_looped(const device T* x [[buffer(0)]], device T* y [[buffer
     // rescale this thread's sum to the row maximum (a thread without elements has s = 0)
     const float part = s * exp(m - row_m);
     const float row_s = mk_row_sum(part, red_sum, tid, lane, sg, MK_TPR);
-    // y = exp(x - m) * (1/s) or x - (m + log s)
+    // y = exp(x - m) * (1/s) or (x - m) - log s (not x - (m + log s): see softmax_rows)
     const bool lg = a.log != 0;
     const float mul = lg ? 1.0f : 1.0f / row_s;
-    const float sub = lg ? row_m + log(row_s) : row_m;
+    const float sub = row_m;
+    const float lsum = lg ? log(row_s) : 0.0f;
     for (int k = t; k < sp.head; k += MK_TPR) {
         const int at = r.base + k * r.step;
-        const float d = float(x[at]) - sub;
+        const float d = float(x[at]) - sub - lsum;
         y[at] = T(lg ? d : exp(d) * mul);
     }
     for (int i = t; i < sp.nvec; i += MK_TPR) {
         const int at = r.base + sp.head + 4 * i;
-        float4 d = mk_load4(x, at) - sub;
+        float4 d = mk_load4(x, at) - sub - lsum;
         if (!lg) {
             d = exp(d) * mul;
         }
@@ -252,7 +255,7 @@ kernel void softmax_looped(const device T* x [[buffer(0)]], device T* y [[buffer
     }
     if (t < sp.tail) {
         const int at = r.base + sp.head + 4 * sp.nvec + t;
-        const float d = float(x[at]) - sub;
+        const float d = float(x[at]) - sub - lsum;
         y[at] = T(lg ? d : exp(d) * mul);
     }
 }
@@ -271,10 +274,11 @@ kernel void softmax_cols(const device T* x [[buffer(0)]], device T* y [[buffer(1
         }
         const bool lg = a.log != 0;
         const float mul = lg ? 1.0f : 1.0f / s;
-        const float sub = lg ? m + log(s) : m;
+        const float sub = m;
+        const float lsum = lg ? log(s) : 0.0f;      // (x - m) - log s: see softmax_rows
         for (int k = 0; k < a.n; ++k) {
             const int at = r.base + k * r.step;
-            const float d = float(x[at]) - sub;
+            const float d = float(x[at]) - sub - lsum;
             y[at] = T(lg ? d : exp(d) * mul);
         }
     }

@@ -17,6 +17,22 @@ activation : str or None
     None (default), "relu", "gelu" (erf), "gelu_tanh" or "silu", applied last and
     fused into the kernel's output pass.
 '''
+# what the pooling ops share: their input and window (an op whose signature has kernel_size and
+# whose docstring leaves it out) and their result (a pooling op's docstring without Returns)
+POOL_PARAMETERS = '''\
+x : array (N, C, H, W) or (C, H, W)
+    The input, NCHW.
+kernel_size : int or (int, int)
+    The window.
+stride : int, (int, int) or None
+    None (default): kernel_size.
+padding : int or (int, int)
+    At most kernel_size // 2 on each side.
+'''
+POOL_RETURNS = '''\
+numpy.ndarray
+    (N, C, P, Q) (or (C, P, Q)) in x's dtype.
+'''
 OP_PARAMETERS = '''\
 backend : str
     "auto" (default: "metal" where available, else "cpu"), "cpu", "metal", "mps" or
@@ -71,16 +87,25 @@ def parameters(text):
 
 
 def complete_op(fn):
-    """Add the shared parameters (activation= where the op has it, backend=, out=) and the
-    Dtypes and Raises sections to an op's docstring (once)."""
+    """Add the shared parameters (the pooling ops' input and window, activation= where the
+    op has it, backend=, out=), a pooling op's Returns and the Dtypes and Raises sections to
+    an op's docstring (once)."""
     doc = inspect.cleandoc(fn.__doc__ or "")
     if "\nbackend : str" in doc:
         return fn
+    signature = inspect.signature(fn).parameters
+    if "kernel_size" in signature and "\nkernel_size : " not in doc:
+        head, sep, rest = doc.partition("\nParameters\n----------\n")
+        doc = head + sep + POOL_PARAMETERS + rest
+    pooling = "kernel_size" in signature or "output_size" in signature
+    if pooling and "\nReturns\n-------\n" not in doc:
+        head, sep, example = doc.partition("\nExample\n-------\n")
+        doc = head.rstrip() + "\n\nReturns\n-------\n" + POOL_RETURNS + "\n" + sep.lstrip("\n") + example
     head, sep, rest = doc.partition("\nReturns\n-------\n")
     if not sep:
         raise ValueError(f"{fn.__name__}'s docstring has no Returns section")
     shared = OP_PARAMETERS
-    if "activation" in inspect.signature(fn).parameters:
+    if "activation" in signature:
         shared = ACTIVATION_PARAMETER + shared
     doc = head.rstrip() + "\n" + shared + "\nReturns\n-------\n" + rest
     head, sep, example = doc.partition("\nExample\n-------\n")

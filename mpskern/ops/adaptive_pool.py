@@ -1,6 +1,7 @@
 """adaptive_avg_pool2d (torch.nn.functional semantics, NCHW) on the backend's pool2d kernel
 (mk_pool2d_args, mode MK_POOL_ADAPTIVE_AVG), and its entry in the op table
-(ADAPTIVE_AVG_POOL2D)."""
+(ADAPTIVE_AVG_POOL2D). Its docstring's Returns is the pooling ops' shared one
+(mpskern/_doc.py POOL_RETURNS), completed into it on import."""
 import operator
 
 import numpy as np
@@ -25,11 +26,6 @@ def adaptive_avg_pool2d(x, output_size, *, backend="auto", out=None):
     output_size : int, (int or None, int or None)
         (P, Q); an int is (P, P); None keeps that input size (as torch). 0 gives an
         empty result.
-
-    Returns
-    -------
-    numpy.ndarray
-        (N, C, P, Q) (or (C, P, Q)) in x's dtype.
 
     Example
     -------

@@ -1,5 +1,7 @@
 """max_pool2d and avg_pool2d (torch.nn.functional semantics, NCHW) on the backend's pool2d
-(mk_pool2d_args), and their entries in the op table (MAX_POOL2D, AVG_POOL2D)."""
+(mk_pool2d_args), and their entries in the op table (MAX_POOL2D, AVG_POOL2D). Their docstrings'
+x, kernel_size, stride, padding and avg_pool2d's Returns are the pooling ops' shared text
+(mpskern/_doc.py POOL_PARAMETERS, POOL_RETURNS), completed into them on import."""
 import numpy as np
 
 from mpskern import _args
@@ -18,14 +20,6 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
 
     Parameters
     ----------
-    x : array (N, C, H, W) or (C, H, W)
-        The input, NCHW.
-    kernel_size : int or (int, int)
-        The window.
-    stride : int, (int, int) or None
-        None (default): kernel_size.
-    padding : int or (int, int)
-        At most kernel_size // 2 on each side.
     dilation : int or (int, int)
         Spacing of the window's taps (default 1).
     ceil_mode : bool
@@ -61,25 +55,12 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
 
     Parameters
     ----------
-    x : array (N, C, H, W) or (C, H, W)
-        The input, NCHW.
-    kernel_size : int or (int, int)
-        The window.
-    stride : int, (int, int) or None
-        None (default): kernel_size.
-    padding : int or (int, int)
-        At most kernel_size // 2 on each side.
     ceil_mode : bool
         Round the output size up.
     count_include_pad : bool
         Count the zero padding in the divisor (default True, as torch).
     divisor_override : int or None
         A fixed divisor (>= 1) instead of the window's size.
-
-    Returns
-    -------
-    numpy.ndarray
-        (N, C, P, Q) (or (C, P, Q)) in x's dtype.
 
     Example
     -------

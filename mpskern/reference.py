@@ -163,18 +163,23 @@ def window_starts(n, k, s, p, d, ceil_mode):
     return starts
 
 
-def _pool(x, kernel_size, stride, padding, dilation, ceil_mode, reduce):
+def _pool_windows(x, kernel_size, stride, padding, dilation, ceil_mode):
+    """x as float64 (N, C, H, W), whether it came unbatched, and its pooling windows: their
+    size (kh, kw), dilation (dh, dw), padding (ph, pw) and starts along H and along W."""
     x = np.asarray(x, np.float64)
     unbatched = x.ndim == 3
-    if unbatched:
-        x = x[None]
+    xb = x[None] if unbatched else x
+    k, d, p = _two(kernel_size), _two(dilation), _two(padding)
+    s = _two(stride if stride is not None else kernel_size)
+    starts = tuple(window_starts(n, k[a], s[a], p[a], d[a], ceil_mode)
+                   for a, n in enumerate(xb.shape[2:]))
+    return xb, unbatched, k, d, p, starts
+
+
+def _pool(x, kernel_size, stride, padding, dilation, ceil_mode, reduce):
+    x, unbatched, (kh, kw), (dh, dw), (ph, pw), (hs, ws) = _pool_windows(
+        x, kernel_size, stride, padding, dilation, ceil_mode)
     N, C, H, W = x.shape
-    kh, kw = _two(kernel_size)
-    sh, sw = _two(stride if stride is not None else kernel_size)
-    ph, pw = _two(padding)
-    dh, dw = _two(dilation)
-    hs = window_starts(H, kh, sh, ph, dh, ceil_mode)
-    ws = window_starts(W, kw, sw, pw, dw, ceil_mode)
     y = np.empty((N, C, len(hs), len(ws)))
     for i, h0 in enumerate(hs):
         for j, w0 in enumerate(ws):
@@ -203,16 +208,9 @@ def _max_pool2d_indices(x, kernel_size, stride, padding, dilation, ceil_mode):
     """(values, int64 indices) by torch's rule, stated once here: tap by tap in row-major
     window order from -inf at the window's first tap inside the input, a tap wins when it
     is greater or NaN (so ties keep the first, the last NaN wins)."""
-    x = np.asarray(x, np.float64)
-    unbatched = x.ndim == 3
-    xb = x[None] if unbatched else x
+    xb, unbatched, (kh, kw), (dh, dw), _, (hs, ws) = _pool_windows(
+        x, kernel_size, stride, padding, dilation, ceil_mode)
     N, C, H, W = xb.shape
-    kh, kw = _two(kernel_size)
-    sh, sw = _two(stride if stride is not None else kernel_size)
-    ph, pw = _two(padding)
-    dh, dw = _two(dilation)
-    hs = window_starts(H, kh, sh, ph, dh, ceil_mode)
-    ws = window_starts(W, kw, sw, pw, dw, ceil_mode)
     y = np.full((N, C, len(hs), len(ws)), -np.inf)
     idx = np.zeros(y.shape, np.int64)
     for i, h0 in enumerate(hs):

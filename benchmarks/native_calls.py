@@ -35,6 +35,7 @@ sys.path.insert(0, ROOT)
 
 import mpskern  # noqa: E402
 from mpskern import _native, backends  # noqa: E402
+from mpskern.bench.ticker import ticking  # noqa: E402
 
 F32 = _native.F32
 
@@ -171,23 +172,12 @@ def _both(fn, threads, calls):
 def _longest_pause(fn, calls=5):
     """(longest pause of a Python thread ticking every 1 ms while this thread makes the
     calls, shortest call) in ms: a call that holds the GIL stops the ticker for its length."""
-    ticks, done = [], threading.Event()
-
-    def tick():
-        while not done.is_set():
-            ticks.append(time.perf_counter())
-            time.sleep(0.001)
-
-    t = threading.Thread(target=tick)
-    t.start()
-    time.sleep(0.01)
     durations = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        durations.append(time.perf_counter() - t0)
-    done.set()
-    t.join()
+    with ticking(0.001) as ticks:
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            fn()
+            durations.append(time.perf_counter() - t0)
     return max(b - a for a, b in zip(ticks, ticks[1:])) * 1e3, min(durations) * 1e3
 
 

@@ -3,13 +3,13 @@ library load runs the library's initialisers (and Metal's compile and pipeline c
 for Apple's compiler), so another Python thread must keep running meanwhile."""
 import os
 import subprocess
-import threading
 import time
 
 import pytest
 
 from mpskern import _native
 from mpskern._errors import MpskernError
+from mpskern.bench.ticker import ticking
 from mpskern.sim import compiler
 
 SLOW_INIT = r"""
@@ -30,24 +30,11 @@ def test_another_thread_runs_during_a_slow_library_load(tmp_path):
     cxx, _ = compiler.compiler()
     subprocess.run([cxx, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
     dev = _native.Device("sim")
-    ticks, done = [], threading.Event()
-
-    def watch():
-        while not done.is_set():
-            ticks.append(time.monotonic())
-            time.sleep(0.005)
-
-    w = threading.Thread(target=watch)
-    w.start()
-    time.sleep(0.05)                       # the watcher is running
-    t0 = time.monotonic()
-    try:
+    with ticking(0.005) as ticks:
+        t0 = time.perf_counter()
         with pytest.raises(MpskernError, match="not a kernel library"):
             dev.library_load(str(lib))
-    finally:
-        t1 = time.monotonic()
-        done.set()
-        w.join()
+        t1 = time.perf_counter()
     assert t1 - t0 >= 0.5, "the initialiser did not run"
     during = [t for t in ticks if t0 < t < t1]
     # GIL held through the load: the watcher cannot tick at all (at most once at the edges)

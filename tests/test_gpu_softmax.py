@@ -44,13 +44,12 @@ def test_every_config_has_cases():
     assert {_key(c) for c in CONFIGS} == set(CASES)
 
 
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=["f32", "f16"])
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)
-def test_softmax_configs(sim, cfg, dtype):
-    def call(rng):
-        return [_run(sim, shape, dtype, cfg, log, rng)
-                for shape in CASES[_key(cfg)] for log in (False, True)]
-    in_both_orders(sim, call, seed=1)
+def test_softmax_configs(sim, cfg, dtype, log):
+    in_both_orders(sim, lambda rng: [_run(sim, shape, dtype, cfg, log, rng)
+                                     for shape in CASES[_key(cfg)]], seed=1)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=IDS)

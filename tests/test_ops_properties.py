@@ -95,8 +95,10 @@ def _channels(v, ndim):
     return None if v is None else np.asarray(v, np.float64).reshape((1, -1) + (1,) * (ndim - 2))
 
 
-def _small_for(be, n_cpu, n_sim):
-    return st.integers(1, n_cpu if be == "cpu" else n_sim)
+def _sizes(data, be, count, n_cpu=24, n_sim=12):
+    """count sizes drawn from 1 up to n_cpu (n_sim on the slower simulator)."""
+    size = st.integers(1, n_cpu if be == "cpu" else n_sim)
+    return [data.draw(size) for _ in range(count)]
 
 
 # -- matmul / gemm ----------------------------------------------------------------------
@@ -104,8 +106,7 @@ def _small_for(be, n_cpu, n_sim):
 @given(data=st.data())
 def test_matmul(be, data):
     dt = data.draw(dtypes)
-    d = _small_for(be, 24, 12)
-    M, K, N = data.draw(d), data.draw(d), data.draw(d)
+    M, K, N = _sizes(data, be, 3)
     kind = data.draw(st.sampled_from(["2d", "vec-a", "vec-b", "batched", "broadcast"]))
     sa, sb = {"2d": ((M, K), (K, N)), "vec-a": ((K,), (K, N)), "vec-b": ((M, K), (K,)),
               "batched": ((2, M, K), (2, K, N)), "broadcast": ((3, 1, M, K), (2, K, N))}[kind]
@@ -119,8 +120,7 @@ def test_matmul(be, data):
 @given(data=st.data())
 def test_gemm(be, data):
     dt = data.draw(dtypes)
-    d = _small_for(be, 24, 12)
-    M, N, K = data.draw(d), data.draw(d), data.draw(d)
+    M, N, K = _sizes(data, be, 3)
     ta, tb = data.draw(st.booleans()), data.draw(st.booleans())
     alpha = data.draw(st.sampled_from([1.0, 0.5, -2.0]))
     a = data.draw(arrays((K, M) if ta else (M, K), dt))
@@ -213,10 +213,13 @@ def test_avg_pool2d(be, data):
                refs.avg_pool2d(np.abs(x.astype(np.float64)), k, **kw))
 
 
-def rows_shape(data, last, other):
-    """A 1-3 dimensional shape: the last axis up to `last`, the others up to `other`."""
+def rows_case(data, be, last_cpu, last_sim, other):
+    """(dtype, shape) of a row op's input: 1-3 dimensions, the last axis up to last_cpu
+    (last_sim on the slower simulator), the others up to `other`."""
+    dt = data.draw(dtypes)
     nd = data.draw(st.integers(1, 3))
-    return tuple(data.draw(st.integers(1, last if i == nd - 1 else other)) for i in range(nd))
+    last = last_cpu if be == "cpu" else last_sim
+    return dt, tuple(data.draw(st.integers(1, last if i == nd - 1 else other)) for i in range(nd))
 
 
 # -- softmax -------------------------------------------------------------------------------
@@ -224,10 +227,8 @@ def rows_shape(data, last, other):
 @on_backends
 @given(data=st.data())
 def test_softmax(be, log, data):
-    dt = data.draw(dtypes)
-    shape = rows_shape(data, 300 if be == "cpu" else 70, 6)
-    nd = len(shape)
-    axis = data.draw(st.integers(-nd, nd - 1))
+    dt, shape = rows_case(data, be, 300, 70, 6)
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
     x = data.draw(arrays(shape, dt, scale=6.0))
     name = "log_softmax" if log else "softmax"
     with np.errstate(all="ignore"):
@@ -240,8 +241,7 @@ def test_softmax(be, log, data):
 @on_backends
 @given(data=st.data())
 def test_rownorm(be, name, data):
-    dt = data.draw(dtypes)
-    shape = rows_shape(data, 600 if be == "cpu" else 150, 5)
+    dt, shape = rows_case(data, be, 600, 150, 5)
     nd = len(shape)
     k = data.draw(st.integers(1, nd))
     ns = shape[nd - k:]

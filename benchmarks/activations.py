@@ -71,16 +71,12 @@ def run_case(rows, label, call, acts, rounds, target):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--target", type=float, default=0.2, help="seconds per timing sample")
-    ap.add_argument("--gap", type=float, default=P.GAP)
+    P.timing_options(ap)
     ap.add_argument("--acts", default="relu,gelu,gelu_tanh,silu")
     ap.add_argument("--only", default="gemm,conv2d")
     ap.add_argument("--quick", action="store_true", help="the first case of each group (smoke run)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    args = ap.parse_args(argv)
-    P.GAP = args.gap
+    args = P.timing_parse(ap, argv)
     mpskern.set_num_threads(args.threads)
     acts = args.acts.split(",")
     print(f"machine: {platform.machine()} {P.cpu_name()}, {os.cpu_count()} cores; mpskern "

@@ -23,9 +23,7 @@ crashed or disagreed with torch; --strict also exits 1 when a target was missed.
 import argparse
 import os
 import platform
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import cpu_vs_peers as P  # noqa: E402  (the timing protocol; puts a checkout's in-place build first)
 import mpskern  # noqa: E402
+from mpskern.bench import peak_rss  # noqa: E402
 import torch  # noqa: E402  (cpu_vs_peers exits with a hint when torch is missing)
 import torch.nn.functional as F  # noqa: E402
 
@@ -95,60 +94,27 @@ def run_models(rows, rounds, target):
         timed(rows, f"{name} f32", q, k, v, rounds, target, None, **kw)
 
 
-PEAK = """
-import re, resource, sys, numpy as np
-which = sys.argv[1]
-def status(key):         # MiB from /proc/self/status (Linux), else None
-    try:
-        with open("/proc/self/status") as f:
-            return int(re.search(key + r":\\s+(\\d+) kB", f.read()).group(1)) / 1024
-    except (OSError, AttributeError):
-        return None
-def reset_peak():       # Linux: VmHWM restarts from the current RSS (clear_refs 5)
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return status("VmRSS")
-    except OSError:
-        return None
-def maxrss():           # ru_maxrss: KiB on Linux, bytes on macOS
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return r / 2**20 if sys.platform == "darwin" else r / 2**10
+MEMORY_SETUP = """
+import numpy as np, sys
 rng = np.random.default_rng(0)
 q, k, v = (rng.standard_normal((1, 1, 8192, 64)).astype(np.float32) for _ in range(3))
 small = [np.ascontiguousarray(x[:, :, :64]) for x in (q, k, v)]
-if which == "mpskern":
+if WHICH == "mpskern":
     import mpskern
     f = lambda a, b, c: mpskern.scaled_dot_product_attention(a, b, c, backend="cpu")
 else:
     import torch, torch.nn.functional as F
-    torch.set_num_threads(int(sys.argv[2]))
+    torch.set_num_threads(THREADS)
     f = lambda a, b, c: F.scaled_dot_product_attention(*(torch.from_numpy(x) for x in (a, b, c)))
 f(*small)                                       # libraries, pools and BLAS loaded first
-before = reset_peak()
-before_max = maxrss()
-out = f(q, k, v)
-# the peak during the call over the resident set before it (where /proc lets us reset the
-# peak); elsewhere the growth of the process's all-time peak (may read 0)
-print(status("VmHWM") - before if before is not None else maxrss() - before_max)
 """
-
-
 MEMORY_TARGET_MIB = 64
 
 
 def run_memory(threads):
-    # the child imports the mpskern this process runs (an in-place build or the installed
-    # one), from a neutral folder: `python -c` puts its cwd first on sys.path, and a checkout
-    # root there would shadow an installed mpskern with the unbuilt source tree
-    home = os.path.dirname(os.path.dirname(os.path.abspath(mpskern.__file__)))
-    env = dict(os.environ, MPSKERN_NUM_THREADS=str(threads),
-               PYTHONPATH=os.pathsep.join([home, os.environ.get("PYTHONPATH", "")]))
-    got = {}
-    for which in ("torch", "mpskern"):
-        r = subprocess.run([sys.executable, "-c", PEAK, which, str(threads)], env=env,
-                           cwd=tempfile.gettempdir(), capture_output=True, text=True, check=True)
-        got[which] = float(r.stdout.split()[-1])
+    got = {which: peak_rss.added_mib(f"WHICH = {which!r}; THREADS = {threads}\n" + MEMORY_SETUP,
+                                     "out = f(q, k, v)", env={"MPSKERN_NUM_THREADS": str(threads)})
+           for which in ("torch", "mpskern")}
     ok = "ok" if got["mpskern"] < MEMORY_TARGET_MIB else "MISS"
     print(f"peak RSS added by (1, 1, 8192, 64) self-attention (peak during the call - resident "
           f"before): mpskern {got['mpskern']:.1f} MiB (target < {MEMORY_TARGET_MIB}: {ok}), "
@@ -158,14 +124,10 @@ def run_memory(threads):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--target", type=float, default=0.2, help="seconds per timing sample")
-    ap.add_argument("--gap", type=float, default=P.GAP)
+    P.timing_options(ap)
     ap.add_argument("--only", default="attention,models,memory")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    args = ap.parse_args(argv)
-    P.GAP = args.gap
+    args = P.timing_parse(ap, argv)
     torch.set_num_threads(args.threads)
     mpskern.set_num_threads(args.threads)
     print(f"machine: {platform.machine()} {os.cpu_count()} cores; torch {torch.__version__} and "
@@ -173,7 +135,7 @@ def main(argv=None):
           f"interleaved rounds, {P.GAP:g} s idle before each sample; ratio = torch time / "
           f"mpskern time (float16 vs float32 rows: mpskern's float32 time / float16 time)\n")
     groups = args.only.split(",")
-    miss = run_memory(args.threads) if "memory" in groups else 0
+    miss = int(run_memory(args.threads)) if "memory" in groups else 0
     rows = []
     if "attention" in groups:
         run_attention(rows, args.rounds, args.target)

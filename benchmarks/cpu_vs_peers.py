@@ -148,6 +148,23 @@ def bench(impls, rounds, target):
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
+def timing_options(ap, threads=2, rounds=7, target=0.2):
+    """This protocol's options on an argparse parser: --threads, --rounds, --target, --gap."""
+    ap.add_argument("--threads", type=int, default=threads, help="threads for every library")
+    ap.add_argument("--rounds", type=int, default=rounds, help="interleaved rounds (the median is kept)")
+    ap.add_argument("--target", type=float, default=target, help="seconds per timing sample")
+    ap.add_argument("--gap", type=float, default=GAP, help="idle seconds before each sample")
+    return ap
+
+
+def timing_parse(ap, argv):
+    """ap.parse_args(argv), with --gap applied to bench()."""
+    global GAP
+    args = ap.parse_args(argv)
+    GAP = args.gap
+    return args
+
+
 def check(got, ref, what, tol):
     got = np.asarray(got, np.float64)
     ref = np.asarray(ref, np.float64)

@@ -5,14 +5,13 @@ broadcast form, causal with L < S and L > S, grouped-query heads, rows with noth
 attend to, NaN/inf inputs, empty sizes, float16, 1 and 2 threads; peak memory of an
 8192 x 8192 self-attention; argument errors."""
 import itertools
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import attn_tools as T
 from mpskern import _native
+from mpskern.bench import peak_rss
 
 DTYPES = [np.float32, np.float16]
 
@@ -156,40 +155,17 @@ def test_thread_count_does_not_change_the_bits(dtype):
     assert outs[0].tobytes() == outs[1].tobytes()
 
 
-PEAK = """
-import re, resource, sys, numpy as np
+PEAK_SETUP = """
+import numpy as np
 from mpskern import _native
-L = int(sys.argv[1])
-def status(key):         # MiB from /proc/self/status (Linux), else None
-    try:
-        with open("/proc/self/status") as f:
-            return int(re.search(key + r":\\s+(\\d+) kB", f.read()).group(1)) / 1024
-    except (OSError, AttributeError):
-        return None
-def reset_peak():       # Linux: VmHWM restarts from the current RSS (clear_refs 5)
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return status("VmRSS")
-    except OSError:
-        return None
-def maxrss():           # ru_maxrss: KiB on Linux, bytes on macOS
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return r / 2**20 if sys.platform == "darwin" else r / 2**10
 rng = np.random.default_rng(0)
 def args(n):
     return dict(B=1, Hq=1, Hk=1, Hv=1, L=n, S=n, E=64, Ev=64, q_sb=0, q_sh=0, k_sb=0, k_sh=0,
                 v_sb=0, v_sh=0, mask=0, m_sb=0, m_sh=0, m_sl=0, m_ss=0, causal=0, scale=0.125)
-q, k, v = (rng.standard_normal((1, 1, L, 64)).astype(np.float32) for _ in range(3))
-out = np.zeros((1, 1, L, 64), np.float32)
+q, k, v = (rng.standard_normal((1, 1, 8192, 64)).astype(np.float32) for _ in range(3))
+out = np.zeros((1, 1, 8192, 64), np.float32)
 small = [np.ascontiguousarray(x[:, :, :64]) for x in (q, k, v, out)]
 _native.cpu_attention(args(64), _native.F32, *small[:3], None, small[3])   # pool, BLAS warm
-before = reset_peak()
-before_max = maxrss()
-_native.cpu_attention(args(L), _native.F32, q, k, v, None, out)
-# the peak during the call over the resident set before it (where /proc lets us reset the
-# peak); elsewhere the growth of the process's all-time peak (may read 0)
-print(status("VmHWM") - before if before is not None else maxrss() - before_max)
 """
 
 
@@ -197,11 +173,9 @@ def test_peak_memory_is_a_block_not_the_score_matrix():
     """(1, 1, 8192, 64) self-attention: the 8192 x 8192 float32 scores alone are 256 MiB;
     the kernel's scratch is a few blocks (issue 13: under 64 MiB added to the peak RSS,
     measured from the resident set just before the call; the output is preallocated)."""
-    r = subprocess.run([sys.executable, "-c", PEAK, "8192"], capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stderr
-    added_mib = float(r.stdout.split()[-1])
-    assert added_mib < 16, f"peak RSS grew by {added_mib:.1f} MiB"
+    added = peak_rss.added_mib(PEAK_SETUP, "_native.cpu_attention(args(8192), _native.F32, q, k, v, None, out)",
+                               timeout=120)
+    assert added < 16, f"peak RSS grew by {added:.1f} MiB"
 
 
 def test_argument_errors():

@@ -223,10 +223,11 @@ def _md_cell(c):
 
 
 def _html_table(head, rows):
+    """One table row a line (readable source; two reports diff row by row)."""
     e = html.escape
-    cells = "".join(f"<th>{e(str(h))}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><tr>{cells}</tr>{body}</table>"
+    lines = ["<table>", "<tr>" + "".join(f"<th>{e(str(h))}</th>" for h in head) + "</tr>"]
+    lines += ["<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>" for r in rows]
+    return "\n".join(lines + ["</table>"])
 
 
 def _md_table(head, rows):

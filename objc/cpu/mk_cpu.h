@@ -82,6 +82,14 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
 mk_status mk_cpu_adaptive_avg_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y);
 mk_status mk_cpu_max_pool2d_indices(const mk_pool2d_args *a, int dtype, const void *x, void *y,
                                     int64_t *indices);
+/* The plane loop all three share (mk_cpu_pool2d.c): planes b..e-1 of x (H*W elements each,
+   float32 or float16 by dtype) into y (P*Q each) by plane(ctx, i, xp, yp) on float32 planes;
+   float16 planes are staged through float32 buffers. 0 when out of memory. */
+typedef void (*mk_plane_fn)(void *ctx, long i, const float *xp, float *yp);
+int mk_pool_planes(const mk_pool2d_args *a, int dtype, const void *x, void *y, long b, long e,
+                   mk_plane_fn plane, void *ctx);
+// mk_parallel_for's grain for planes of a windowed pool (a plane's reads and taps)
+long mk_pool_grain(const mk_pool2d_args *a);
 
 /* ---- x86-64: hot loops are compiled for AVX-512, AVX2+FMA+F16C and the baseline, and the
    loader picks one (GCC's function multiversioning; the build stays portable, no

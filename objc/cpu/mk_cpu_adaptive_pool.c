@@ -51,27 +51,23 @@ MK_MULTIVERSION static void apool_plane(const mk_pool2d_args *a, const float *xp
     }
 }
 
+// one range's planes, with its thread's column sums
+typedef struct {
+    const mk_pool2d_args *a;
+    float *colsum;
+} apool_job;
+
+static void apool_plane_job(void *vc, long i, const float *xp, float *yp) {
+    const apool_job *j = vc;
+    apool_plane(j->a, xp, yp, j->colsum);
+}
+
 static void apool_range(void *vc, long b, long e) {
     apool_ctx *t = vc;
-    const mk_pool2d_args *a = t->a;
-    long HW = (long)a->H * a->W, PQ = (long)a->P * a->Q;
-    float *colsum = mk_alloc((size_t)a->W * 4), *xs = NULL, *ys = NULL;
-    if (t->dtype == MK_F16) {
-        xs = mk_alloc((size_t)HW * 4);
-        ys = mk_alloc((size_t)PQ * 4);
-    }
-    if (!colsum || (t->dtype == MK_F16 && (!xs || !ys))) { t->failed = 1; goto done; }
-    for (long i = b; i < e; i++) {
-        if (t->dtype == MK_F32) {
-            apool_plane(a, (const float *)t->x + i * HW, (float *)t->y + i * PQ, colsum);
-        } else {
-            mk_h2f((const mk_half *)t->x + i * HW, xs, HW);
-            apool_plane(a, xs, ys, colsum);
-            mk_f2h(ys, (mk_half *)t->y + i * PQ, PQ);
-        }
-    }
-done:
-    mk_free(colsum); mk_free(xs); mk_free(ys);
+    apool_job j = {t->a, mk_alloc((size_t)t->a->W * 4)};
+    if (!j.colsum || !mk_pool_planes(t->a, t->dtype, t->x, t->y, b, e, apool_plane_job, &j))
+        t->failed = 1;
+    mk_free(j.colsum);
 }
 
 mk_status mk_cpu_adaptive_avg_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y) {

@@ -164,40 +164,55 @@ MK_MULTIVERSION static void pool_plane_windows(const pool_ctx *t, const float *x
     }
 }
 
-// Few output columns: the row sweep's loops would be a handful of iterations per tap
-#define WINDOW_MAX_Q 8
+int mk_pool_planes(const mk_pool2d_args *a, int dtype, const void *x, void *y, long b, long e,
+                   mk_plane_fn plane, void *ctx) {
+    long HW = (long)a->H * a->W, PQ = (long)a->P * a->Q;
+    if (dtype == MK_F32) {
+        for (long i = b; i < e; i++) plane(ctx, i, (const float *)x + i * HW, (float *)y + i * PQ);
+        return 1;
+    }
+    float *xs = mk_alloc((size_t)HW * 4), *ys = mk_alloc((size_t)PQ * 4);
+    int ok = xs && ys;
+    for (long i = b; ok && i < e; i++) {
+        mk_h2f((const mk_half *)x + i * HW, xs, HW);
+        plane(ctx, i, xs, ys);
+        mk_f2h(ys, (mk_half *)y + i * PQ, PQ);
+    }
+    mk_free(xs); mk_free(ys);
+    return ok;
+}
 
-static void pool_plane(const pool_ctx *t, const float *xp, float *yp, const int *lo, const int *hi) {
-    if (t->rows) pool_plane_rows(t, xp, yp, lo, hi);
-    else pool_plane_windows(t, xp, yp);
+long mk_pool_grain(const mk_pool2d_args *a) {
+    double per_plane = (double)a->H * a->W + (double)a->P * a->Q *
+                       (a->kh < a->H ? a->kh : a->H) * (a->kw < a->W ? a->kw : a->W);
+    return mk_grain(per_plane < 1e15 ? (long)per_plane : (long)1e15);
+}
+
+// one range's planes: the tap ranges of the row sweep are per thread
+typedef struct {
+    const pool_ctx *t;
+    const int *lo, *hi;
+} plane_job;
+
+static void pool_plane(void *vc, long i, const float *xp, float *yp) {
+    const plane_job *j = vc;
+    if (j->t->rows) pool_plane_rows(j->t, xp, yp, j->lo, j->hi);
+    else pool_plane_windows(j->t, xp, yp);
 }
 
 static void pool_range(void *vc, long b, long e) {
     pool_ctx *t = vc;
-    const mk_pool2d_args *a = t->a;
-    long HW = (long)a->H * a->W, PQ = (long)a->P * a->Q;
-    float *xs = NULL, *ys = NULL;
     long taps = t->rows ? t->s1 - t->s0 : 0;
     int *lo = mk_alloc((size_t)(taps + 1) * 2 * sizeof(int)), *hi = lo ? lo + taps : NULL;
     if (!lo) { t->failed = 1; return; }
     if (t->rows) tap_ranges(t, lo, hi);
-    if (t->dtype == MK_F16) {
-        xs = mk_alloc((size_t)HW * 4);
-        ys = mk_alloc((size_t)PQ * 4);
-        if (!xs || !ys) { t->failed = 1; goto done; }
-    }
-    for (long i = b; i < e; i++) {
-        if (t->dtype == MK_F32) {
-            pool_plane(t, (const float *)t->x + i * HW, (float *)t->y + i * PQ, lo, hi);
-        } else {
-            mk_h2f((const mk_half *)t->x + i * HW, xs, HW);
-            pool_plane(t, xs, ys, lo, hi);
-            mk_f2h(ys, (mk_half *)t->y + i * PQ, PQ);
-        }
-    }
-done:
-    mk_free(xs); mk_free(ys); mk_free(lo);
+    plane_job j = {t, lo, hi};
+    if (!mk_pool_planes(t->a, t->dtype, t->x, t->y, b, e, pool_plane, &j)) t->failed = 1;
+    mk_free(lo);
 }
+
+// Few output columns: the row sweep's loops would be a handful of iterations per tap
+#define WINDOW_MAX_Q 8
 
 mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y,
                         int64_t *indices) {
@@ -254,9 +269,7 @@ mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void 
     mk_tap_range(-(long)a->pad_w + (long)(a->Q - 1) * a->stride_w, a->dil_w,
                  (long)a->W + (long)(a->Q - 1) * a->stride_w, a->kw, &t.s0, &t.s1);
     t.rows = a->Q > WINDOW_MAX_Q && t.s1 - t.s0 <= 2L * (a->W / a->dil_w) + 16;
-    double per_plane = (double)a->H * a->W + (double)a->P * a->Q *
-                       (a->kh < a->H ? a->kh : a->H) * (a->kw < a->W ? a->kw : a->W);
-    mk_parallel_for(planes, mk_grain(per_plane < 1e15 ? (long)per_plane : (long)1e15), pool_range, &t);
+    mk_parallel_for(planes, mk_pool_grain(a), pool_range, &t);
     mk_free(div_h); mk_free(inv_w);
     return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_pool2d: out of memory") : MK_OK;
 }

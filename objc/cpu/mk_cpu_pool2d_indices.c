@@ -16,8 +16,8 @@ typedef struct {
     int failed;
 } ipool_ctx;
 
-MK_MULTIVERSION static void ipool_plane(const mk_pool2d_args *a, const float *xp, float *yp,
-                                        int64_t *ip) {
+MK_MULTIVERSION static void ipool_window_maxima(const mk_pool2d_args *a, const float *xp,
+                                                float *yp, int64_t *ip) {
     long W = a->W;
     for (int p = 0; p < a->P; p++) {
         long h0 = (long)p * a->stride_h - a->pad_h;
@@ -45,36 +45,21 @@ MK_MULTIVERSION static void ipool_plane(const mk_pool2d_args *a, const float *xp
     }
 }
 
+// plane i: its indices go to the same plane of the int64 array
+static void ipool_plane(void *vc, long i, const float *xp, float *yp) {
+    const ipool_ctx *t = vc;
+    ipool_window_maxima(t->a, xp, yp, t->idx + i * t->a->P * t->a->Q);
+}
+
 static void ipool_range(void *vc, long b, long e) {
     ipool_ctx *t = vc;
-    const mk_pool2d_args *a = t->a;
-    long HW = (long)a->H * a->W, PQ = (long)a->P * a->Q;
-    float *xs = NULL, *ys = NULL;
-    if (t->dtype == MK_F16) {
-        xs = mk_alloc((size_t)HW * 4);
-        ys = mk_alloc((size_t)PQ * 4);
-        if (!xs || !ys) { t->failed = 1; goto done; }
-    }
-    for (long i = b; i < e; i++) {
-        if (t->dtype == MK_F32) {
-            ipool_plane(a, (const float *)t->x + i * HW, (float *)t->y + i * PQ, t->idx + i * PQ);
-        } else {
-            mk_h2f((const mk_half *)t->x + i * HW, xs, HW);
-            ipool_plane(a, xs, ys, t->idx + i * PQ);
-            mk_f2h(ys, (mk_half *)t->y + i * PQ, PQ);
-        }
-    }
-done:
-    mk_free(xs); mk_free(ys);
+    if (!mk_pool_planes(t->a, t->dtype, t->x, t->y, b, e, ipool_plane, t)) t->failed = 1;
 }
 
 // a: checked by mk_cpu_pool2d (mode MK_POOL_MAX, planes and outputs not empty)
 mk_status mk_cpu_max_pool2d_indices(const mk_pool2d_args *a, int dtype, const void *x, void *y,
                                     int64_t *indices) {
     ipool_ctx t = {a, dtype, x, y, indices, 0};
-    double per_plane = (double)a->H * a->W + (double)a->P * a->Q *
-                       (a->kh < a->H ? a->kh : a->H) * (a->kw < a->W ? a->kw : a->W);
-    mk_parallel_for((long)a->N * a->C, mk_grain(per_plane < 1e15 ? (long)per_plane : (long)1e15),
-                    ipool_range, &t);
+    mk_parallel_for((long)a->N * a->C, mk_pool_grain(a), ipool_range, &t);
     return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_pool2d: out of memory") : MK_OK;
 }

@@ -125,48 +125,22 @@ static void rownorm_range(void *vc, long b, long e) {
    Then the output per segment. */
 typedef struct {
     row_ctx *t;
-    long segs;
     float *c, *d, *q;         // per segment
     float *mean, *rstd;       // per row
 } seg_ctx;
 
-static void seg_stats(void *vc, long b, long e) {
+// one segment (mk_segment_range): its statistics, or (g->y) its output
+static void seg_piece(void *vc, const mk_segment *g) {
     seg_ctx *s = vc;
     row_ctx *t = s->t;
-    long n = t->a->n;
     const mk_rowvec_t *rv = mk_rowvec();
-    float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)(n / s->segs + 32) * 4) : NULL;
-    if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
-    for (long p = b; p < e; p++) {
-        long i = p % s->segs, lo = mk_segment_start(i, s->segs, n);
-        long len = mk_segment_start(i + 1, s->segs, n) - lo;
-        const float *x = mk_row_piece(t->dtype, t->x, n, p / s->segs, lo, len, buf);
-        s->c[p] = t->a->kind == MK_NORM_LAYER ? rv->sum(x, len) / (float)len : 0.0f;
-        s->q[p] = rv->dev_moments(x, len, s->c[p], &s->d[p]);
+    if (!g->y) {
+        s->c[g->p] = t->a->kind == MK_NORM_LAYER ? rv->sum(g->x, g->len) / (float)g->len : 0.0f;
+        s->q[g->p] = rv->dev_moments(g->x, g->len, s->c[g->p], &s->d[g->p]);
+        return;
     }
-    mk_free(buf);
-}
-
-static void seg_out(void *vc, long b, long e) {
-    seg_ctx *s = vc;
-    row_ctx *t = s->t;
-    long n = t->a->n;
-    const mk_rowvec_t *rv = mk_rowvec();
-    float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)(n / s->segs + 32) * 4) : NULL;
-    if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
-    for (long p = b; p < e; p++) {
-        long r = p / s->segs, i = p % s->segs, lo = mk_segment_start(i, s->segs, n);
-        long len = mk_segment_start(i + 1, s->segs, n) - lo;
-        const float *x = mk_row_piece(t->dtype, t->x, n, r, lo, len, buf);
-        const float *w = t->w ? t->w + lo : NULL, *bb = t->b ? t->b + lo : NULL;
-        if (t->dtype == MK_F32) {
-            rv->norm_out(x, (float *)t->y + r * n + lo, len, s->mean[r], s->rstd[r], w, bb);
-        } else {
-            rv->norm_out(buf, buf, len, s->mean[r], s->rstd[r], w, bb);
-            mk_f2h(buf, (mk_half *)t->y + r * n + lo, len);
-        }
-    }
-    mk_free(buf);
+    rv->norm_out(g->x, g->y, g->len, s->mean[g->row], s->rstd[g->row],
+                 t->w ? t->w + g->lo : NULL, t->b ? t->b + g->lo : NULL);
 }
 
 // one row of the segmented path again, whole and scaled (see above), where its combined
@@ -190,9 +164,10 @@ static void rownorm_segments(row_ctx *t, long segs) {
     long rows = a->rows, n = a->n, tasks = rows * segs;
     float *mem = mk_alloc((size_t)(3 * tasks + 2 * rows) * 4);
     if (!mem) { t->failed = 1; return; }
-    seg_ctx s = {t, segs, mem, mem + tasks, mem + 2 * tasks, mem + 3 * tasks,
-                 mem + 3 * tasks + rows};
-    mk_parallel_for(tasks, 1, seg_stats, &s);
+    seg_ctx s = {t, mem, mem + tasks, mem + 2 * tasks, mem + 3 * tasks, mem + 3 * tasks + rows};
+    mk_segment_pass pass = {t->dtype, t->x, NULL, n, segs, seg_piece, &s, 0};
+    mk_parallel_for(tasks, 1, mk_segment_range, &pass);
+    t->failed |= pass.failed;
     for (long r = 0; r < rows && !t->failed; r++) {
         const float *c = s.c + r * segs, *d = s.d + r * segs, *q = s.q + r * segs;
         double mean = 0.0, m2 = 0.0;
@@ -209,7 +184,11 @@ static void rownorm_segments(row_ctx *t, long segs) {
         s.mean[r] = (float)mean;
         s.rstd[r] = 1.0f / sqrtf((float)(m2 / (double)n) + a->eps);
     }
-    if (!t->failed) mk_parallel_for(tasks, 1, seg_out, &s);
+    if (!t->failed) {                                      // the output pass
+        pass.y = t->y;
+        mk_parallel_for(tasks, 1, mk_segment_range, &pass);
+        t->failed |= pass.failed;
+    }
     for (long r = 0; r < rows && !t->failed; r++)
         if (stats_overflowed(s.mean[r], s.rstd[r])) rownorm_redo(t, r);
     mk_free(mem);

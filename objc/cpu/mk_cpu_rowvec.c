@@ -49,3 +49,19 @@ const mk_rowvec_t *mk_rowvec(void) {
 
 const mk_rowvec_t *mk_rowvec(void) { return &rowvec_one; }
 #endif
+
+void mk_segment_range(void *vp, long b, long e) {
+    mk_segment_pass *s = vp;
+    long n = s->n;
+    float *buf = s->dtype == MK_F16 ? mk_alloc((size_t)(n / s->segs + 32) * 4) : NULL;
+    if (s->dtype == MK_F16 && !buf) { s->failed = 1; return; }
+    for (long p = b; p < e; p++) {
+        long i = p % s->segs, lo = mk_segment_start(i, s->segs, n);
+        mk_segment g = {p, p / s->segs, lo, mk_segment_start(i + 1, s->segs, n) - lo, NULL, NULL};
+        g.x = mk_row_piece(s->dtype, s->x, n, g.row, lo, g.len, buf);
+        if (s->y) g.y = s->dtype == MK_F32 ? (float *)s->y + g.row * n + lo : buf;
+        s->piece(s->ctx, &g);
+        if (s->y && s->dtype == MK_F16) mk_f2h(buf, (mk_half *)s->y + g.row * n + lo, g.len);
+    }
+    mk_free(buf);
+}

@@ -62,4 +62,24 @@ static inline const float *mk_row_piece(int dtype, const void *x, long n, long r
     return buf;
 }
 
+/* A pass over rows cut into segments (mk_row_segments), as an mk_parallel_for body:
+   mk_segment_range(pass, b, e) calls piece(ctx, &g) for the segments p = b..e-1 (p = row *
+   segs + i) with g.x the segment as float32 (mk_row_piece). The statistics pass has y NULL;
+   the output pass gives g.y, where the piece writes its output from g.x (in place for
+   float16 rows: g.y is g.x's buffer, stored to y after the call). failed: out of memory. */
+typedef struct {
+    long p, row, lo, len;
+    const float *x;
+    float *y;
+} mk_segment;
+typedef struct {
+    int dtype;
+    const void *x;
+    void *y;
+    long n, segs;
+    void (*piece)(void *ctx, const mk_segment *g);
+    void *ctx;
+    int failed;
+} mk_segment_pass;
+void mk_segment_range(void *pass, long b, long e);
 #endif

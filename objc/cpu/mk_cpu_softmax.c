@@ -128,46 +128,33 @@ static void rows_range(void *vc, long b, long e) {
    (x - m) - log s). Recomputing the exps costs less than a third pass over memory would. */
 typedef struct {
     sm_ctx *t;
-    long segs;
     float *sm, *ss;           // per segment: max, sum of exp(x - max)
     float *m, *ls;            // per row: max, and 1/s (softmax) or log s (log_softmax)
 } smseg_ctx;
 
-// Segments b..e-1 (p = row * segs + i): the statistics pass (out == 0) or the output pass.
-static void smseg_pass(smseg_ctx *s, long b, long e, int out) {
-    sm_ctx *t = s->t;
-    long n = t->a->n;
+// one segment (mk_segment_range): its statistics, or (g->y) its output
+static void smseg_piece(void *vc, const mk_segment *g) {
+    smseg_ctx *s = vc;
     const mk_rowvec_t *rv = mk_rowvec();
-    float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)(n / s->segs + 32) * 4) : NULL;
-    if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
-    for (long p = b; p < e; p++) {
-        long r = p / s->segs, i = p % s->segs;
-        long lo = mk_segment_start(i, s->segs, n), len = mk_segment_start(i + 1, s->segs, n) - lo;
-        const float *x = mk_row_piece(t->dtype, t->x, n, r, lo, len, buf);
-        if (!out) {
-            float m = rv->max(x, len);
-            s->sm[p] = m;
-            s->ss[p] = m == -INFINITY ? 0.0f : rv->exp_sum(x, NULL, len, m);   // exp(-inf) = 0
-            continue;
-        }
-        float *y = t->dtype == MK_F32 ? (float *)t->y + r * n + lo : buf;
-        // m = -inf (an all -inf row) or NaN makes x - m NaN: the row comes out NaN, as torch
-        if (t->a->log) rv->sub2(x, y, len, s->m[r], s->ls[r]);
-        else { rv->exp_sum(x, y, len, s->m[r]); rv->scale(y, len, s->ls[r]); }
-        if (t->dtype == MK_F16) mk_f2h(buf, (mk_half *)t->y + r * n + lo, len);
+    if (!g->y) {
+        float m = rv->max(g->x, g->len);
+        s->sm[g->p] = m;
+        s->ss[g->p] = m == -INFINITY ? 0.0f : rv->exp_sum(g->x, NULL, g->len, m);   // exp(-inf) = 0
+        return;
     }
-    mk_free(buf);
+    // m = -inf (an all -inf row) or NaN makes x - m NaN: the row comes out NaN, as torch
+    if (s->t->a->log) rv->sub2(g->x, g->y, g->len, s->m[g->row], s->ls[g->row]);
+    else { rv->exp_sum(g->x, g->y, g->len, s->m[g->row]); rv->scale(g->y, g->len, s->ls[g->row]); }
 }
-
-static void smseg_stats(void *vc, long b, long e) { smseg_pass(vc, b, e, 0); }
-static void smseg_out(void *vc, long b, long e) { smseg_pass(vc, b, e, 1); }
 
 static void softmax_segments(sm_ctx *t, long segs) {
     long rows = t->a->outer, tasks = rows * segs;
     float *mem = mk_alloc((size_t)(2 * tasks + 2 * rows) * 4);
     if (!mem) { t->failed = 1; return; }
-    smseg_ctx s = {t, segs, mem, mem + tasks, mem + 2 * tasks, mem + 2 * tasks + rows};
-    mk_parallel_for(tasks, 1, smseg_stats, &s);
+    smseg_ctx s = {t, mem, mem + tasks, mem + 2 * tasks, mem + 2 * tasks + rows};
+    mk_segment_pass pass = {t->dtype, t->x, NULL, t->a->n, segs, smseg_piece, &s, 0};
+    mk_parallel_for(tasks, 1, mk_segment_range, &pass);
+    t->failed |= pass.failed;
     for (long r = 0; r < rows && !t->failed; r++) {
         const float *sm = s.sm + r * segs, *ss = s.ss + r * segs;
         float m = -INFINITY, sum = 0.0f;
@@ -181,7 +168,11 @@ static void softmax_segments(sm_ctx *t, long segs) {
         s.m[r] = m;
         s.ls[r] = t->a->log ? logf(sum) : 1.0f / sum;
     }
-    if (!t->failed) mk_parallel_for(tasks, 1, smseg_out, &s);
+    if (!t->failed) {                                      // the output pass
+        pass.y = t->y;
+        mk_parallel_for(tasks, 1, mk_segment_range, &pass);
+        t->failed |= pass.failed;
+    }
     mk_free(mem);
 }
 

@@ -23,9 +23,23 @@ static MPSGraphTensor *scale_shift(MPSGraph *G, MPSGraphTensor *v, MPSGraphTenso
     return v;
 }
 
-// Runs layer/rms/group norm's graph: x, then the weight and bias that are present, into y.
-static mk_status run_affine(mk_device *d, MKGraph *g, mk_buffer *x, int has_weight, mk_buffer *weight,
-                            int has_bias, mk_buffer *bias, mk_buffer *y, mk_timing *t, const char *op) {
+// Layer/rms/group norm: the graph (cached per args) of x (shape xs) and the weight and bias
+// that are present (shape ws, float32) whose output is body(G, x as float32, w, b) in x's
+// dtype, run on x, the weight and bias into y.
+typedef MPSGraphTensor *(^affine_body)(MPSGraph *G, MPSGraphTensor *v, MPSGraphTensor *tw,
+                                       MPSGraphTensor *tb);
+static mk_status run_affine(mk_device *d, const char *op, int dtype, const void *a, size_t nbytes,
+                            MPSShape *xs, MPSShape *ws, int has_weight, int has_bias, affine_body body,
+                            mk_buffer *x, mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t) {
+    MKGraph *g = mk_mps_graph_get(d, op, dtype, a, nbytes, ^MKGraph *{
+        MPSGraph *G = [MPSGraph new];
+        MPSDataType dt = mk_mps_dtype(dtype);
+        MPSGraphTensor *tx = [G placeholderWithShape:xs dataType:dt name:@"x"];
+        NSMutableArray *ins = [NSMutableArray arrayWithObject:tx];
+        MPSGraphTensor *tw = optional_input(G, ins, has_weight, ws, @"w");
+        MPSGraphTensor *tb = optional_input(G, ins, has_bias, ws, @"b");
+        return mk_mps_graph_of(G, ins, @[mk_mps_from32(G, body(G, mk_mps_to32(G, tx), tw, tb), dt)]);
+    });
     if (!g) return MK_ERR_UNSUPPORTED;
     mk_buffer *in[3], *out[1] = {y};
     mk_mps_norm_inputs(in, x, 0, NULL, NULL, has_weight, weight, has_bias, bias);
@@ -40,29 +54,21 @@ mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_b
     return mk_mps_op(op, d, dtype, t, ^mk_status(int *empty) {
         return mk_mps_rownorm_check(a, weight, bias, empty);
     }, ^mk_status {
-        MKGraph *g = mk_mps_graph_get(d, op, dtype, a, sizeof *a, ^MKGraph *{
-            MPSGraph *G = [MPSGraph new];
-            MPSDataType dt = mk_mps_dtype(dtype);
-            MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->rows, a->n) dataType:dt name:@"x"];
-            NSMutableArray *ins = [NSMutableArray arrayWithObject:tx];
-            MPSGraphTensor *tw = optional_input(G, ins, a->has_weight, MK_SHAPE(1, a->n), @"w");
-            MPSGraphTensor *tb = optional_input(G, ins, a->has_bias, MK_SHAPE(1, a->n), @"b");
-            MPSGraphTensor *v = mk_mps_to32(G, tx);
+        return run_affine(d, op, dtype, a, sizeof *a, MK_SHAPE(a->rows, a->n), MK_SHAPE(1, a->n),
+                          a->has_weight, a->has_bias,
+                          ^MPSGraphTensor *(MPSGraph *G, MPSGraphTensor *v, MPSGraphTensor *tw, MPSGraphTensor *tb) {
             if (a->kind == MK_NORM_LAYER) {
                 MPSGraphTensor *mean = [G meanOfTensor:v axes:@[@1] name:@"mean"];
                 MPSGraphTensor *var = [G varianceOfTensor:v meanTensor:mean axes:@[@1] name:@"var"];
-                v = [G normalizationWithTensor:v meanTensor:mean varianceTensor:var gammaTensor:tw betaTensor:tb
-                                       epsilon:a->eps name:@"layer_norm"];
-            } else {
-                MPSGraphTensor *ms = [G meanOfTensor:[G squareWithTensor:v name:nil] axes:@[@1] name:@"meansq"];
-                MPSGraphTensor *eps = [G constantWithScalar:a->eps dataType:MPSDataTypeFloat32];
-                MPSGraphTensor *inv = [G reverseSquareRootWithTensor:[G additionWithPrimaryTensor:ms secondaryTensor:eps name:nil]
-                                                                name:@"rstd"];
-                v = scale_shift(G, [G multiplicationWithPrimaryTensor:v secondaryTensor:inv name:@"rms_norm"], tw, tb);
+                return [G normalizationWithTensor:v meanTensor:mean varianceTensor:var gammaTensor:tw betaTensor:tb
+                                          epsilon:a->eps name:@"layer_norm"];
             }
-            return mk_mps_graph_of(G, ins, @[mk_mps_from32(G, v, dt)]);
-        });
-        return run_affine(d, g, x, a->has_weight, weight, a->has_bias, bias, y, t, op);
+            MPSGraphTensor *ms = [G meanOfTensor:[G squareWithTensor:v name:nil] axes:@[@1] name:@"meansq"];
+            MPSGraphTensor *eps = [G constantWithScalar:a->eps dataType:MPSDataTypeFloat32];
+            MPSGraphTensor *inv = [G reverseSquareRootWithTensor:[G additionWithPrimaryTensor:ms secondaryTensor:eps name:nil]
+                                                            name:@"rstd"];
+            return scale_shift(G, [G multiplicationWithPrimaryTensor:v secondaryTensor:inv name:@"rms_norm"], tw, tb);
+        }, x, weight, bias, y, t);
     });
 }
 
@@ -75,23 +81,16 @@ mk_status mk_mps_group_norm(mk_device *d, const mk_group_norm_args *a, int dtype
     return mk_mps_op(op, d, dtype, t, ^mk_status(int *empty) {
         return mk_mps_group_norm_check(a, weight, bias, empty);
     }, ^mk_status {
-        MKGraph *g = mk_mps_graph_get(d, op, dtype, a, sizeof *a, ^MKGraph *{
-            MPSGraph *G = [MPSGraph new];
-            MPSDataType dt = mk_mps_dtype(dtype);
-            MPSGraphTensor *tx = [G placeholderWithShape:MK_SHAPE(a->N, a->C, a->HW) dataType:dt name:@"x"];
-            NSMutableArray *ins = [NSMutableArray arrayWithObject:tx];
-            MPSGraphTensor *tw = optional_input(G, ins, a->has_weight, MK_SHAPE(1, a->C, 1), @"w");
-            MPSGraphTensor *tb = optional_input(G, ins, a->has_bias, MK_SHAPE(1, a->C, 1), @"b");
-            MPSGraphTensor *v = [G reshapeTensor:mk_mps_to32(G, tx)
-                                       withShape:MK_SHAPE(a->N, a->groups, (int64_t)(a->C / a->groups) * a->HW) name:nil];
+        return run_affine(d, op, dtype, a, sizeof *a, MK_SHAPE(a->N, a->C, a->HW), MK_SHAPE(1, a->C, 1),
+                          a->has_weight, a->has_bias,
+                          ^MPSGraphTensor *(MPSGraph *G, MPSGraphTensor *v, MPSGraphTensor *tw, MPSGraphTensor *tb) {
+            v = [G reshapeTensor:v withShape:MK_SHAPE(a->N, a->groups, (int64_t)(a->C / a->groups) * a->HW) name:nil];
             MPSGraphTensor *mean = [G meanOfTensor:v axes:@[@2] name:@"mean"];
             MPSGraphTensor *var = [G varianceOfTensor:v meanTensor:mean axes:@[@2] name:@"var"];
             v = [G normalizationWithTensor:v meanTensor:mean varianceTensor:var gammaTensor:nil betaTensor:nil
                                    epsilon:a->eps name:@"group_norm"];
-            v = scale_shift(G, [G reshapeTensor:v withShape:MK_SHAPE(a->N, a->C, a->HW) name:nil], tw, tb);
-            return mk_mps_graph_of(G, ins, @[mk_mps_from32(G, v, dt)]);
-        });
-        return run_affine(d, g, x, a->has_weight, weight, a->has_bias, bias, y, t, op);
+            return scale_shift(G, [G reshapeTensor:v withShape:MK_SHAPE(a->N, a->C, a->HW) name:nil], tw, tb);
+        }, x, weight, bias, y, t);
     });
 }
 

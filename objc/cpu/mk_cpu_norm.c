@@ -78,15 +78,18 @@ MK_MULTIVERSION static void affine_out(const float *x, long n, float mean, float
     if (dtype == MK_F16) mk_f2h(tmp, y, n);
 }
 
-/* ---------------------------------------------------------------- layer / rms norm */
+// layer/rms norm and group norm: the op's arguments and operands (weight, bias: NULL if none)
 typedef struct {
-    const mk_rownorm_args *a;
+    const void *a;            // mk_rownorm_args (row_ctx) or mk_group_norm_args (gn_ctx)
     int dtype;
     const void *x;
     const float *w, *b;
     void *y;
     int failed;
-} row_ctx;
+} norm_ctx;
+
+/* ---------------------------------------------------------------- layer / rms norm */
+typedef norm_ctx row_ctx;
 
 static void rownorm_range(void *vc, long b, long e) {
     row_ctx *t = vc;
@@ -96,9 +99,7 @@ static void rownorm_range(void *vc, long b, long e) {
     float *buf = t->dtype == MK_F16 ? mk_alloc((size_t)n * 4) : NULL;
     if (t->dtype == MK_F16 && !buf) { t->failed = 1; return; }
     for (long r = b; r < e; r++) {
-        const float *x;
-        if (t->dtype == MK_F32) x = (const float *)t->x + r * n;
-        else { mk_h2f((const mk_half *)t->x + r * n, buf, n); x = buf; }
+        const float *x = mk_row_piece(t->dtype, t->x, n, r, 0, n, buf);
         float mean = 0.0f, rstd;
         if (a->kind == MK_NORM_LAYER) {
             mean = rv->sum(x, n) / (float)n;
@@ -133,9 +134,10 @@ typedef struct {
 static void seg_piece(void *vc, const mk_segment *g) {
     seg_ctx *s = vc;
     row_ctx *t = s->t;
+    const mk_rownorm_args *a = t->a;
     const mk_rowvec_t *rv = mk_rowvec();
     if (!g->y) {
-        s->c[g->p] = t->a->kind == MK_NORM_LAYER ? rv->sum(g->x, g->len) / (float)g->len : 0.0f;
+        s->c[g->p] = a->kind == MK_NORM_LAYER ? rv->sum(g->x, g->len) / (float)g->len : 0.0f;
         s->q[g->p] = rv->dev_moments(g->x, g->len, s->c[g->p], &s->d[g->p]);
         return;
     }
@@ -218,14 +220,7 @@ mk_status mk_cpu_rownorm(const mk_rownorm_args *a, int dtype, const void *x,
 }
 
 /* ---------------------------------------------------------------- group norm */
-typedef struct {
-    const mk_group_norm_args *a;
-    int dtype;
-    const void *x;
-    const float *w, *b;
-    void *y;
-    int failed;
-} gn_ctx;
+typedef norm_ctx gn_ctx;
 
 // o = (x - mean) * rstd * w[c] + b[c] over the group's Cg planes of HW floats (w, b may
 // be NULL; o may be x): one call per group (a call per 49-float plane of a late layer, with
@@ -250,9 +245,7 @@ static void group_range(void *vc, long b, long e) {
     const mk_rowvec_t *rv = mk_rowvec();
     for (long i = b; i < e; i++) {            // i = n * groups + g
         long off = i * blk;
-        const float *x;
-        if (t->dtype == MK_F32) x = (const float *)t->x + off;
-        else { mk_h2f((const mk_half *)t->x + off, buf, blk); x = buf; }
+        const float *x = mk_row_piece(t->dtype, t->x, blk, i, 0, blk, buf);
         // over pieces of the (contiguous) group, not channels
         float mean = (float)(sum_pieces(rv, x, blk) / (double)blk);
         float rstd = (float)(1.0 / sqrt(sumsq_dev_pieces(rv, x, blk, mean) / (double)blk + a->eps));

@@ -63,20 +63,23 @@ def test_shape_grammar_positional_keys_defaults():
     assert ops.get("matmul").parse("512") == dict(M=512, N=512, K=512, batch=1)
 
 
-@pytest.mark.parametrize("op,text,msg", [
-    ("conv2d", "1,64,56", "lacks W|lacks K"),
-    ("conv2d", "C=8,H=8,K=4,R=3,bogus=1", "unknown shape field 'bogus'"),
-    ("conv2d", "C=8,H=8,K=4,R=x", "not an integer"),
-    ("conv2d", "C=6,H=8,K=4,R=3,groups=4", "groups=4 must divide"),
-    ("conv2d", "C=8,H=2,K=4,R=5", "larger than the padded input"),
-    ("matmul", "0", "must be > 0"),
-    ("matmul", "1,2,3,4,5", "too many values"),
-    ("max_pool2d", "1,8,16,16,3,2,2", "at most half"),
-    ("avg_pool2d", "1,8,16,16,3,dil=2", "unknown shape field 'dil'"),
-    ("max_pool2d", "1,8,16,16,3,ceil=2", "ceil=2 must be 0 or 1"),
-    ("max_pool2d", "1,8,4,4,3,pad=1,dil=3", "larger than the padded input"),
-    ("group_norm", "1,30,4,4,G=4", "G=4 must divide C=30"),
-])
+SHAPE_ERRORS = {     # op: [(a malformed --shape, what the error says)]
+    "conv2d": [("1,64,56", "lacks W|lacks K"),
+               ("C=8,H=8,K=4,R=3,bogus=1", "unknown shape field 'bogus'"),
+               ("C=8,H=8,K=4,R=x", "not an integer"),
+               ("C=6,H=8,K=4,R=3,groups=4", "groups=4 must divide"),
+               ("C=8,H=2,K=4,R=5", "larger than the padded input")],
+    "matmul": [("0", "must be > 0"), ("1,2,3,4,5", "too many values")],
+    "max_pool2d": [("1,8,16,16,3,2,2", "at most half"),
+                   ("1,8,16,16,3,ceil=2", "ceil=2 must be 0 or 1"),
+                   ("1,8,4,4,3,pad=1,dil=3", "larger than the padded input")],
+    "avg_pool2d": [("1,8,16,16,3,dil=2", "unknown shape field 'dil'")],
+    "group_norm": [("1,30,4,4,G=4", "G=4 must divide C=30")],
+}
+
+
+@pytest.mark.parametrize("op,text,msg", [(op, text, msg) for op, cases in SHAPE_ERRORS.items()
+                                         for text, msg in cases])
 def test_shape_grammar_errors(op, text, msg):
     with pytest.raises(ValueError, match=msg) as e:
         ops.get(op).parse(text)

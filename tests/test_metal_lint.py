@@ -317,39 +317,40 @@ kernel void demo_plain(const device T* x [[buffer(0)]], device T* y [[buffer(1)]
 MK_PER_DTYPE(demo_plain)
 """
 
-PLANTED = {
+# the lines of GOOD that several planted bugs rewrite
+TG_DECL = "threadgroup float tile[MK_BM * 4];"
+Y_ARG = "device T* y [[buffer(1)]],\n"
+PER_DTYPE = "MK_PER_DTYPE(demo_plain)"
+
+PLANTED = {      # what: (a line of GOOD, the bug in its place, what the finding says)
     "std": ("y[tid] = T(tile[tid]", "y[tid] = T(std::max(tile[tid], 0.0f)", "std::"),
     "include": ('#include "mk_args.h"', '#include "mk_args.h"\n#include <vector>', "<vector>"),
     "missing header": ('#include "mk_args.h"', '#include "nothere.h"', "nothere.h"),
     "malloc": ("tile[tid] = float(x[tid]);", "float* p = (float*)malloc(4);", "dynamically"),
-    "tg late": ("    threadgroup float tile[MK_BM * 4];\n    tile[tid] = float(x[tid]);",
-                "    float q = 0;\n    threadgroup float tile[MK_BM * 4];\n    tile[tid] = float(x[tid]);",
+    "tg late": (f"    {TG_DECL}\n    tile[tid] = float(x[tid]);",
+                f"    float q = 0;\n    {TG_DECL}\n    tile[tid] = float(x[tid]);",
                 "top of the kernel body"),
-    "tg init": ("threadgroup float tile[MK_BM * 4];", "threadgroup float tile[MK_BM * 4] = {0};",
-                "no initialiser"),
-    "tg two": ("threadgroup float tile[MK_BM * 4];", "threadgroup float tile[64], t2[64];",
-               "one per statement"),
-    "tg size": ("threadgroup float tile[MK_BM * 4];", "threadgroup float tile[a.n];",
-                "constant expression"),
+    "tg init": (TG_DECL, "threadgroup float tile[MK_BM * 4] = {0};", "no initialiser"),
+    "tg two": (TG_DECL, "threadgroup float tile[64], t2[64];", "one per statement"),
+    "tg size": (TG_DECL, "threadgroup float tile[a.n];", "constant expression"),
     "no attr": ("uint tid [[thread_index_in_threadgroup]])\n{", "uint tid)\n{", "no attribute"),
-    "no buffer": ("device T* y [[buffer(1)]],\n", "device T* y [[user(y)]],\n", "[[buffer(i)]]"),
-    "dup buffer": ("device T* y [[buffer(1)]],\n", "device T* y [[buffer(0)]],\n", "bound twice"),
+    "no buffer": (Y_ARG, "device T* y [[user(y)]],\n", "[[buffer(i)]]"),
+    "dup buffer": (Y_ARG, "device T* y [[buffer(0)]],\n", "bound twice"),
     "early return": ("    tile[tid] = float(x[tid]);",
                      "    if (tid > 3) { return; }\n    tile[tid] = float(x[tid]);",
                      "must not return early"),
     "half literal": ("half(1.0)", "1.0h", "half literal"),
-    "name": ("MK_PER_DTYPE(demo_plain)", "MK_PER_DTYPE(demo_plain)\nMK_INSTANTIATE(demo_plain, "
-             "half, half)", "the suffix of half is f16"),
-    "not demo_": ("MK_PER_DTYPE(demo_plain)", "MK_PER_DTYPE(demo_plain)\nMK_PER_DTYPE(plain)",
-                  "'plain_f32' is not demo_<variant>"),
-    "missing instantiation": ("MK_PER_DTYPE(demo_plain)", "", "has no instantiation"),
+    "name": (PER_DTYPE, PER_DTYPE + "\nMK_INSTANTIATE(demo_plain, half, half)",
+             "the suffix of half is f16"),
+    "not demo_": (PER_DTYPE, PER_DTYPE + "\nMK_PER_DTYPE(plain)", "'plain_f32' is not demo_<variant>"),
+    "missing instantiation": (PER_DTYPE, "", "has no instantiation"),
     "hand-written instantiation": (
-        "MK_PER_DTYPE(demo_plain)",
+        PER_DTYPE,
         'template [[host_name("demo_plain_f32")]] kernel void demo_plain<float>(\n'
         "    const device float* x [[buffer(0)]], device float* y [[buffer(1)]],\n"
         "    constant mk_softmax_args& a [[buffer(2)]], uint tid [[thread_index_in_threadgroup]]);",
         "hand-written instantiation"),
-    "wrapper kernel": ("MK_PER_DTYPE(demo_plain)", "MK_PER_DTYPE(demo_plain)\n"
+    "wrapper kernel": (PER_DTYPE, PER_DTYPE + "\n"
                        "kernel void demo_plain_f64(const device float* x [[buffer(0)]])\n"
                        "{\n}\n", "not a template"),
 }

@@ -9,6 +9,7 @@ The .metal kernels and the simulator's MSL compatibility headers are shipped as 
 data (mpskern/_data/) because both Metal and the simulator compile them at run time.
 """
 import os
+import runpy
 import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -109,8 +110,15 @@ class BuildPy(build_py):
                 shutil.copytree(ROOT / src, data / dst, dirs_exist_ok=True)
 
 
+def kernel_tables():
+    """mpskern/_kernels*.pxi, Cython's side of the kernel families, from metal/mk_args.h's
+    MK_KERNELS list (objc/cython_kernels.py; rewritten only when their text changes)."""
+    runpy.run_path(str(ROOT / "objc" / "cython_kernels.py"))["write"](ROOT)
+
+
 def extensions():
     from Cython.Build import cythonize
+    kernel_tables()
     b = blas()
     headers = rel(ROOT.glob("objc/**/*.h")) + rel(ROOT.glob("metal/*.h"))
     ext = Extension(

@@ -59,7 +59,10 @@ typedef struct mk_conv2d_args {
                                    // (kh, kw, strides, padding, dilation, divisor unused)
 // Windows start at p*stride - pad; a window is clipped to the input for max and for the
 // count_include_pad=False divisor; the count_include_pad=True divisor clips the window to
-// the padded extent (H + pad_h_end), as torch does.
+// the padded extent (H + pad_h_end), as torch does. Arrays x, y (N, C, P, Q) and indices: NULL,
+// or int64 (N, C, P, Q) for MK_POOL_MAX: where each maximum came from, as a flat index h*W + w
+// into its (H, W) plane (torch's return_indices: the first of equal maxima, the last NaN of a
+// window; a window of -inf only: its first element inside the input).
 typedef struct mk_pool2d_args {
     mk_i32 N, C, H, W, P, Q;
     mk_i32 kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
@@ -110,7 +113,9 @@ typedef struct mk_batch_norm_args {
 // contiguous rows at batch/head strides in elements (0 broadcasts); out (B, Hq, L, Ev)
 // contiguous. Mask element (b, h, i, j) at b*m_sb + h*m_sh + i*m_sl + j*m_ss (0 broadcasts).
 // causal: key j is visible to query i only when j <= i (torch's top-left triangle). A row
-// with no visible key (l = 0) gives 0 @ v, as torch.
+// with no visible key (l = 0) gives 0 @ v, as torch. The CPU kernel's scratch is O(block),
+// never O(L * S); on mps, MPSGraph's own attention op where the OS has it (macOS 15), else
+// matmul, mask, softmax and matmul in one graph.
 typedef struct mk_attention_args {
     mk_i32 B, Hq, Hk, Hv, L, S, E, Ev;
     mk_i32 q_sb, q_sh, k_sb, k_sh, v_sb, v_sh;
@@ -119,5 +124,28 @@ typedef struct mk_attention_args {
     mk_i32 causal;                 // 0/1
     mk_f32 scale;
 } mk_attention_args;
+
+// The kernel families, one line each: K(name, "what serves it on mps", arrays). Everything
+// per family besides its struct mk_<name>_args comes from this list:
+//   objc/mpskern.h           mk_status mk_cpu_<name>(const mk_<name>_args *a, int dtype, <arrays>);
+//                            mk_status mk_mps_<name>(mk_device *d, const mk_<name>_args *a,
+//                                                    int dtype, <arrays as mk_buffer *>, mk_timing *t);
+//   objc/stub/mk_mps_stub.c  the off-macOS mk_mps_<name> (says unavailable)
+//   mpskern/_kernels.pxi     Cython's declarations and op-table row (_native.OPS[name]), written
+//                            by setup.py (objc/cython_kernels.py; tests/test_abi_drift.py checks)
+// Arrays in ABI order: IN(type, name) is read (const type *), OUT(type, name) written (type *).
+// The label is what backend "mps" reports having run (objc/mk_mps_<name>.m).
+#define MK_KERNELS(K, IN, OUT) \
+    K(gemm, "MPSMatrixMultiplication", IN(void, A) IN(void, B) IN(void, C) OUT(void, out)) \
+    K(conv2d, "MPSGraph convolution2D", IN(void, x) IN(void, w) IN(float, bias) OUT(void, y)) \
+    K(pool2d, "MPSGraph pooling2D", IN(void, x) OUT(void, y) OUT(int64_t, indices)) \
+    K(softmax, "MPSGraph softMax", IN(void, x) OUT(void, y)) \
+    K(rownorm, "MPSGraph normalization", IN(void, x) IN(float, weight) IN(float, bias) OUT(void, y)) \
+    K(group_norm, "MPSGraph normalization", \
+      IN(void, x) IN(float, weight) IN(float, bias) OUT(void, y)) \
+    K(batch_norm, "MPSGraph normalization", IN(void, x) OUT(float, running_mean) \
+      OUT(float, running_var) IN(float, weight) IN(float, bias) OUT(void, y)) \
+    K(attention, "MPSGraph attention (scaledDotProductAttention on macOS 15, else matmul/softmax)", \
+      IN(void, q) IN(void, k) IN(void, v) IN(void, mask) OUT(void, out))
 
 #endif

@@ -1,36 +1,10 @@
-# _abi.pxd: Cython's view of the C ABI (objc/mpskern.h, metal/mk_args.h). Keep in step.
+# _abi.pxd: Cython's view of the C ABI (objc/mpskern.h, metal/mk_args.h) but for the kernel
+# families: their structs and mk_cpu_/mk_mps_ entry points are _kernels.pxi, written by setup.py
+# from mk_args.h's MK_KERNELS list. Keep in step (tests/test_abi_drift.py fails on any drift).
 from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t
 
 cdef extern from "mk_args.h":
     int MK_F32, MK_F16
-    ctypedef struct mk_gemm_args:
-        int32_t batch, M, N, K, lda, ldb, ldc
-        int32_t stride_a, stride_b, stride_c, stride_out, trans_a, trans_b, has_c
-        float alpha, beta
-        int32_t split_k, activation
-    ctypedef struct mk_conv2d_args:
-        int32_t N, C, H, W, K, R, S, P, Q
-        int32_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups, has_bias, activation
-    ctypedef struct mk_pool2d_args:
-        int32_t N, C, H, W, P, Q, kh, kw, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w
-        int32_t mode, count_include_pad, divisor, pad_h_end, pad_w_end
-    ctypedef struct mk_softmax_args:
-        int32_t outer, n, inner, log
-    ctypedef struct mk_rownorm_args:
-        int32_t rows, n, kind, has_weight, has_bias
-        float eps
-    ctypedef struct mk_group_norm_args:
-        int32_t N, C, HW, groups, has_weight, has_bias
-        float eps
-    ctypedef struct mk_batch_norm_args:
-        int32_t N, C, HW, training, has_running, has_weight, has_bias
-        float eps, momentum
-    int MK_ATTN_MASK_NONE, MK_ATTN_MASK_BOOL, MK_ATTN_MASK_ADD
-    ctypedef struct mk_attention_args:
-        int32_t B, Hq, Hk, Hv, L, S, E, Ev
-        int32_t q_sb, q_sh, k_sb, k_sh, v_sb, v_sh
-        int32_t mask, m_sb, m_sh, m_sl, m_ss, causal
-        float scale
 
 cdef extern from "mpskern.h" nogil:
     int MK_ABI_VERSION
@@ -41,22 +15,6 @@ cdef extern from "mpskern.h" nogil:
 
     void mk_cpu_set_num_threads(int n)
     int mk_cpu_get_num_threads()
-    mk_status mk_cpu_gemm(const mk_gemm_args *a, int dtype, const void *A, const void *B,
-                          const void *C, void *out)
-    mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const void *w,
-                            const float *bias, void *y)
-    mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y,
-                            int64_t *indices)
-    mk_status mk_cpu_softmax(const mk_softmax_args *a, int dtype, const void *x, void *y)
-    mk_status mk_cpu_rownorm(const mk_rownorm_args *a, int dtype, const void *x,
-                             const float *weight, const float *bias, void *y)
-    mk_status mk_cpu_group_norm(const mk_group_norm_args *a, int dtype, const void *x,
-                                const float *weight, const float *bias, void *y)
-    mk_status mk_cpu_batch_norm(const mk_batch_norm_args *a, int dtype, const void *x,
-                                float *running_mean, float *running_var,
-                                const float *weight, const float *bias, void *y)
-    mk_status mk_cpu_attention(const mk_attention_args *a, int dtype, const void *q,
-                               const void *k, const void *v, const void *mask, void *out)
 
     ctypedef enum mk_device_kind:
         MK_DEVICE_METAL, MK_DEVICE_SIM
@@ -138,23 +96,3 @@ cdef extern from "mpskern.h" nogil:
         uint32_t banks, bank_bytes, line_bytes
     mk_status mk_sim_profile_begin(mk_device *d, const mk_sim_profile_options *o)
     mk_status mk_sim_profile_end(mk_device *d, char *json, size_t cap, size_t *needed)
-
-    mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer *A,
-                          mk_buffer *B, mk_buffer *C, mk_buffer *out, mk_timing *t)
-    mk_status mk_mps_conv2d(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buffer *x,
-                            mk_buffer *w, mk_buffer *bias, mk_buffer *y, mk_timing *t)
-    mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buffer *x,
-                            mk_buffer *y, mk_buffer *indices, mk_timing *t)
-    mk_status mk_mps_softmax(mk_device *d, const mk_softmax_args *a, int dtype, mk_buffer *x,
-                             mk_buffer *y, mk_timing *t)
-    mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_buffer *x,
-                             mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t)
-    mk_status mk_mps_group_norm(mk_device *d, const mk_group_norm_args *a, int dtype,
-                                mk_buffer *x, mk_buffer *weight, mk_buffer *bias, mk_buffer *y,
-                                mk_timing *t)
-    mk_status mk_mps_batch_norm(mk_device *d, const mk_batch_norm_args *a, int dtype,
-                                mk_buffer *x, mk_buffer *running_mean, mk_buffer *running_var,
-                                mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t)
-    mk_status mk_mps_attention(mk_device *d, const mk_attention_args *a, int dtype, mk_buffer *q,
-                               mk_buffer *k, mk_buffer *v, mk_buffer *mask, mk_buffer *out,
-                               mk_timing *t)

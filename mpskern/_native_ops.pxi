@@ -6,8 +6,10 @@
 #     mps_run(op, device, args, dtype, *buffers)   Buffers of a Metal Device; (gpu_ms, wall_ms)
 #     cpu_<op>(args, dtype, *arrays), mps_<op>(device, args, dtype, *buffers)   the same, bound
 #     pack_args(<op>, args)                        the struct's bytes, for `constant T&`
-# where `args` is a dict whose keys are the struct's fields (extra keys are ignored). Adding
-# an op: declare its struct and entry points in _abi.pxd, write its two adapters, add a row.
+# where `args` is a dict whose keys are the struct's fields (extra keys are ignored). The
+# per-family part (structs, entry points, adapters, rows) is _kernels.pxi / _kernels_rows.pxi,
+# which setup.py writes from metal/mk_args.h's MK_KERNELS list (objc/cython_kernels.py): a
+# new family is its struct and one line of that list.
 cimport cython
 from cpython.dict cimport PyDict_GetItem, PyDict_GetItemWithError
 from cpython.ref cimport PyObject
@@ -20,55 +22,7 @@ cdef enum:
     _MAX_FIELDS = 32      # fields of one argument struct (all 4 bytes: mk_args.h's rule)
     _MAX_ARRAYS = 6       # arrays of one op
 
-ctypedef fused args_t:
-    mk_gemm_args
-    mk_conv2d_args
-    mk_pool2d_args
-    mk_softmax_args
-    mk_rownorm_args
-    mk_group_norm_args
-    mk_batch_norm_args
-    mk_attention_args
-
-
-# ---------------------------------------------------------------- adapters (one per entry point)
-cdef mk_status _cpu_gemm(const void* a, int dt, void** p) noexcept nogil:
-    return mk_cpu_gemm(<const mk_gemm_args*>a, dt, p[0], p[1], p[2], p[3])
-cdef mk_status _cpu_conv2d(const void* a, int dt, void** p) noexcept nogil:
-    return mk_cpu_conv2d(<const mk_conv2d_args*>a, dt, p[0], p[1], <const float*>p[2], p[3])
-cdef mk_status _cpu_pool2d(const void* a, int dt, void** p) noexcept nogil:
-    return mk_cpu_pool2d(<const mk_pool2d_args*>a, dt, p[0], p[1], <int64_t*>p[2])
-cdef mk_status _cpu_softmax(const void* a, int dt, void** p) noexcept nogil:
-    return mk_cpu_softmax(<const mk_softmax_args*>a, dt, p[0], p[1])
-cdef mk_status _cpu_rownorm(const void* a, int dt, void** p) noexcept nogil:
-    return mk_cpu_rownorm(<const mk_rownorm_args*>a, dt, p[0], <const float*>p[1],
-                          <const float*>p[2], p[3])
-cdef mk_status _cpu_group_norm(const void* a, int dt, void** p) noexcept nogil:
-    return mk_cpu_group_norm(<const mk_group_norm_args*>a, dt, p[0], <const float*>p[1],
-                             <const float*>p[2], p[3])
-cdef mk_status _cpu_batch_norm(const void* a, int dt, void** p) noexcept nogil:
-    return mk_cpu_batch_norm(<const mk_batch_norm_args*>a, dt, p[0], <float*>p[1],
-                             <float*>p[2], <const float*>p[3], <const float*>p[4], p[5])
-cdef mk_status _cpu_attention(const void* a, int dt, void** p) noexcept nogil:
-    return mk_cpu_attention(<const mk_attention_args*>a, dt, p[0], p[1], p[2], p[3], p[4])
-
-cdef mk_status _mps_gemm(mk_device* d, const void* a, int dt, mk_buffer** b, mk_timing* t) noexcept nogil:
-    return mk_mps_gemm(d, <const mk_gemm_args*>a, dt, b[0], b[1], b[2], b[3], t)
-cdef mk_status _mps_conv2d(mk_device* d, const void* a, int dt, mk_buffer** b, mk_timing* t) noexcept nogil:
-    return mk_mps_conv2d(d, <const mk_conv2d_args*>a, dt, b[0], b[1], b[2], b[3], t)
-cdef mk_status _mps_pool2d(mk_device* d, const void* a, int dt, mk_buffer** b, mk_timing* t) noexcept nogil:
-    return mk_mps_pool2d(d, <const mk_pool2d_args*>a, dt, b[0], b[1], b[2], t)
-cdef mk_status _mps_softmax(mk_device* d, const void* a, int dt, mk_buffer** b, mk_timing* t) noexcept nogil:
-    return mk_mps_softmax(d, <const mk_softmax_args*>a, dt, b[0], b[1], t)
-cdef mk_status _mps_rownorm(mk_device* d, const void* a, int dt, mk_buffer** b, mk_timing* t) noexcept nogil:
-    return mk_mps_rownorm(d, <const mk_rownorm_args*>a, dt, b[0], b[1], b[2], b[3], t)
-cdef mk_status _mps_group_norm(mk_device* d, const void* a, int dt, mk_buffer** b, mk_timing* t) noexcept nogil:
-    return mk_mps_group_norm(d, <const mk_group_norm_args*>a, dt, b[0], b[1], b[2], b[3], t)
-cdef mk_status _mps_batch_norm(mk_device* d, const void* a, int dt, mk_buffer** b, mk_timing* t) noexcept nogil:
-    return mk_mps_batch_norm(d, <const mk_batch_norm_args*>a, dt, b[0], b[1], b[2], b[3], b[4],
-                             b[5], t)
-cdef mk_status _mps_attention(mk_device* d, const void* a, int dt, mk_buffer** b, mk_timing* t) noexcept nogil:
-    return mk_mps_attention(d, <const mk_attention_args*>a, dt, b[0], b[1], b[2], b[3], b[4], t)
+include "_kernels.pxi"      # structs, mk_cpu_/mk_mps_ entry points, args_t, adapters
 
 
 # ---------------------------------------------------------------- argument structs
@@ -145,6 +99,7 @@ cdef class NativeOp:
     cdef readonly tuple fields        # the struct's field names as _abi.pxd lists them
     cdef readonly tuple arrays        # the op's arrays in ABI order
     cdef readonly tuple written       # which of them the op writes
+    cdef readonly str primitive       # what backend "mps" runs it with (MPSGraph softMax, ...)
     cdef Layout layout
     cdef int n
     cdef unsigned wmask               # bit i: arrays[i] is written
@@ -253,7 +208,7 @@ cdef tuple _entries(NativeOp r):
     return cpu, mps
 
 
-cdef tuple _row(args_t* tag, str name, str arrays, cpu_fn cpu, mps_fn mps):
+cdef tuple _row(args_t* tag, str name, str arrays, str primitive, cpu_fn cpu, mps_fn mps):
     """(cpu_<op>, mps_<op>) of one row; `tag` is a typed NULL naming the argument struct."""
     names = arrays.split()
     fields = []
@@ -261,6 +216,7 @@ cdef tuple _row(args_t* tag, str name, str arrays, cpu_fn cpu, mps_fn mps):
     r.layout = _layout(tag, name, fields)
     assert 1 <= len(names) <= _MAX_ARRAYS
     r.name = name
+    r.primitive = primitive
     r.fields = tuple(fields)
     r.arrays = tuple([n.rstrip("!") for n in names])
     r.written = tuple([n.endswith("!") for n in names])
@@ -275,23 +231,9 @@ cdef tuple _row(args_t* tag, str name, str arrays, cpu_fn cpu, mps_fn mps):
 
 
 # ---------------------------------------------------------------- the table
-# op, its struct (a typed NULL), arrays in ABI order ("!": written), adapters
-cpu_gemm, mps_gemm = _row(<mk_gemm_args*>NULL, "gemm", "A B C out!", _cpu_gemm, _mps_gemm)
-cpu_conv2d, mps_conv2d = _row(<mk_conv2d_args*>NULL, "conv2d", "x w bias y!",
-                              _cpu_conv2d, _mps_conv2d)
-cpu_pool2d, mps_pool2d = _row(<mk_pool2d_args*>NULL, "pool2d", "x y! indices!",
-                              _cpu_pool2d, _mps_pool2d)
-cpu_softmax, mps_softmax = _row(<mk_softmax_args*>NULL, "softmax", "x y!",
-                                _cpu_softmax, _mps_softmax)
-cpu_rownorm, mps_rownorm = _row(<mk_rownorm_args*>NULL, "rownorm", "x weight bias y!",
-                                _cpu_rownorm, _mps_rownorm)
-cpu_group_norm, mps_group_norm = _row(<mk_group_norm_args*>NULL, "group_norm",
-                                      "x weight bias y!", _cpu_group_norm, _mps_group_norm)
-cpu_batch_norm, mps_batch_norm = _row(<mk_batch_norm_args*>NULL, "batch_norm",
-                                      "x running_mean! running_var! weight bias y!",
-                                      _cpu_batch_norm, _mps_batch_norm)
-cpu_attention, mps_attention = _row(<mk_attention_args*>NULL, "attention", "q k v mask out!",
-                                    _cpu_attention, _mps_attention)
+# one row per kernel family: its struct (a typed NULL), arrays in ABI order ("!": written),
+# the mps label, adapters
+include "_kernels_rows.pxi"
 
 
 def pack_args(str kind, dict args):

@@ -48,27 +48,16 @@ mk_status mk_set_error(mk_status st, const char *fmt, ...);
 void mk_cpu_set_num_threads(int n);
 int mk_cpu_get_num_threads(void);
 
-mk_status mk_cpu_gemm(const mk_gemm_args *a, int dtype, const void *A, const void *B,
-                      const void *C, void *out);
-mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const void *w,
-                        const float *bias, void *y);
-// indices: NULL, or int64 (N, C, P, Q) for MK_POOL_MAX: where each maximum came from, as a flat
-// index h*W + w into its (H, W) plane (torch's return_indices: the first of equal maxima, the
-// last NaN of a window; a window of -inf only: its first element inside the input).
-mk_status mk_cpu_pool2d(const mk_pool2d_args *a, int dtype, const void *x, void *y,
-                        int64_t *indices);
-mk_status mk_cpu_softmax(const mk_softmax_args *a, int dtype, const void *x, void *y);
-mk_status mk_cpu_rownorm(const mk_rownorm_args *a, int dtype, const void *x,
-                         const float *weight, const float *bias, void *y);
-mk_status mk_cpu_group_norm(const mk_group_norm_args *a, int dtype, const void *x,
-                            const float *weight, const float *bias, void *y);
-mk_status mk_cpu_batch_norm(const mk_batch_norm_args *a, int dtype, const void *x,
-                            float *running_mean, float *running_var,
-                            const float *weight, const float *bias, void *y);
-// q, k, v, out in `dtype`; mask: uint8 (MK_ATTN_MASK_BOOL), `dtype` (MK_ATTN_MASK_ADD) or
-// NULL (MK_ATTN_MASK_NONE). Scratch is O(block), never O(L * S).
-mk_status mk_cpu_attention(const mk_attention_args *a, int dtype, const void *q, const void *k,
-                           const void *v, const void *mask, void *out);
+// One entry point per kernel family of metal/mk_args.h's MK_KERNELS list:
+//   mk_status mk_cpu_<name>(const mk_<name>_args *a, int dtype, <its arrays>);
+// e.g. mk_cpu_gemm(a, dtype, const void *A, const void *B, const void *C, void *out). Arrays
+// the list types `void` are in `dtype`; NULL for an absent optional one (gemm's C, conv2d's
+// bias, ...); what each array holds: beside the family's struct in mk_args.h.
+#define MK_CPU_IN(T, name) , const T *name
+#define MK_CPU_OUT(T, name) , T *name
+#define MK_CPU_ENTRY(name, mps, arrays) \
+    mk_status mk_cpu_##name(const mk_##name##_args *a, int dtype arrays);
+MK_KERNELS(MK_CPU_ENTRY, MK_CPU_IN, MK_CPU_OUT)
 
 /* ---------------------------------------------------------------- GPU devices */
 typedef enum mk_device_kind { MK_DEVICE_METAL = 1, MK_DEVICE_SIM = 2 } mk_device_kind;
@@ -206,27 +195,14 @@ mk_status mk_sim_profile_end(mk_device *d, char *json, size_t cap, size_t *neede
 /* ---------------------------------------------------------------- MPS primitives
    Apple's kernels on a Metal device (MPSMatrixMultiplication, MPSGraph). Elsewhere they
    return MK_ERR_UNAVAILABLE. Buffers come from mk_buffer_wrap on the same device. */
-mk_status mk_mps_gemm(mk_device *d, const mk_gemm_args *a, int dtype, mk_buffer *A,
-                      mk_buffer *B, mk_buffer *C, mk_buffer *out, mk_timing *t);
-mk_status mk_mps_conv2d(mk_device *d, const mk_conv2d_args *a, int dtype, mk_buffer *x,
-                        mk_buffer *w, mk_buffer *bias, mk_buffer *y, mk_timing *t);
-mk_status mk_mps_pool2d(mk_device *d, const mk_pool2d_args *a, int dtype, mk_buffer *x,
-                        mk_buffer *y, mk_buffer *indices, mk_timing *t);   // indices: as mk_cpu_pool2d
-mk_status mk_mps_softmax(mk_device *d, const mk_softmax_args *a, int dtype, mk_buffer *x,
-                         mk_buffer *y, mk_timing *t);
-mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_buffer *x,
-                         mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t);
-mk_status mk_mps_group_norm(mk_device *d, const mk_group_norm_args *a, int dtype,
-                            mk_buffer *x, mk_buffer *weight, mk_buffer *bias, mk_buffer *y,
-                            mk_timing *t);
-mk_status mk_mps_batch_norm(mk_device *d, const mk_batch_norm_args *a, int dtype,
-                            mk_buffer *x, mk_buffer *running_mean, mk_buffer *running_var,
-                            mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t);
-// mask: NULL for MK_ATTN_MASK_NONE. MPSGraph's own attention op where the OS has it (macOS 15),
-// else matmul, mask, softmax and matmul in one graph.
-mk_status mk_mps_attention(mk_device *d, const mk_attention_args *a, int dtype, mk_buffer *q,
-                           mk_buffer *k, mk_buffer *v, mk_buffer *mask, mk_buffer *out,
-                           mk_timing *t);
+// One per kernel family (MK_KERNELS), its arrays as buffers in the same order:
+//   mk_status mk_mps_<name>(mk_device *d, const mk_<name>_args *a, int dtype, <mk_buffer *
+//                           per array>, mk_timing *t);
+// NULL buffers as for mk_cpu_<name>.
+#define MK_MPS_BUFFER(T, name) , mk_buffer *name
+#define MK_MPS_ENTRY(name, mps, arrays) \
+    mk_status mk_mps_##name(mk_device *d, const mk_##name##_args *a, int dtype arrays, mk_timing *t);
+MK_KERNELS(MK_MPS_ENTRY, MK_MPS_BUFFER, MK_MPS_BUFFER)
 
 #ifdef __cplusplus
 }

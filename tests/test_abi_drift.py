@@ -1,20 +1,27 @@
-"""mpskern/_abi.pxd is Cython's hand copy of the C ABI (objc/mpskern.h, metal/mk_args.h).
+"""Cython's view of the C ABI (objc/mpskern.h, metal/mk_args.h): mpskern/_abi.pxd, by hand, and
+for the kernel families what setup.py writes from mk_args.h's MK_KERNELS list
+(objc/cython_kernels.py: the structs and mk_cpu_/mk_mps_ entry points of mpskern/_kernels.pxi).
 Cython trusts it: a field it lacks is never written (left uninitialised), a wrong type is
-converted wrongly. Three checks that it says exactly what the headers say:
+converted wrongly. Checks that it says exactly what the headers say:
 
-  1. text: both sides read into one model (structs with their fields, types and order;
-     function prototypes; enumerators and macros) and compared;
+  1. text: the headers as the C preprocessor expands them (the entry points MK_KERNELS
+     declares) and the Cython declarations (hand + generated) read into one model (structs
+     with their fields, types and order; function prototypes; enumerators and macros) and
+     compared; the generator refuses what it cannot declare;
   2. layout: a C program built against the real headers prints sizeof and offsetof of every
-     field _abi.pxd names; the pxd's fields must tile each struct with no gap (a field both
+     field the declarations name; they must tile each struct with no gap (a field both
      readers missed would show as one) and be where their order and types put them;
   3. the built module: every argument struct packed by mpskern._native from distinct
-     values reads back field by field in the pxd's order and types, at the C struct's size.
+     values reads back field by field in the declared order and types, at the C struct's
+     size; its op table is the one the headers give (a stale build fails).
 Planted drifts below prove each kind of difference is found.
 """
 import re
+import runpy
 import shutil
 import struct
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,6 +31,7 @@ from mpskern import _native
 ROOT = Path(__file__).resolve().parent.parent
 HEADERS = (ROOT / "metal" / "mk_args.h", ROOT / "objc" / "mpskern.h")
 PXD = ROOT / "mpskern" / "_abi.pxd"
+GEN = runpy.run_path(str(ROOT / "objc" / "cython_kernels.py"))    # what setup.py runs
 SIZES = {"char": 1, "int": 4, "int32_t": 4, "uint32_t": 4, "float": 4, "double": 8,
          "uint64_t": 8, "size_t": 8}
 
@@ -89,7 +97,7 @@ def read_c(texts):
         for name, value in re.findall(r"^\s*#\s*define\s+(MK_\w+)[ \t]+([^\n]+)", text, re.M):
             m.constants.add(name)
             m.values[name] = value.strip()
-        text = re.sub(r"^\s*#[^\n]*", " ", text, flags=re.M)
+        text = re.sub(r"^\s*#(?:[^\n]*\\\n)*[^\n]*", " ", text, flags=re.M)   # (continued lines too)
         for a, b in re.findall(r"\btypedef\s+([\w ]+?)\s+(\w+)\s*;", text):
             if not a.startswith(("struct", "enum")):
                 typedefs[b] = a
@@ -176,8 +184,43 @@ def drift(c, pxd):
     return out
 
 
+def preprocessed(mk_args, mpskern_h):
+    """The two headers' text as `cc -E -dD` expands them (macros kept, MK_KERNELS's entry
+    points written out), without what the system headers they include add."""
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "mk_args.h").write_text(mk_args)
+        (Path(d) / "mpskern.h").write_text(mpskern_h)
+        out = subprocess.run(["cc", "-E", "-dD", "-I", d, str(Path(d) / "mpskern.h")], check=True,
+                             capture_output=True, text=True).stdout
+    keep, ours = [], False
+    for line in out.splitlines():
+        m = re.match(r'#\s*\d+\s+"([^"]*)"', line)
+        if m:
+            ours = Path(m.group(1)).name in ("mk_args.h", "mpskern.h")
+        elif ours:
+            keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
+def generated(mk_args):
+    """The declarations setup.py writes for the kernel families of mk_args.h's text."""
+    return GEN["declarations"](GEN["families"](mk_args))
+
+
+def c_model(mk_args=None, mpskern_h=None):
+    """The headers' model: as written, with the functions as the preprocessor declares them."""
+    texts = [mk_args or HEADERS[0].read_text(), mpskern_h or HEADERS[1].read_text()]
+    m = read_c(texts)
+    m.functions.update(read_c([preprocessed(*texts)]).functions)
+    return m
+
+
+def pxd_model(pxd=None, gen=None):
+    return read_pxd((pxd or PXD.read_text()) + "\n" + (gen or generated(HEADERS[0].read_text())))
+
+
 def models():
-    return read_c([p.read_text() for p in HEADERS]), read_pxd(PXD.read_text())
+    return c_model(), pxd_model()
 
 
 # ------------------------------------------------------------------------------ 1. text
@@ -197,17 +240,22 @@ def test_pxd_says_what_the_headers_say():
     assert drift(c, pxd) == []
 
 
-PLANTED = {   # what: (file, old text, new text, the finding starts with)
-    "field dropped": ("pxd", "outer, n, inner, log", "outer, n, inner", "struct mk_softmax_args"),
-    "fields swapped": ("pxd", "float alpha, beta", "float beta, alpha", "struct mk_gemm_args"),
-    "field type": ("pxd", "has_bias\n        float eps\n    ctypedef struct mk_batch",
+PLANTED = {   # what: (file, old text, new text, the finding starts with); "gen" is the generated
+    # declarations as a stale build or a wrong generator would have them
+    "field dropped": ("gen", "int32_t outer, n, inner\n        int32_t log\n", "int32_t outer, n, inner\n",
+                      "struct mk_softmax_args"),
+    "fields swapped": ("gen", "float alpha, beta", "float beta, alpha", "struct mk_gemm_args"),
+    "field type": ("gen", "has_bias\n        float eps\n    ctypedef struct mk_batch",
                    "has_bias\n        int32_t eps\n    ctypedef struct mk_batch", "struct mk_group_norm_args"),
     "field added in C": ("mk_args.h", "mk_i32 log;", "mk_i32 log, dim;", "struct mk_softmax_args"),
     "array size": ("pxd", "architecture[64]", "architecture[32]", "struct mk_device_info"),
     "pointer level": ("pxd", "int index, mk_device **out", "int index, mk_device *out", "function mk_device_create"),
-    "parameter added in C": ("mpskern.h", "mk_cpu_softmax(const mk_softmax_args *a, int dtype,",
-                             "mk_cpu_softmax(const mk_softmax_args *a, int dtype, int flags,", "function mk_cpu_softmax"),
-    "const lost": ("pxd", "mk_pool2d_args *a, int dtype, const void *x", "mk_pool2d_args *a, int dtype, void *x",
+    "parameter added in C": ("mk_args.h", 'K(softmax, "MPSGraph softMax", IN(void, x) OUT(void, y))',
+                             'K(softmax, "MPSGraph softMax", IN(void, x) IN(int, flags) OUT(void, y))',
+                             "function mk_cpu_softmax"),
+    "entry point changed in C": ("mpskern.h", "int dtype arrays, mk_timing *t);",
+                                 "int dtype arrays, mk_timing *t, int flags);", "function mk_mps_"),
+    "const lost": ("gen", "mk_pool2d_args *a, int dtype, const void *x", "mk_pool2d_args *a, int dtype, void *x",
                    "function mk_cpu_pool2d"),
     "enumerator": ("mpskern.h", "MK_ERR_UNSUPPORTED = 7,", "MK_ERR_UNSUPPORTED = 7, MK_ERR_BUSY = 8,", "enum mk_status"),
     "constant renamed": ("mpskern.h", "#define MK_GRID_THREADS 1", "#define MK_GRID_THREAD 1", "constant MK_GRID_THREADS"),
@@ -220,11 +268,43 @@ PLANTED = {   # what: (file, old text, new text, the finding starts with)
 def test_planted_drift_is_found(what):
     where, old, new, expect = PLANTED[what]
     texts = {"mk_args.h": HEADERS[0].read_text(), "mpskern.h": HEADERS[1].read_text(),
-             "pxd": PXD.read_text()}
+             "pxd": PXD.read_text(), "gen": generated(HEADERS[0].read_text())}
     assert texts[where].count(old) == 1, (what, "the planted text must occur once")
     texts[where] = texts[where].replace(old, new)
-    found = drift(read_c([texts["mk_args.h"], texts["mpskern.h"]]), read_pxd(texts["pxd"]))
+    found = drift(c_model(texts["mk_args.h"], texts["mpskern.h"]), pxd_model(texts["pxd"], texts["gen"]))
     assert any(f.startswith(expect) for f in found), (what, found)
+
+
+def test_generated_declarations_follow_the_list():
+    """A family added to MK_KERNELS (struct + one line) is declared by the generator exactly as
+    the preprocessor expands it: nothing else to write."""
+    mk_args = HEADERS[0].read_text().replace(
+        "#define MK_KERNELS(K, IN, OUT) \\\n",
+        "typedef struct mk_scale_args { mk_i32 n; mk_f32 s; } mk_scale_args;\n"
+        "#define MK_KERNELS(K, IN, OUT) \\\n"
+        '    K(scale, "MPSGraph multiplication", IN(void, x) OUT(float, y) OUT(int64_t, where)) \\\n')
+    c, pxd = c_model(mk_args), pxd_model(gen=generated(mk_args))
+    assert c.functions["mk_cpu_scale"] == ("mk_status", ("const mk_scale_args*", "int", "const void*",
+                                                         "float*", "int64_t*"))
+    assert pxd.structs["mk_scale_args"] == [("n", "int32_t"), ("s", "float")]
+    assert drift(c, pxd) == []
+    row = GEN["rows"](GEN["families"](mk_args)).splitlines()[0]
+    assert row == ("cpu_scale, mps_scale = _row(<mk_scale_args*>NULL, 'scale', 'x y! where!', "
+                   "'MPSGraph multiplication', _cpu_scale, _mps_scale)")
+
+
+@pytest.mark.parametrize("old, new, says", [
+    ("mk_i32 outer, n, inner;", "double outer; mk_i32 n, inner;", "mk_softmax_args field(s) 'double outer'"),
+    ("typedef struct mk_softmax_args {", "typedef struct mk_softmax2_args {", "declares no struct mk_softmax_args"),
+    ('K(softmax, "MPSGraph softMax", IN(void, x) OUT(void, y))', "K(softmax, IN(void, x) OUT(void, y))",
+     "an MK_KERNELS entry is not"),
+    ("#define MK_KERNELS(K, IN, OUT)", "#define MK_FAMILIES(K, IN, OUT)", "no #define MK_KERNELS"),
+])
+def test_generator_refuses_what_it_cannot_declare(old, new, says):
+    text = HEADERS[0].read_text()
+    assert text.count(old) == 1
+    with pytest.raises(ValueError, match=re.escape(says)):
+        GEN["families"](text.replace(old, new))
 
 
 # ------------------------------------------------------------------------------ 2. layout
@@ -295,17 +375,29 @@ def test_planted_layout_gap_is_found(tmp_path):
 
 
 # ------------------------------------------------------------------------------ 3. the module
-ARGS = sorted(n[3:-5] for n in models()[1].structs if n.startswith("mk_") and n.endswith("_args"))
+ARGS = sorted(n[3:-5] for n in pxd_model().structs if n.startswith("mk_") and n.endswith("_args"))
 
 
 @pytest.mark.parametrize("op", ARGS)
 def test_packed_structs_read_back_in_pxd_order(op):
     """pack_args(op) from distinct values reads back in the pxd's field order and types, at
     the C struct's size (a field Cython skipped would read back as 0)."""
-    _, pxd = models()
-    fields = pxd.structs[f"mk_{op}_args"]
+    fields = pxd_model().structs[f"mk_{op}_args"]
     values = {f: (i + 0.5 if t == "float" else 1000 + i) for i, (f, t) in enumerate(fields)}
     raw = _native.pack_args(op, values)
     fmt = "=" + "".join("f" if t == "float" else "i" for _, t in fields)
     assert len(raw) == struct.calcsize(fmt)
     assert struct.unpack(fmt, raw) == tuple(values[f] for f, _ in fields)
+
+
+def test_the_built_op_table_is_the_headers():
+    """_native.OPS (mpskern/_kernels_rows.pxi as built) holds the families, arrays, written
+    arrays, mps labels and fields that mk_args.h declares now: a build older than the
+    headers fails here."""
+    fams = GEN["families"](HEADERS[0].read_text())
+    assert list(_native.OPS) == [f.name for f in fams]
+    for f in fams:
+        row = _native.OPS[f.name]
+        assert row.arrays == tuple(n for _, n, _ in f.arrays), f.name
+        assert row.written == tuple(w for _, _, w in f.arrays), f.name
+        assert row.primitive == f.mps and row.fields == tuple(n for _, ns in f.fields for n in ns), f.name

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from test_abi_drift import c_model
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -70,14 +72,27 @@ def _functions(text, prefix):
     return set(re.findall(r"^mk_status\s+(" + prefix + r"\w+)\s*\(", text, re.M))
 
 
+def _mps_entry_points():
+    """mpskern.h's mk_mps_* (written by metal/mk_args.h's MK_KERNELS list)."""
+    return {n for n in c_model().functions if n.startswith("mk_mps_")}
+
+
+def _expanded(path):
+    """The mk_mps_* functions `path` defines once the preprocessor has expanded it (the stub
+    writes them through MK_KERNELS)."""
+    out = subprocess.run(["cc", "-E", "-P", "-I", str(ROOT / "objc"), "-I", str(ROOT / "metal"),
+                          str(ROOT / path)], check=True, capture_output=True, text=True).stdout
+    return set(re.findall(r"\bmk_status\s+(mk_mps_\w+)\s*\(", out))
+
+
 def test_shim_defines_every_mps_entry_point():
-    declared = _functions((ROOT / "objc/mpskern.h").read_text(), "mk_mps_")
+    declared = _mps_entry_points()
     assert len(declared) == 8   # gemm conv2d pool2d softmax rownorm group_norm batch_norm attention
     defined = set()
     for p in ROOT.glob("objc/mk_mps*.m"):
         defined |= _functions(p.read_text(), "mk_mps_")
     assert declared <= defined, f"not defined by the shim: {sorted(declared - defined)}"
-    stub = _functions((ROOT / "objc/stub/mk_mps_stub.c").read_text(), "mk_mps_")
+    stub = _expanded("objc/stub/mk_mps_stub.c")
     assert declared == stub
 
 
@@ -88,7 +103,7 @@ def test_every_exported_objc_function_body_is_in_an_autoreleasepool():
     # exported: the ABI's mk_mps_* and every entry of the Metal device-ops table and provider
     sources = {p.name: p.read_text() for p in ROOT.glob("objc/mk_*.m")}
     everything = "\n".join(sources.values())
-    names = _functions((ROOT / "objc/mpskern.h").read_text(), "mk_mps_")
+    names = _mps_entry_points()
     for table in re.findall(r"metal_(?:ops|provider) = \{(.*?)\};", everything, re.S):
         names |= {n for n in re.findall(r"=\s*(\w+)", table) if n not in ("NULL", "MK_DEVICE_METAL")}
     assert len(names) > 7 + 12

@@ -1130,8 +1130,8 @@ def test_graph_prepare_and_copy_back(lib):
 
 # ------------------------------------------------------------------------ the .m files themselves
 def _exported(everything):
-    text = (OBJC / "mpskern.h").read_text()
-    names = set(re.findall(r"^mk_status\s+(mk_mps_\w+)\s*\(", text, re.M))
+    from test_abi_drift import c_model      # mpskern.h's mk_mps_* (written by MK_KERNELS)
+    names = {n for n in c_model().functions if n.startswith("mk_mps_")}
     for table in re.findall(r"metal_(?:ops|provider) = \{(.*?)\};", everything, re.S):
         names |= {n for n in re.findall(r"=\s*(\w+)", table) if n not in ("NULL", "MK_DEVICE_METAL")}
     return names

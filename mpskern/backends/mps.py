@@ -19,18 +19,6 @@ from mpskern.backends import mps_quirks
 from mpskern.backends.base import Backend, device_info
 from mpskern.memory import is_page_aligned
 
-PRIMITIVES = {
-    "gemm": "MPSMatrixMultiplication",
-    "conv2d": "MPSGraph convolution2D",
-    "pool2d": "MPSGraph pooling2D",
-    "softmax": "MPSGraph softMax",
-    "rownorm": "MPSGraph normalization",
-    "group_norm": "MPSGraph normalization",
-    "batch_norm": "MPSGraph normalization",
-    "attention": "MPSGraph attention (scaledDotProductAttention on macOS 15, else matmul/softmax)",
-}
-
-
 def unavailable_reason(native=_native):
     """Why mps cannot run here, or None if it can."""
     n, why = native.device_count("metal")
@@ -87,10 +75,11 @@ class MpsBackend(Backend):
                                                      primitive=f"mpskern metal kernels (MPSGraph "
                                                                f"bug {quirk.name}, docs/macos.md)"))
                 return
-        written = _native.OPS[kernel].written
+        row = _native.OPS[kernel]
+        written = row.written
         if len(arrays) != len(written):
             raise TypeError(f"mps {kernel}: takes {len(written)} arrays "
-                            f"({', '.join(_native.OPS[kernel].arrays)}), got {len(arrays)}")
+                            f"({', '.join(row.arrays)}), got {len(arrays)}")
         dev = self.device
         bufs = [None if a is None else dev.wrap(a, w) for a, w in zip(arrays, written)]
         timing = self.native.mps_run(kernel, dev, args, dtype, *bufs)
@@ -98,7 +87,7 @@ class MpsBackend(Backend):
         # do not start on a page boundary (mpskern.empty avoids that).
         in_place = all(b.zero_copy and (kernel == "gemm" or is_page_aligned(a))
                        for a, b in zip(arrays, bufs) if b is not None)
-        self._record(timing, {"primitive": PRIMITIVES[kernel], "zero_copy": in_place})
+        self._record(timing, {"primitive": row.primitive, "zero_copy": in_place})
 
     def routed_to(self):
         """The backend that computes the cases MPSGraph gets wrong (mps_quirks)."""

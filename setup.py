@@ -120,7 +120,8 @@ def extensions():
     from Cython.Build import cythonize
     kernel_tables()
     b = blas()
-    headers = rel(ROOT.glob("objc/**/*.h")) + rel(ROOT.glob("metal/*.h"))
+    # (objc/mps_host/<op>.c: the host half an objc/mk_mps_<op>.m includes)
+    headers = rel(ROOT.glob("objc/**/*.h")) + rel(ROOT.glob("metal/*.h")) + rel(ROOT.glob("objc/mps_host/*.c"))
     ext = Extension(
         "mpskern._native",
         sources=["mpskern/_native.pyx"],

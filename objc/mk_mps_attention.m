@@ -18,6 +18,7 @@
 // mask is a C-contiguous (b|1, h|1, L|1, S|1) array. Other strides are refused.
 // None of this can run off macOS; objc/check_shim.py compiles and links it against the SDK.
 #import "mk_mps.h"
+#include "mps_host/attention.c"     // its host half: checks, shapes (plain C, tested off macOS)
 #import <objc/message.h>
 
 #define OP "mk_mps_attention"

@@ -85,22 +85,6 @@ int mk_mps_batch_norm_updates(const mk_batch_norm_args *a);
 // torch's unbiased-variance factor for the running stats: count / (count - 1).
 double mk_mps_unbias(const mk_batch_norm_args *a);
 
-// attention: sizes, the layout contract (C-contiguous operands whose batch / head dimension
-// is full or 1 with stride 0; the mask likewise) and the mask buffer.
-mk_status mk_mps_attention_check(const mk_attention_args *a, const mk_buffer *mask, int *empty);
-// The graph's shapes: operand batch sizes (1 where broadcast), heads per key / value head,
-// the mask's (b, h, l, s), and the batch of the weights and of the output.
-typedef struct mk_mps_attention_shapes {
-    int64_t bq, bk, bv, gk, gv, mb, mh, ml, ms, batch, bw, bo;
-} mk_mps_attention_shapes;
-void mk_mps_attention_shapes_of(const mk_attention_args *a, mk_mps_attention_shapes *s);
-// Where MPSGraph's fused op (macOS 15) cannot differ from torch: no user mask, one head
-// count, one batch (or all full), E == Ev > 0. (The OS must also have it.)
-int mk_mps_attention_fusable(const mk_attention_args *a);
-// No keys (S == 0): the output is zeros (torch); MPSGraph has no empty reductions. 1 when
-// done (*st).
-int mk_mps_attention_host(mk_device *d, const mk_attention_args *a, int dtype, mk_buffer *out, mk_status *st);
-
 #ifdef __cplusplus
 }
 #endif

@@ -1,4 +1,5 @@
-"""The macOS shim's host logic, run here: objc/mk_shim_*.c, objc/mk_mps_host.c and the
+"""The macOS shim's host logic, run here: objc/mk_shim_*.c, objc/mk_mps_host.c, the ops' own
+host halves (objc/mps_host/<op>.c, included by their .m) and the
 generic dispatch checks of objc/mk_device.c are plain C that objc/*.m only glue to Apple's
 API. This file compiles them with the host C compiler and runs them through ctypes: page
 rounding for no-copy buffers, copy-mode mirroring, overlap and size checks, macro
@@ -29,6 +30,8 @@ pytestmark = pytest.mark.skipif(CC is None, reason="needs a C compiler")
 
 SOURCES = ["mk_error.c", "mk_device.c", "mk_mps_math.c", "mk_mps_host.c", "mk_shim_buffer.c",
            "mk_shim_device.c", "mk_shim_graph.c", "mk_shim_run.c"]
+# an op's own host half, which its objc/mk_mps_<op>.m includes (plain C: compiled here alone)
+SOURCES += sorted(str(p.relative_to(OBJC)) for p in OBJC.glob("mps_host/*.c"))
 MAX_BINDINGS = int(re.search(r"#define MK_MAX_BINDINGS (\d+)", (OBJC / "mpskern.h").read_text()).group(1))
 F32, F16 = 0, 1
 MK_OK, MK_ERR_INVALID, MK_ERR_RUNTIME, MK_ERR_UNSUPPORTED = 0, 1, 4, 7
@@ -248,7 +251,7 @@ def lib(tmp_path_factory):
         os.makedirs(cov, exist_ok=True)
         objs = []
         for s in SOURCES:
-            o = os.path.join(cov, s[:-2] + ".o")
+            o = os.path.join(cov, os.path.basename(s)[:-2] + ".o")
             subprocess.run([CC, "-c", "--coverage"] + [f for f in flags if f != "-shared"] +
                            [str(OBJC / s), "-o", o], check=True)
             objs.append(o)

@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from mpskern import backends
+from mpskern import backends, structs
 from mpskern._native import F16, F32
 
 _CODES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16}
@@ -268,6 +268,27 @@ def output(out, shape, dtype, op, inputs=()):
                                           if a is not None):
         return out, out
     return _empty(shape, dtype), out
+
+
+# below this many elements numpy's one-thread fill costs less than a kernel call
+_FILL_ON_POOL = 1 << 17
+
+
+def fill_rows(be, y, row):
+    """y[...] = row (a vector as long as y's last dimension, y C-contiguous), the C of a
+    GEMM that adds it (linear's bias, gemm's broadcast c). On the cpu backend a float32
+    fill of >= 2^17 elements is the rank-1 GEMM ones x row on its thread pool, not one
+    numpy thread (GPT-2's LM-head bias, 256 x 50257, was a single-threaded 51 MB write
+    before its 16-thread GEMM). The values are 1 * row[j], bit for bit, except -0, written
+    +0 (BLAS's sums start at +0): callers whose GEMM adds no product (K = 0) fill with numpy."""
+    if be.name != "cpu" or y.dtype != np.float32 or y.size < _FILL_ON_POOL:
+        y[...] = row.astype(y.dtype, copy=False)
+        return y
+    N = y.shape[-1]
+    M = y.size // N
+    be.execute("gemm", structs.gemm_args(M, N, 1), F32, np.ones(M, np.float32),
+               np.ascontiguousarray(row, np.float32), None, y)
+    return y
 
 
 def finish(y, out):

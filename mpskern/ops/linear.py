@@ -62,8 +62,10 @@ def linear(x, weight, bias=None, *, activation=None, backend="auto", out=None):
     y, out = _args.output(out, shape, x.dtype, op, (x, w, b))
     if y.size == 0:
         return _args.finish(y, out)
-    if b is not None:
-        y[...] = b.astype(y.dtype, copy=False)   # C of the GEMM (beta=1), aliasing its output
+    if b is not None and K > 0:
+        _args.fill_rows(be, y, b)                 # C of the GEMM (beta=1), aliasing its output
+    elif b is not None:
+        y[...] = b.astype(y.dtype, copy=False)    # the result itself (-0 stays -0)
     elif K == 0:
         y[...] = 0                                # an empty sum
     if K == 0:

@@ -114,6 +114,11 @@ long mk_pool_grain(const mk_pool2d_args *a);
 #define MK_CHECK_POS(v) do { if ((v) <= 0) \
     return mk_set_error(MK_ERR_INVALID, "%s: %s = %d must be > 0", __func__, #v, (int)(v)); } while (0)
 
+// The opening of a kernel entry point with an args struct: a and dtype valid, then the
+// kernel's own check of a (returns its error)
+#define MK_CHECK_ENTRY(a, dtype, check) do { MK_CHECK_PTR(a); MK_CHECK_DTYPE(dtype); \
+    mk_status check_st_ = check(a); if (check_st_) return check_st_; } while (0)
+
 static inline size_t mk_dsize(int dtype) { return dtype == MK_F16 ? 2 : 4; }
 
 /* ---- sliding windows: the outputs i in [0, n) whose tap i*step + off lies in [0, len),

@@ -502,10 +502,7 @@ static int choose_path(const mk_conv2d_args *a, int dtype, int wino, long thread
 
 mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const void *w,
                         const float *bias, void *y) {
-    MK_CHECK_PTR(a);
-    MK_CHECK_DTYPE(dtype);
-    mk_status st = check_args(a);
-    if (st) return st;
+    MK_CHECK_ENTRY(a, dtype, check_args);
     long PQ = (long)a->P * a->Q;
     if (a->N == 0 || a->K == 0 || PQ == 0) return MK_OK;
     MK_CHECK_PTR(y);

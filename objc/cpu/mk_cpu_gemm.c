@@ -83,10 +83,7 @@ static mk_status check_args(const mk_gemm_args *a) {
 
 mk_status mk_cpu_gemm(const mk_gemm_args *a, int dtype, const void *A, const void *B,
                       const void *C, void *out) {
-    MK_CHECK_PTR(a);
-    MK_CHECK_DTYPE(dtype);
-    mk_status st = check_args(a);
-    if (st) return st;
+    MK_CHECK_ENTRY(a, dtype, check_args);
     int M = a->M, N = a->N, K = a->K;
     if (a->batch == 0 || M == 0 || N == 0) return MK_OK;
     MK_CHECK_PTR(out);

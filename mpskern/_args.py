@@ -274,20 +274,23 @@ def output(out, shape, dtype, op, inputs=()):
 _FILL_ON_POOL = 1 << 17
 
 
-def fill_rows(be, y, row):
-    """y[...] = row (a vector as long as y's last dimension, y C-contiguous), the C of a
-    GEMM that adds it (linear's bias, gemm's broadcast c). On the cpu backend a float32
-    fill of >= 2^17 elements is the rank-1 GEMM ones x row on its thread pool, not one
-    numpy thread (GPT-2's LM-head bias, 256 x 50257, was a single-threaded 51 MB write
-    before its 16-thread GEMM). The values are 1 * row[j], bit for bit, except -0, written
-    +0 (BLAS's sums start at +0): callers whose GEMM adds no product (K = 0) fill with numpy."""
-    if be.name != "cpu" or y.dtype != np.float32 or y.size < _FILL_ON_POOL:
-        y[...] = row.astype(y.dtype, copy=False)
-        return y
+def fill_rows(be, y, rows):
+    """y[...] = rows, the C of a GEMM that adds it (linear's bias, gemm's c of one row per
+    batch item): y C-contiguous (..., M, N), rows N values (one row for all of y) or one row
+    per batch item (items, N). On the cpu backend a float32 fill of >= 2^17 elements is
+    the rank-1 GEMM ones x row per item on its thread pool, not one numpy thread (GPT-2's
+    LM-head bias, 256 x 50257, was a single-threaded 51 MB write before its 16-thread
+    GEMM). The values are 1 * row[j], bit for bit, except -0, written +0 (BLAS's sums start
+    at +0): callers whose GEMM adds no product (K = 0) fill with numpy."""
     N = y.shape[-1]
-    M = y.size // N
-    be.execute("gemm", structs.gemm_args(M, N, 1), F32, np.ones(M, np.float32),
-               np.ascontiguousarray(row, np.float32), None, y)
+    rows = rows.reshape(-1, N)
+    items = rows.shape[0]
+    M = y.size // (items * N)
+    if be.name != "cpu" or y.dtype != np.float32 or y.size < _FILL_ON_POOL:
+        y.reshape(items, M, N)[...] = rows.astype(y.dtype, copy=False)[:, None, :]
+        return y
+    be.execute("gemm", structs.gemm_args(M, N, 1, batch=items, stride_b=N), F32,
+               np.ones(M, np.float32), np.ascontiguousarray(rows, np.float32), None, y)
     return y
 
 

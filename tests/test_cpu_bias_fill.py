@@ -36,6 +36,14 @@ def test_fill_rows_is_numpys_broadcast(threads, shape):
     assert np.all(same | ((got == 0) & (want == 0)))
 
 
+def test_fill_rows_one_row_per_item(threads):
+    rng = np.random.default_rng(4)
+    rows = rng.standard_normal((3, 1, 50000)).astype(np.float32)
+    y = np.full((3, 4, 50000), 7.0, np.float32)
+    _args.fill_rows(_args.backend("cpu"), y, rows)
+    assert np.array_equal(y, np.broadcast_to(rows, y.shape))
+
+
 def test_large_float32_fills_run_on_the_pool(monkeypatch):
     """The fill is one rank-1 GEMM call (K = 1) for >= 2^17 float32 elements; numpy's own
     fill below that and for float16 (a kernel call costs more there)."""
@@ -44,12 +52,13 @@ def test_large_float32_fills_run_on_the_pool(monkeypatch):
     real = be.execute
 
     def spy(kernel, args, *rest):
-        calls.append((kernel, args["M"], args["N"], args["K"]))
+        calls.append((kernel, args["batch"], args["M"], args["N"], args["K"]))
         return real(kernel, args, *rest)
 
     monkeypatch.setattr(be, "execute", spy)
     _args.fill_rows(be, np.empty((512, 256), np.float32), np.ones(256, np.float32))
-    assert calls == [("gemm", 512, 256, 1)]
+    _args.fill_rows(be, np.empty((2, 512, 256), np.float32), np.ones((2, 1, 256), np.float32))
+    assert calls == [("gemm", 1, 512, 256, 1), ("gemm", 2, 512, 256, 1)]
     calls.clear()
     _args.fill_rows(be, np.empty((3, 256), np.float32), np.ones(256, np.float32))
     _args.fill_rows(be, np.empty((512, 256), np.float16), np.ones(256, np.float16))
@@ -67,7 +76,7 @@ def test_linear_bias_matches_reference(threads, M, K, N, act):
     refs.assert_close(got, ref, np.float32, terms=K + 1, what="linear + bias")
 
 
-@pytest.mark.parametrize("cshape", [(1031,), (1, 1031), (1, 1, 1031)])
+@pytest.mark.parametrize("cshape", [(1031,), (1, 1031), (1, 1, 1031), (2, 1, 1031)])
 @pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
 def test_gemm_with_a_row_c(threads, cshape, beta):
     rng = np.random.default_rng(6)

@@ -185,8 +185,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, ac
             sc = 0  # one C for the whole batch
         elif c.shape == shape:
             sc = M * N
-        elif c.size == N and c.shape[-1] == N:
-            sc = None   # one row for every output row: written into the result first
+        elif c.shape[-1] == N and c.size in (N, nb * N) and (c.ndim == 1 or c.shape[-2] == 1):
+            sc = None   # one row for all output rows (of each item): written into the result
         else:
             c = np.ascontiguousarray(np.broadcast_to(c, shape))
             sc = M * N
@@ -200,7 +200,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, ac
         y[...] = ref.activate(beta * c.astype(np.float32), activation) if has_c else 0
         return _args.finish(y, out)
     if sc is None:              # the result holds C, read in place (it may alias out)
-        c, sc = (_args.fill_rows(be, y, c.reshape(N)) if has_c else c), M * N
+        c, sc = (_args.fill_rows(be, y, c) if has_c else c), M * N
     args = structs.gemm_args(M, N, K, batch=nb, trans_a=ta, trans_b=tb,
                              stride_a=0 if na == 1 else M * K, stride_b=0 if nbb == 1 else K * N,
                              stride_c=sc, has_c=has_c, alpha=alpha, beta=beta, activation=act)

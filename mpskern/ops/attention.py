@@ -16,6 +16,7 @@ import mpskern
 from mpskern import _args
 from mpskern import reference as ref
 from mpskern import structs
+from mpskern.backends.family import Family
 from mpskern.ops.op import Check, Field, Op, normal
 from mpskern.structs import ATTN_MASK_ADD as MASK_ADD, ATTN_MASK_BOOL as MASK_BOOL
 
@@ -186,6 +187,15 @@ def _mask(m, dtype, scores, args):
                 m_ss=1 if ms > 1 else 0)
     return m.reshape((math.prod(batch) if m_sb else 1,) + tail)
 
+
+
+class AttentionFamily(Family):
+    """mk_attention_args: the native row 'attention'; on metal and sim mpskern/backends/gpu/attention.py."""
+    name = "attention"
+
+    def encode(self, ctx, args, dtype, *arrays, config=None):
+        from mpskern.backends.gpu import attention     # the GPU path, loaded by its first call
+        return attention.attention(ctx, args, dtype, *arrays, config=config)
 
 # -- the op table's entry -------------------------------------------------------------------
 _MODELS = [   # the attention layers of real models

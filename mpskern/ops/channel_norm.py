@@ -8,6 +8,7 @@ import numpy as np
 
 from mpskern import _args
 from mpskern import structs
+from mpskern.backends.family import Family
 from mpskern.ops.op import NORM_EPS as EPS
 from mpskern.ops.op import Check, Field, Op, normal, torch_call_weights_as_x, vector
 
@@ -149,6 +150,24 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
                 user[...] = mine
     return _args.finish(y, out)
 
+
+
+class GroupNormFamily(Family):
+    """mk_group_norm_args: the native row 'group_norm'; on metal and sim mpskern/backends/gpu/norm.py."""
+    name = "group_norm"
+
+    def encode(self, ctx, args, dtype, *arrays, config=None):
+        from mpskern.backends.gpu import norm     # the GPU path, loaded by its first call
+        return norm.group_norm(ctx, args, dtype, *arrays, config=config)
+
+
+class BatchNormFamily(Family):
+    """mk_batch_norm_args: the native row 'batch_norm'; on metal and sim mpskern/backends/gpu/norm.py."""
+    name = "batch_norm"
+
+    def encode(self, ctx, args, dtype, *arrays, config=None):
+        from mpskern.backends.gpu import norm     # the GPU path, loaded by its first call
+        return norm.batch_norm(ctx, args, dtype, *arrays, config=config)
 
 # -- the op table's entries -----------------------------------------------------------------
 _STAGES = [  # ResNet-50 stage outputs, batch 8

@@ -6,6 +6,7 @@ import numpy as np
 from mpskern import _args
 from mpskern import reference as ref
 from mpskern import structs
+from mpskern.backends.family import Family
 from mpskern.ops.op import (ACT_FIELD, ACT_NAMES, Check, Field, Op, act_label, normal,
                             torch_activation)
 from mpskern.shapes import conv_padding, positive_pair
@@ -109,6 +110,15 @@ def _layout_hint(xs, ws, g, given):
             break
     return hint
 
+
+
+class Conv2dFamily(Family):
+    """mk_conv2d_args: the native row 'conv2d'; on metal and sim mpskern/backends/gpu/conv2d.py."""
+    name = "conv2d"
+
+    def encode(self, ctx, args, dtype, *arrays, config=None):
+        from mpskern.backends.gpu import conv2d     # the GPU path, loaded by its first call
+        return conv2d.conv2d(ctx, args, dtype, *arrays, config=config)
 
 # -- the op table's entry -------------------------------------------------------------------
 # ResNet-50 (v1.5, 224x224 input) convolutions, one entry per distinct layer shape:

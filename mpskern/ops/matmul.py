@@ -7,6 +7,7 @@ import numpy as np
 from mpskern import _args
 from mpskern import reference as ref
 from mpskern import structs
+from mpskern.backends.family import Family
 from mpskern.ops.op import (ACT_FIELD, ACT_NAMES, Check, Field, Op, act_label, normal,
                             torch_activation)
 from mpskern.shapes import broadcast_batch
@@ -207,6 +208,15 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, ac
     be.execute("gemm", args, code, a, b, c if has_c else None, y)
     return _args.finish(y, out)
 
+
+
+class GemmFamily(Family):
+    """mk_gemm_args: the native row 'gemm'; on metal and sim mpskern/backends/gpu/gemm.py."""
+    name = "gemm"
+
+    def encode(self, ctx, args, dtype, *arrays, config=None):
+        from mpskern.backends.gpu import gemm     # the GPU path, loaded by its first call
+        return gemm.gemm(ctx, args, dtype, *arrays, config=config)
 
 # -- the op table's entries -----------------------------------------------------------------
 _SQUARE = [(f"{n}^3", dict(M=n)) for n in (64, 128, 256, 512, 1024, 2048, 4096)]

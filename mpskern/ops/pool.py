@@ -6,6 +6,7 @@ import numpy as np
 
 from mpskern import _args
 from mpskern import structs
+from mpskern.backends.family import Family
 from mpskern.ops.op import Check, Field, Op, normal
 from mpskern.shapes import pool_shape
 
@@ -99,6 +100,15 @@ def _pool(op, mode, x, kernel_size, stride, padding, dilation, ceil_mode, count_
     y = _args.finish(y, out)
     return (y, idx) if indices else y
 
+
+
+class Pool2dFamily(Family):
+    """mk_pool2d_args: the native row 'pool2d'; on metal and sim mpskern/backends/gpu/pool.py."""
+    name = "pool2d"
+
+    def encode(self, ctx, args, dtype, *arrays, config=None):
+        from mpskern.backends.gpu import pool     # the GPU path, loaded by its first call
+        return pool.pool2d(ctx, args, dtype, *arrays, config=config)
 
 # -- the op table's entries -----------------------------------------------------------------
 _RESNET = [

@@ -9,6 +9,7 @@ import numpy as np
 
 from mpskern import _args
 from mpskern import structs
+from mpskern.backends.family import Family
 from mpskern.ops.op import NORM_EPS as EPS
 from mpskern.ops.op import Check, Field, Op, normal, torch_call_weights_as_x, vector
 
@@ -112,6 +113,15 @@ def rms_norm(x, normalized_shape, weight=None, eps=None, *, backend="auto", out=
     """
     return _rownorm("rms_norm", RMS, x, normalized_shape, weight, None, eps, backend, out)
 
+
+
+class RownormFamily(Family):
+    """mk_rownorm_args: the native row 'rownorm'; on metal and sim mpskern/backends/gpu/norm.py."""
+    name = "rownorm"
+
+    def encode(self, ctx, args, dtype, *arrays, config=None):
+        from mpskern.backends.gpu import norm     # the GPU path, loaded by its first call
+        return norm.rownorm(ctx, args, dtype, *arrays, config=config)
 
 # -- the op table's entries -----------------------------------------------------------------
 _TOKENS = [  # tokens x hidden size

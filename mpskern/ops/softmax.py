@@ -7,6 +7,7 @@ from numpy import empty
 
 from mpskern import _args
 from mpskern import structs
+from mpskern.backends.family import Family
 from mpskern.ops.op import Check, Field, Op, normal
 from mpskern.structs import softmax_args
 
@@ -84,6 +85,15 @@ def _softmax(x, axis, backend, out, log, op, dim):
         be.execute("softmax", softmax_args(x.size // (n * inner), n, inner, log), code, x, y)
     return y if out is None else _args.finish(y, out)
 
+
+
+class SoftmaxFamily(Family):
+    """mk_softmax_args: the native row 'softmax'; on metal and sim mpskern/backends/gpu/softmax.py."""
+    name = "softmax"
+
+    def encode(self, ctx, args, dtype, *arrays, config=None):
+        from mpskern.backends.gpu import softmax     # the GPU path, loaded by its first call
+        return softmax.softmax(ctx, args, dtype, *arrays, config=config)
 
 # -- the op table's entries -----------------------------------------------------------------
 _ROWS = [  # attention scores (batch 8 x 12 heads x seq rows of seq) and vocabularies

@@ -1,7 +1,8 @@
 """Backends "metal" and "sim": mpskern's MSL kernels (metal/) on a Metal device or in the
 simulator. execute(kernel, ...) hands the device's Context (context.py: compiling, the pipeline
-cache, buffers, running) to its encoder module (gemm.py, conv2d.py, pool.py, softmax.py,
-norm.py, attention.py), which picks the kernel, the tile configuration and the grid, and
+cache, buffers, running) to the kernel family's encode() (mpskern/backends/family.py: each
+family, declared beside its public op, calls its encoder module gemm.py, conv2d.py, pool.py,
+softmax.py, norm.py, ...), which picks the kernel, the tile configuration and the grid, and
 returns (timing, record) for last_timing / last_config.
 """
 import platform
@@ -9,8 +10,8 @@ import sys
 
 from mpskern import _native
 from mpskern._errors import Unsupported
+from mpskern.backends import family
 from mpskern.backends.base import Backend
-from mpskern.backends.gpu import attention, conv2d, gemm, norm, pool, softmax
 from mpskern.backends.gpu.context import Context
 
 
@@ -64,13 +65,8 @@ class GpuBackend(Backend):
 
     # -- ops (backends/base.py); `config` pins a configuration of the op's tuning space ------
     def execute(self, kernel, args, dtype, *arrays, config=None):
-        encoder = ENCODERS.get(kernel)
-        if encoder is None:
+        fam = family.get(kernel)
+        if fam is None:
             raise Unsupported(f"backend {self.name!r} has no {kernel} kernel; use backend='cpu'")
-        return self._keep(encoder(self._ctx, args, dtype, *arrays, config=config))
+        return self._keep(fam.encode(self._ctx, args, dtype, *arrays, config=config))
 
-
-# the encoder of each kernel of the native op table (_native.OPS)
-ENCODERS = {"gemm": gemm.gemm, "conv2d": conv2d.conv2d, "pool2d": pool.pool2d,
-            "softmax": softmax.softmax, "rownorm": norm.rownorm, "group_norm": norm.group_norm,
-            "batch_norm": norm.batch_norm, "attention": attention.attention}

@@ -1,6 +1,6 @@
 """What an encoder gets from its GPU backend, and the one rule for configurations.
 
-An encoder (gemm.py, conv2d.py, pool.py, softmax.py, norm.py, attention.py) receives a
+An encoder (one module per kernel family: gemm.py, conv2d.py, pool.py, ...) receives a
 Context, the device layer, never the backend: the device's `limits`, `compiled`
 pipelines of metal/ files, `buffer`s around numpy arrays, device `scratch` memory, and
 `submit` to run a dispatch list. It returns

@@ -1,35 +1,51 @@
 // adaptive_pool.metal: adaptive_avg_pool2d (adaptive_pool_avg_<dt>, MK_POOL_ADAPTIVE_AVG)
-// over NCHW, one thread per output element (barrier-free). torch's windows: output (p, q)
-// averages input rows [p*H/P, ceil((p+1)*H/P)) and columns [q*W/Q, ceil((q+1)*W/Q)), so
-// windows overlap when H is not a multiple of P, and P > H repeats rows; every window holds
-// at least one element (H, W >= 1). Products p*H are formed in 64 bits (P*H may pass 2^31).
-// Dispatch: N*C*P*Q threads (grid counted in threads, any threadgroup size); no macros.
-// float32 accumulation for both storage types.
+// over NCHW, a tile of outputs per threadgroup (mk_pool_tile.h, as pool.metal). torch's
+// windows: output (p, q) averages input rows [p*H/P, ceil((p+1)*H/P)) and columns
+// [q*W/Q, ceil((q+1)*W/Q)), so windows overlap when H is not a multiple of P, and P > H
+// repeats rows; every window holds at least one element (H, W >= 1). The bounds come from
+// the host (gpu/pool.py adaptive_windows: win[p] = rows of output row p, win[P + q] =
+// columns of output column q): no division here. float32 accumulation for both storage
+// types.
 #include "mk_common.h"
 #include "mk_args.h"
+#include "mk_pool_tile.h"
+
+template <typename S>
+inline float adaptive_taps(S src, int off, int2 hr, int2 wr, int W)
+{
+    float s = 0.0f;
+    for (int h = hr.x; h < hr.y; ++h) {
+        for (int w = wr.x; w < wr.y; ++w) {
+            s += float(src[off + h * W + w]);
+        }
+    }
+    return s / float((hr.y - hr.x) * (wr.y - wr.x));
+}
 
 template <typename T>
+[[max_total_threads_per_threadgroup(1024)]]   // the adaptive_pool2d space's largest threadgroup
 kernel void adaptive_pool_avg(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
                               constant mk_pool2d_args& a [[buffer(2)]],
-                              uint gid [[thread_position_in_grid]])
+                              constant mk_pool_tile& t [[buffer(3)]],
+                              constant int2* win [[buffer(4)]],
+                              uint3 tgp [[threadgroup_position_in_grid]],
+                              uint tid [[thread_position_in_threadgroup]],
+                              uint nt [[threads_per_threadgroup]])
 {
-    const int total = a.N * a.C * a.P * a.Q;
-    if (int(gid) < total) {
-        const int q = int(gid) % a.Q;
-        const int p = (int(gid) / a.Q) % a.P;
-        const int nc = int(gid) / (a.P * a.Q);
-        const device T* xp = x + nc * a.H * a.W;
-        const int hs = int(long(p) * a.H / a.P);
-        const int he = int((long(p + 1) * a.H + a.P - 1) / a.P);
-        const int ws = int(long(q) * a.W / a.Q);
-        const int we = int((long(q + 1) * a.W + a.Q - 1) / a.Q);
-        float s = 0.0f;
-        for (int h = hs; h < he; ++h) {
-            for (int w = ws; w < we; ++w) {
-                s += float(xp[h * a.W + w]);
-            }
-        }
-        y[gid] = T(s / float((he - hs) * (we - ws)));
+    threadgroup float stage[MK_POOL_STAGE + MK_POOL_SLACK];
+    mk_pool_at at = mk_pool_block(a, t, tgp);
+    // the tile's rows [p0*H/P, ceil((p0+tp)*H/P)): two divisions per thread, not win[]'s
+    // two broadcast loads (products in 64 bits: P*H may pass 2^31)
+    const int hlo = int(long(at.p0) * a.H / a.P);
+    const int hhi = int((long(at.p0 + at.tp) * a.H + a.P - 1) / a.P) - 1;
+    at.base = mk_pool_stage(x, stage, a, t, at, hlo, hhi, tid, nt);
+    for (mk_pool_out u = mk_pool_first(a, tid); u.o < at.count; mk_pool_next(u, a, t, nt)) {
+        const int off = mk_pool_plane(a, at, u);
+        const int2 hr = win[at.p0 + u.r];
+        const int2 wr = win[a.P + u.q];
+        const float s = t.staged != 0 ? adaptive_taps(stage, off, hr, wr, a.W)
+                                      : adaptive_taps(x, off, hr, wr, a.W);
+        y[at.ybase + u.o] = T(s);
     }
 }
 

@@ -112,14 +112,15 @@ SPACES = {
                             for t in (128, 64, 32)],
                         shipped=(BATCH_NORM_DEFAULT,)),
     "pool2d": _elementwise_space("pool", "pool.metal", "direct",
-                                 "one thread per output element (pool_max / pool_avg by the "
-                                 "mode); threads per threadgroup"),
+                                 "pool_max / pool_avg by the mode, a tile of outputs per "
+                                 "threadgroup (metal/mk_pool_tile.h; the variant keeps its "
+                                 "old name); threads per threadgroup"),
     "adaptive_pool2d": _elementwise_space("adaptive_pool", "adaptive_pool.metal", "avg",
-                                          "adaptive_avg_pool2d, one thread per output "
-                                          "element; threads per threadgroup"),
+                                          "adaptive_avg_pool2d, a tile of outputs per "
+                                          "threadgroup; threads per threadgroup"),
     "pool2d_indices": _elementwise_space("pool_indices", "pool_indices.metal", "max",
-                                         "max_pool2d with return_indices, one thread per "
-                                         "output element; threads per threadgroup"),
+                                         "max_pool2d with return_indices, a tile of "
+                                         "outputs per threadgroup; threads per threadgroup"),
 }
 
 

@@ -7,14 +7,15 @@
 //   norm_group_{rows,looped}_<dt>    x (N, C, HW): the C/groups channels of a group are
 //                                    contiguous, so (n, g) is a row of (C/groups)*HW
 //                                    elements; weight, bias float32[C].
-//   norm_batch_stats_<dt>            training, x (N, C, HW): moments (count, mean, M2) of
-//                                    each of `split` chunks per channel;
+//   norm_batch_stats_<dt>            training, x (N, C, HW): moments (count, mean, M2,
+//                                    scale S) of each of `split` chunks per channel;
 //   norm_batch_finish_f32            one thread per channel combines them: batch mean and
-//                                    biased variance into stats[0:C], stats[C:2C], and the
-//                                    running statistics (unbiased variance) when present.
-//   norm_batch_apply_<dt>            y = (x - mean[c]) * rsqrt(var[c] + eps) * w[c] + b[c],
-//                                    one thread per element: inference binds the running
-//                                    statistics as mean/var, training the stats buffer.
+//                                    biased variance (of x*Sc) and Sc into stats[0:3C], and
+//                                    the running statistics (unbiased variance) when present.
+//   norm_batch_apply_<dt>            y = (x*S - mean[c]) * rsqrt(var[c] + eps*S^2) * w[c] +
+//                                    b[c], S = scale[c], 4 elements per thread: inference
+//                                    binds the running statistics as mean/var and S = 1,
+//                                    training the stats buffer.
 //
 // Configuration (macros): MK_TPR threads per row (multiple of 32), MK_RPG rows per
 // threadgroup, MK_VPT values per thread for the rows variants (n <= MK_TPR*MK_VPT; the
@@ -491,9 +492,45 @@ kernel void norm_group_looped(const device T* x [[buffer(0)]], const device floa
 // ---------------------------------------------------------------- batch_norm
 
 // Moments of one chunk of a channel (split chunks per channel, so that few channels with
-// many elements still fill the GPU): partial[3*r .. 3*r+2] = (count, mean, M2) of row r =
-// channel * split + chunk. Chunks are never empty (the encoder picks split so).
+// many elements still fill the GPU): partial[4*r .. 4*r+3] = (count, mean, M2, S) of row r =
+// channel * split + chunk, of the chunk's values times the power of two S: 1 for ordinary
+// chunks (exactly the plain computation), mk_pow2_scale of the chunk's max |x| when a chunk
+// of the threadgroup may hold |x| >= 2^48 (nm_group_large: float32 M2 overflows from
+// |x| ~ 1e19). Chunks are never empty (the encoder picks split so).
 template <typename T>
+inline float3 nm_chunk_welford(const device T* x, constant mk_batch_norm_args& a, int ch,
+                               int k0, int k1, int t, float S)
+{
+    float c = 0.0f;
+    float mu = 0.0f;
+    float m2 = 0.0f;
+    // element k of the channel is column off of image img: stepped by MK_TPR columns
+    // without a division per element (gn_chan: "channel" = image here)
+    const int dq = MK_TPR / a.HW, dr = MK_TPR - dq * a.HW;
+    gn_chan g = gn_at(k0 + t, a.HW);
+    for (int k = k0 + t; k < k1; k += MK_TPR) {
+        mk_welford(c, mu, m2, float(x[(g.c * a.C + ch) * a.HW + g.off]) * S);
+        gn_step(g, dq, dr, a.HW);
+    }
+    return float3(c, mu, m2);
+}
+
+template <typename T>
+inline float nm_chunk_absmax(const device T* x, constant mk_batch_norm_args& a, int ch,
+                             int k0, int k1, int t)
+{
+    float m = 0.0f;
+    const int dq = MK_TPR / a.HW, dr = MK_TPR - dq * a.HW;
+    gn_chan g = gn_at(k0 + t, a.HW);
+    for (int k = k0 + t; k < k1; k += MK_TPR) {
+        m = max(m, abs(float(x[(g.c * a.C + ch) * a.HW + g.off])));
+        gn_step(g, dq, dr, a.HW);
+    }
+    return m;
+}
+
+template <typename T>
+[[max_total_threads_per_threadgroup(NM_THREADS)]]
 kernel void norm_batch_stats(const device T* x [[buffer(0)]], device float* partial [[buffer(1)]],
                              constant mk_batch_norm_args& a [[buffer(2)]],
                              constant int& split [[buffer(3)]],
@@ -504,6 +541,7 @@ kernel void norm_batch_stats(const device T* x [[buffer(0)]], device float* part
 {
     threadgroup float red0[NM_THREADS / 32];
     threadgroup float red1[NM_THREADS / 32];
+    threadgroup float red2[NM_THREADS / 32];
     const int t = int(tid % MK_TPR);
     const int row = int(group) * MK_RPG + int(tid / MK_TPR);
     const bool live = row < a.C * split;
@@ -512,29 +550,31 @@ kernel void norm_batch_stats(const device T* x [[buffer(0)]], device float* part
     const int chunk = (count + split - 1) / split;
     const int k0 = live ? (row - ch * split) * chunk : 0;
     const int k1 = live ? min(k0 + chunk, count) : 0;
-    float c = 0.0f;
-    float mu = 0.0f;
-    float m2 = 0.0f;
-    // element k of the channel is column off of image img: stepped by MK_TPR columns
-    // without a division per element (gn_chan: "channel" = image here)
-    const int dq = MK_TPR / a.HW, dr = MK_TPR - dq * a.HW;
-    gn_chan g = gn_at(k0 + t, a.HW);
-    for (int k = k0 + t; k < k1; k += MK_TPR) {
-        mk_welford(c, mu, m2, float(x[(g.c * a.C + ch) * a.HW + g.off]));
-        gn_step(g, dq, dr, a.HW);
+    float3 m = nm_chunk_welford(x, a, ch, k0, k1, t, 1.0f);
+    float S = 1.0f;
+    if (nm_group_large(m, red2, tid, lane, sg)) {
+        S = mk_pow2_scale(mk_row_max(nm_chunk_absmax(x, a, ch, k0, k1, t), red1, tid, lane,
+                                     sg, MK_TPR));
+        m = nm_chunk_welford(x, a, ch, k0, k1, t, S);
     }
     const float n = float(max(k1 - k0, 1));
-    const float2 mv = mk_row_moments(c, mu, m2, n, true, red0, red1, tid, lane, sg, MK_TPR);
+    const float2 mv = mk_row_moments(m.x, m.y, m.z, n, true, red0, red1, tid, lane, sg, MK_TPR);
     if (t == 0 && live) {
-        partial[3 * row] = float(k1 - k0);
-        partial[3 * row + 1] = mv.x;
-        partial[3 * row + 2] = mv.y * n;
+        partial[4 * row] = float(k1 - k0);
+        partial[4 * row + 1] = mv.x;
+        partial[4 * row + 2] = mv.y * n;
+        partial[4 * row + 3] = S;
     }
 }
 
-// One thread per channel: combine its chunks' moments exactly (Chan et al.), store mean and
-// biased variance in stats[0:C], stats[C:2C], update the running statistics (unbiased).
+// One thread per channel: combine its chunks' moments exactly (Chan et al.) at the
+// channel's scale Sc, the smallest of its chunks' (the others' moments times Sc/S, a power
+// of two: exact, and 1 for ordinary channels); store mean*Sc, var*Sc^2 and Sc in stats[0:C],
+// stats[C:2C], stats[2C:3C] (norm_batch_apply normalises x*Sc with them: finite where the
+// result is, though var itself may pass FLT_MAX) and update the running statistics
+// (unbiased; unscaled, so they overflow to inf exactly where float32 must).
 template <typename T>
+[[max_total_threads_per_threadgroup(1024)]]   // gpu/norm.py: helper_threads(fin, 32)
 kernel void norm_batch_finish(const device float* partial [[buffer(0)]],
                               device float* running_mean [[buffer(1)]],
                               device float* running_var [[buffer(2)]],
@@ -545,24 +585,30 @@ kernel void norm_batch_finish(const device float* partial [[buffer(0)]],
 {
     const int ch = int(gid);
     if (ch < a.C) {
+        float Sc = 1.0f;
+        for (int s = 0; s < split; ++s) {
+            Sc = min(Sc, partial[4 * (ch * split + s) + 3]);
+        }
         float n = 0.0f;
         float mean = 0.0f;
         float m2 = 0.0f;
         for (int s = 0; s < split; ++s) {
-            const int at = 3 * (ch * split + s);
+            const int at = 4 * (ch * split + s);
+            const float r = Sc / partial[at + 3];
             const float nb = partial[at];
-            const float d = partial[at + 1] - mean;
+            const float d = partial[at + 1] * r - mean;
             const float tot = n + nb;
             mean += d * (nb / tot);
-            m2 += partial[at + 2] + d * d * (n * nb / tot);
+            m2 += partial[at + 2] * (r * r) + d * d * (n * nb / tot);
             n = tot;
         }
         const float var = m2 / n;
         stats[ch] = mean;
         stats[a.C + ch] = var;
+        stats[2 * a.C + ch] = Sc;
         if (a.has_running != 0) {
-            const float unbiased = n > 1.0f ? m2 / (n - 1.0f) : var;
-            running_mean[ch] = (1.0f - a.momentum) * running_mean[ch] + a.momentum * mean;
+            const float unbiased = (n > 1.0f ? m2 / (n - 1.0f) : var) / Sc / Sc;
+            running_mean[ch] = (1.0f - a.momentum) * running_mean[ch] + a.momentum * (mean / Sc);
             running_var[ch] = (1.0f - a.momentum) * running_var[ch] + a.momentum * unbiased;
         }
     }
@@ -571,15 +617,18 @@ kernel void norm_batch_finish(const device float* partial [[buffer(0)]],
 // Four consecutive elements per thread (gid*4 ..): the channel found once (two divisions per
 // 4 elements) and stepped; float4/half4 reads and writes when a channel's plane holds whole
 // vectors (HW % 4 == 0), else scalar ones.
+// Statistics of x*S (norm_batch_finish; S = 1: inference's running statistics): the
+// result is (x*S - mean) * rsqrt(var + eps*S^2), which is (x - mean/S) * rsqrt(var/S^2 +
+// eps) without forming var/S^2 (it may pass FLT_MAX).
 template <typename T>
 inline float batch_norm_one(float v, const device float* mean, const device float* var,
                             const device float* w, const device float* b,
-                            constant mk_batch_norm_args& a, int ch)
+                            constant mk_batch_norm_args& a, int ch, float S)
 {
     // the weight joins the scale first: (x - mean) * rstd alone can overflow where the
     // result (|w| < 1) is representable
-    const float rstd = rsqrt(var[ch] + a.eps);
-    float o = (v - mean[ch]) * (a.has_weight != 0 ? rstd * w[ch] : rstd);
+    const float rstd = rsqrt(var[ch] + a.eps * (S * S));
+    float o = (v * S - mean[ch]) * (a.has_weight != 0 ? rstd * w[ch] : rstd);
     return a.has_bias != 0 ? o + b[ch] : o;
 }
 
@@ -590,6 +639,7 @@ kernel void norm_batch_apply(const device T* x [[buffer(0)]],
                              const device float* w [[buffer(3)]],
                              const device float* b [[buffer(4)]], device T* y [[buffer(5)]],
                              constant mk_batch_norm_args& a [[buffer(6)]],
+                             const device float* scale [[buffer(7)]],
                              uint gid [[thread_position_in_grid]])
 {
     const int total = a.N * a.C * a.HW;
@@ -603,10 +653,11 @@ kernel void norm_batch_apply(const device T* x [[buffer(0)]],
     g.off = i0 - plane * a.HW;
     if (a.HW % 4 == 0) {            // i0 .. i0+3 lie in one plane
         const float4 v = mk_load4(x, i0);
+        const float S = scale[g.c];
         const float m = mean[g.c];
-        const float rstd = rsqrt(var[g.c] + a.eps);
-        const float scale = a.has_weight != 0 ? rstd * w[g.c] : rstd;
-        float4 o = (v - m) * scale;
+        const float rstd = rsqrt(var[g.c] + a.eps * (S * S));
+        const float k = a.has_weight != 0 ? rstd * w[g.c] : rstd;
+        float4 o = (v * S - m) * k;
         if (a.has_bias != 0) {
             o += b[g.c];
         }
@@ -614,7 +665,7 @@ kernel void norm_batch_apply(const device T* x [[buffer(0)]],
         return;
     }
     for (int e = 0; e < 4 && i0 + e < total; ++e) {
-        y[i0 + e] = T(batch_norm_one<T>(float(x[i0 + e]), mean, var, w, b, a, g.c));
+        y[i0 + e] = T(batch_norm_one<T>(float(x[i0 + e]), mean, var, w, b, a, g.c, scale[g.c]));
         if (++g.off == a.HW) {
             g.off = 0;
             g.c = g.c + 1 == a.C ? 0 : g.c + 1;

@@ -227,3 +227,31 @@ def test_rownorm_non_finite_rows(sim, cfg, dtype):
                 ref = refs.layer_norm(x, n, None, None, eps) if kind == LAYER \
                     else refs.rms_norm(x, n, None, eps)
             refs.assert_close(y, ref, dtype, terms=n, what=f"{cfg} {(rows, n)} kind={kind}")
+
+
+@pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
+def test_batch_norm_training_huge_channels(sim, cfg):
+    """Training statistics of channels with |x| up to near FLT_MAX: float32 sums of squared
+    deviations overflow from |x| ~ 1e19 (normalised output 0 or NaN); each chunk's moments
+    are taken of x times a power of two and combined at its channel's smallest scale, so the
+    output and running mean match the float64 reference; a channel mixing huge and ordinary
+    chunks (split 8) too, and the ordinary channel beside them is unaffected."""
+    rng = np.random.default_rng(10)
+    n_, c, hw = 2, 4, 300
+    x = rng.standard_normal((n_, c, hw)).astype(np.float32)
+    x[:, 1] *= 1e30                                   # all huge
+    x[0, 2, :100] *= 3e37                             # huge chunks beside ordinary ones
+    x[:, 3] = x[:, 3] * 1e19 + 1e20                   # an offset beyond 2^48 too
+    rm, rv = np.zeros(c, np.float32), np.ones(c, np.float32)
+    rm0, rv0 = rm.copy(), rv.copy()
+    y = np.full_like(x, np.nan)
+    args = {"N": n_, "C": c, "HW": hw, "training": 1, "has_running": 1, "has_weight": 0,
+            "has_bias": 0, "eps": 1e-5, "momentum": 0.1}
+    sim.execute("batch_norm", args, _native.F32, x, rm, rv, None, None, y, config=cfg)
+    with np.errstate(over="ignore"):
+        ref, rm_ref, rv_ref = refs.batch_norm(x, rm0, rv0, None, None, True, 0.1, 1e-5)
+    refs.assert_close(y, ref, np.float32, terms=n_ * hw, what=f"{cfg} output")
+    refs.assert_close(rm, rm_ref, np.float32, terms=n_ * hw, what=f"{cfg} running_mean")
+    with np.errstate(over="ignore"):
+        refs.assert_close(rv, rv_ref.astype(np.float32), np.float32, terms=n_ * hw,
+                          what=f"{cfg} running_var (inf past FLT_MAX)")

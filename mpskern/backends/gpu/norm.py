@@ -7,7 +7,9 @@ contiguous in NCHW. batch_norm (space "batch_norm"): inference is one elementwis
 over the running statistics; training is a dispatch list run in one command buffer: the
 moments of `split` chunks per channel (TPR threads per chunk; spaces.stats_split), their
 exact combination per channel with the running-stat update, then the same elementwise
-dispatch over those statistics (`threads` per threadgroup; 4 elements per thread).
+dispatch over those statistics (`threads` per threadgroup; 4 elements per thread). Channels
+with |x| near 2^48 or more have their statistics taken of x times a power of two (norm.metal;
+float32 sums of squares overflow from ~1e19), which the normalisation applies too.
 """
 import numpy as np
 
@@ -78,12 +80,14 @@ def batch_norm(ctx, args, dtype, x, running_mean, running_var, weight, bias, y, 
     outputs = [yb]
     if not training:
         rm, rv = ctx.buffer(running_mean), ctx.buffer(running_var)
+        unscaled = ctx.buffer(np.ones(C, np.float32))       # apply's S: the stats of x itself
         run = [R.elementwise_dispatch(apply, threads, cdiv(N * C * HW, APPLY_PER_THREAD),
-                                      [xb, rm, rv, wb, bb, yb, packed])]
+                                      [xb, rm, rv, wb, bb, yb, packed, unscaled])]
     else:
         split = spaces.stats_split(cfg, N, C, HW)
-        partial = ctx.buffer(np.empty(3 * C * split, np.float32), writable=True)
-        stats = ctx.buffer(np.empty(2 * C, np.float32), writable=True)
+        # per chunk (count, mean, M2, S); per channel mean, var of x*S and S (norm.metal)
+        partial = ctx.buffer(np.empty(4 * C * split, np.float32), writable=True)
+        stats = ctx.buffer(np.empty(3 * C, np.float32), writable=True)
         if args["has_running"]:
             rm = ctx.buffer(running_mean, writable=True)
             rv = ctx.buffer(running_var, writable=True)
@@ -93,11 +97,11 @@ def batch_norm(ctx, args, dtype, x, running_mean, running_var, weight, bias, y, 
         nsplit = np.int32(split).tobytes()
         fin = ctx.compiled(sp.kernel(cfg, _native.F32, variant="finish"), sp.file,
                            spaces.macros(op, cfg))    # float32 statistics for either dtype
-        mean, var = (stats, 0), (stats, 4 * C)
+        mean, var, scale = (stats, 0), (stats, 4 * C), (stats, 8 * C)
         run = [R.row_dispatch(pipes[1], cfg, C * split, [xb, partial, packed, nsplit]),
                R.elementwise_dispatch(fin, helper_threads(fin, 32), C,
                                       [partial, rm, rv, stats, packed, nsplit]),
                R.elementwise_dispatch(apply, threads, cdiv(N * C * HW, APPLY_PER_THREAD),
-                                      [xb, mean, var, wb, bb, yb, packed])]
+                                      [xb, mean, var, wb, bb, yb, packed, scale])]
         cfg = dict(cfg, split=split)
     return ctx.submit(run, dict(cfg, level=level), outputs=outputs)

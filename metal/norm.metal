@@ -227,6 +227,7 @@ inline float nm_affine1(float v, float mean, float rstd, const device float* w,
 }
 
 template <typename T>
+[[max_total_threads_per_threadgroup(NM_THREADS)]]
 kernel void norm_rownorm_rows(const device T* x [[buffer(0)]], const device float* w [[buffer(1)]],
                               const device float* b [[buffer(2)]], device T* y [[buffer(3)]],
                               constant mk_rownorm_args& a [[buffer(4)]],
@@ -267,6 +268,7 @@ kernel void norm_rownorm_rows(const device T* x [[buffer(0)]], const device floa
 }
 
 template <typename T>
+[[max_total_threads_per_threadgroup(NM_THREADS)]]
 kernel void norm_rownorm_looped(const device T* x [[buffer(0)]],
                                 const device float* w [[buffer(1)]],
                                 const device float* b [[buffer(2)]], device T* y [[buffer(3)]],
@@ -404,6 +406,7 @@ inline gn_params gn_stage(const device float* w, const device float* b,
 }
 
 template <typename T>
+[[max_total_threads_per_threadgroup(NM_THREADS)]]
 kernel void norm_group_rows(const device T* x [[buffer(0)]], const device float* w [[buffer(1)]],
                             const device float* b [[buffer(2)]], device T* y [[buffer(3)]],
                             constant mk_group_norm_args& a [[buffer(4)]],
@@ -449,6 +452,7 @@ kernel void norm_group_rows(const device T* x [[buffer(0)]], const device float*
 }
 
 template <typename T>
+[[max_total_threads_per_threadgroup(NM_THREADS)]]
 kernel void norm_group_looped(const device T* x [[buffer(0)]], const device float* w [[buffer(1)]],
                               const device float* b [[buffer(2)]], device T* y [[buffer(3)]],
                               constant mk_group_norm_args& a [[buffer(4)]],
@@ -574,7 +578,7 @@ kernel void norm_batch_stats(const device T* x [[buffer(0)]], device float* part
 // result is, though var itself may pass FLT_MAX) and update the running statistics
 // (unbiased; unscaled, so they overflow to inf exactly where float32 must).
 template <typename T>
-[[max_total_threads_per_threadgroup(1024)]]   // gpu/norm.py: helper_threads(fin, 32)
+[[max_total_threads_per_threadgroup(32)]]   // gpu/norm.py: helper_threads(fin, 32)
 kernel void norm_batch_finish(const device float* partial [[buffer(0)]],
                               device float* running_mean [[buffer(1)]],
                               device float* running_var [[buffer(2)]],
@@ -633,6 +637,7 @@ inline float batch_norm_one(float v, const device float* mean, const device floa
 }
 
 template <typename T>
+[[max_total_threads_per_threadgroup(1024)]]   // the batch_norm space's largest `threads`
 kernel void norm_batch_apply(const device T* x [[buffer(0)]],
                              const device float* mean [[buffer(1)]],
                              const device float* var [[buffer(2)]],

@@ -170,6 +170,7 @@ inline void softmax_rows_strided(const device T* x, device T* y, constant mk_sof
 }
 
 template <typename T>
+[[max_total_threads_per_threadgroup(SM_THREADS)]]
 kernel void softmax_rows(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
                          constant mk_softmax_args& a [[buffer(2)]],
                          uint group [[threadgroup_position_in_grid]],
@@ -201,6 +202,7 @@ inline void sm_online4(thread float& m, thread float& s, float4 x)
 }
 
 template <typename T>
+[[max_total_threads_per_threadgroup(SM_THREADS)]]
 kernel void softmax_looped(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
                            constant mk_softmax_args& a [[buffer(2)]],
                            uint group [[threadgroup_position_in_grid]],
@@ -261,6 +263,7 @@ kernel void softmax_looped(const device T* x [[buffer(0)]], device T* y [[buffer
 }
 
 template <typename T>
+[[max_total_threads_per_threadgroup(1024)]]   // the softmax_cols space's largest threadgroup
 kernel void softmax_cols(const device T* x [[buffer(0)]], device T* y [[buffer(1)]],
                          constant mk_softmax_args& a [[buffer(2)]],
                          uint gid [[thread_position_in_grid]])

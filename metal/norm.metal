@@ -112,11 +112,15 @@ inline void nm_step(thread float& c, thread float& mu, thread float& m2, float x
 }
 
 // The moments of one contiguous row's elements that thread t streams (head scalars, vectors,
-// tail: mk_rowvec.h), of the values times `scale`.
-template <typename T>
+// tail: mk_rowvec.h), of the values times `scale` when SCALED (the first pass has none: no
+// multiply per element on the common path).
+template <typename T, bool SCALED>
 inline float3 nm_stream_moments(const device T* x, int base, mk_span sp, int t, bool centered,
                                 float scale)
 {
+    if (!SCALED) {
+        scale = 1.0f;
+    }
     float c = 0.0f;
     float mu = 0.0f;
     float m2 = 0.0f;
@@ -153,35 +157,46 @@ inline float nm_stream_absmax(const device T* x, int base, mk_span sp, int t)
     return m;
 }
 
-// Whether any row of the threadgroup may hold values of 2^48 or more (or overflowed):
-// every value a thread holds is within |mu| + sqrt(m2) of 0; one threadgroup-wide max
-// (uniform: the rescaling below holds barriers). Non-finite bounds count as large.
-inline bool nm_group_large(float3 tm, threadgroup float* red, uint tid, uint lane, uint sg)
+// Whether the row may hold values of 2^48 or more (or overflowed): every value is within
+// |mean| + sqrt(n * var) of 0 (RMS: mean 0, var the mean square). Free with one row per
+// threadgroup (mean and var are the row's, the same in every thread); with MK_RPG > 1 rows
+// one threadgroup-wide max on `red` (the redo holds barriers, so every row takes the same
+// branch). Non-finite bounds count as large.
+inline bool nm_row_large(float2 mv, float n, threadgroup float* red, uint tid, uint lane,
+                         uint sg)
 {
-    const float bound = abs(tm.y) + sqrt(tm.z);
-    const float big = mk_row_max(bound, red, tid, lane, sg, NM_THREADS);
-    return ((as_type<uint>(big) >> 23) & 0xffu) >= 127u + 48u;
+    const float bound = abs(mv.x) + sqrt(mv.y * n);
+    float large = ((as_type<uint>(bound) >> 23) & 0xffu) >= 127u + 48u ? 1.0f : 0.0f;
+    if (MK_RPG > 1) {       // of the flags, not the bounds: simd_max drops a NaN bound
+        large = mk_row_max(large, red, tid, lane, sg, NM_THREADS);
+    }
+    return large != 0.0f;
 }
 
 // Row moments, finite wherever the normalised output is representable: computed at scale 1
-// (ordinary rows: exactly the plain computation, one extra threadgroup max); when a row of
-// the threadgroup may hold |x| >= 2^48, every row is redone times its power of two S
-// (mk_pow2_scale of its max |x|). Returns (mean, variance) of the values times S, and S.
-// Reductions: red2 (the test), red1 (row max |x|), then red0, red1 (mk_row_moments).
+// (ordinary rows: exactly the plain computation, and with MK_RPG == 1 nothing more); when a
+// row (MK_RPG > 1: of the threadgroup) may hold |x| >= 2^48, redone times the row's power of
+// two S (mk_pow2_scale of its max |x|). Returns (mean, variance) of the values times S, and
+// S. Reductions, each on another array than the one before: red0, red1 (mk_row_moments),
+// [red2: the group's test], then the row's max |x| and the moments again.
+#define NM_REDO_MAX (MK_RPG > 1 ? red0 : red2)
+#define NM_REDO_M0 (MK_RPG > 1 ? red1 : red0)
+#define NM_REDO_M1 (MK_RPG > 1 ? red2 : red1)
 template <typename T>
 inline float3 nm_stream_row(const device T* x, int base, mk_span sp, int t, bool centered,
                             float n, threadgroup float* red0, threadgroup float* red1,
                             threadgroup float* red2, uint tid, uint lane, uint sg)
 {
-    float3 m = nm_stream_moments(x, base, sp, t, centered, 1.0f);
+    float3 m = nm_stream_moments<T, false>(x, base, sp, t, centered, 1.0f);
+    float2 mv = mk_row_moments(m.x, m.y, m.z, n, centered, red0, red1, tid, lane, sg, MK_TPR);
     float S = 1.0f;
-    if (nm_group_large(m, red2, tid, lane, sg)) {
-        S = mk_pow2_scale(mk_row_max(nm_stream_absmax(x, base, sp, t), red1, tid, lane, sg,
-                                     MK_TPR));
-        m = nm_stream_moments(x, base, sp, t, centered, S);
+    if (nm_row_large(mv, n, red2, tid, lane, sg)) {
+        S = mk_pow2_scale(mk_row_max(nm_stream_absmax(x, base, sp, t), NM_REDO_MAX, tid, lane,
+                                     sg, MK_TPR));
+        m = nm_stream_moments<T, true>(x, base, sp, t, centered, S);
+        mv = mk_row_moments(m.x, m.y, m.z, n, centered, NM_REDO_M0, NM_REDO_M1, tid, lane, sg,
+                            MK_TPR);
     }
-    const float2 mv = mk_row_moments(m.x, m.y, m.z, n, centered, red0, red1, tid, lane, sg,
-                                     MK_TPR);
     return float3(mv.x, mv.y, S);
 }
 
@@ -191,14 +206,16 @@ inline float3 nm_held_row(thread mk_rowvals& v, mk_span sp, int t, bool centered
                           threadgroup float* red2, uint tid, uint lane, uint sg)
 {
     float3 tm = nm_thread_moments(v, sp, t, centered);
+    float2 mv = mk_row_moments(tm.x, tm.y, tm.z, n, centered, red0, red1, tid, lane, sg,
+                               MK_TPR);
     float S = 1.0f;
-    if (nm_group_large(tm, red2, tid, lane, sg)) {
-        S = mk_pow2_scale(mk_row_max(mk_rv_absmax(v), red1, tid, lane, sg, MK_TPR));
+    if (nm_row_large(mv, n, red2, tid, lane, sg)) {
+        S = mk_pow2_scale(mk_row_max(mk_rv_absmax(v), NM_REDO_MAX, tid, lane, sg, MK_TPR));
         nm_scale(v, S);
         tm = nm_thread_moments(v, sp, t, centered);
+        mv = mk_row_moments(tm.x, tm.y, tm.z, n, centered, NM_REDO_M0, NM_REDO_M1, tid, lane,
+                            sg, MK_TPR);
     }
-    const float2 mv = mk_row_moments(tm.x, tm.y, tm.z, n, centered, red0, red1, tid, lane, sg,
-                                     MK_TPR);
     return float3(mv.x, mv.y, S);
 }
 
@@ -498,9 +515,9 @@ kernel void norm_group_looped(const device T* x [[buffer(0)]], const device floa
 // Moments of one chunk of a channel (split chunks per channel, so that few channels with
 // many elements still fill the GPU): partial[4*r .. 4*r+3] = (count, mean, M2, S) of row r =
 // channel * split + chunk, of the chunk's values times the power of two S: 1 for ordinary
-// chunks (exactly the plain computation), mk_pow2_scale of the chunk's max |x| when a chunk
-// of the threadgroup may hold |x| >= 2^48 (nm_group_large: float32 M2 overflows from
-// |x| ~ 1e19). Chunks are never empty (the encoder picks split so).
+// chunks (exactly the plain computation), mk_pow2_scale of the chunk's max |x| when the chunk
+// (MK_RPG > 1: a chunk of the threadgroup) may hold |x| >= 2^48 (nm_row_large: float32 M2
+// overflows from |x| ~ 1e19). Chunks are never empty (the encoder picks split so).
 template <typename T>
 inline float3 nm_chunk_welford(const device T* x, constant mk_batch_norm_args& a, int ch,
                                int k0, int k1, int t, float S)
@@ -554,15 +571,17 @@ kernel void norm_batch_stats(const device T* x [[buffer(0)]], device float* part
     const int chunk = (count + split - 1) / split;
     const int k0 = live ? (row - ch * split) * chunk : 0;
     const int k1 = live ? min(k0 + chunk, count) : 0;
-    float3 m = nm_chunk_welford(x, a, ch, k0, k1, t, 1.0f);
-    float S = 1.0f;
-    if (nm_group_large(m, red2, tid, lane, sg)) {
-        S = mk_pow2_scale(mk_row_max(nm_chunk_absmax(x, a, ch, k0, k1, t), red1, tid, lane,
-                                     sg, MK_TPR));
-        m = nm_chunk_welford(x, a, ch, k0, k1, t, S);
-    }
     const float n = float(max(k1 - k0, 1));
-    const float2 mv = mk_row_moments(m.x, m.y, m.z, n, true, red0, red1, tid, lane, sg, MK_TPR);
+    float3 m = nm_chunk_welford(x, a, ch, k0, k1, t, 1.0f);
+    float2 mv = mk_row_moments(m.x, m.y, m.z, n, true, red0, red1, tid, lane, sg, MK_TPR);
+    float S = 1.0f;
+    if (nm_row_large(mv, n, red2, tid, lane, sg)) {
+        S = mk_pow2_scale(mk_row_max(nm_chunk_absmax(x, a, ch, k0, k1, t), NM_REDO_MAX, tid,
+                                     lane, sg, MK_TPR));
+        m = nm_chunk_welford(x, a, ch, k0, k1, t, S);
+        mv = mk_row_moments(m.x, m.y, m.z, n, true, NM_REDO_M0, NM_REDO_M1, tid, lane, sg,
+                            MK_TPR);
+    }
     if (t == 0 && live) {
         partial[4 * row] = float(k1 - k0);
         partial[4 * row + 1] = mv.x;

@@ -48,6 +48,20 @@ def test_dram_bound_dispatch():
     assert e.label == "modelled"
 
 
+
+@pytest.mark.parametrize("dispatches", [2, 3])
+def test_one_registers_estimate_serves_every_dispatch(dispatches):
+    """registers_of's (value, source) pair applies to each dispatch of a call (gemm split-K:
+    gemm + reduce; a three-dispatch op): it was indexed as one value per dispatch, so the
+    second got the source text ('invalid literal for int()': `mpskern profile gemm --shape
+    M=64,N=64,K=16384` failed) and a third an IndexError."""
+    c = counters(groups=64, device=dict(footprint=1e6))
+    s = model.summarize([c] * dispatches, "Apple M1", registers=(200, "estimated: test"))
+    assert [e.registers for e in s.dispatches] == [200] * dispatches
+    assert [e.registers_source for e in s.dispatches] == ["estimated: test"] * dispatches
+    s = model.summarize([c] * 2, "Apple M1", registers=[(200, "a"), (None, None)])
+    assert s.dispatches[0].registers == 200 and s.dispatches[1].registers != 200
+
 def test_sampled_grids_dram_bytes_are_scaled_to_the_grid():
     # 2 of 8 threadgroups profiled: a buffer they touched 10 lines of (of 64) stands for 40
     # lines; a buffer every group reads (4 lines) is counted once, not 4 times

@@ -239,7 +239,7 @@ def summarize(dispatch_counters, chip, *, registers=None, roofline=None, calibra
     factor = calibration_factor(chip.family) if calibrate else None
     ests = []
     for i, c in enumerate(dispatch_counters):
-        r = registers[i] if isinstance(registers, (list, tuple)) else registers
+        r = registers[i] if isinstance(registers, list) else registers   # else (regs, source)
         regs, src = r if isinstance(r, tuple) else (r, None)
         ests.append(estimate(c, chip, registers=regs, registers_source=src, calibration=factor))
     s = Summary(chip.family, chip.name, sum(e.lower_ms for e in ests),

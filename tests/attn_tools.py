@@ -90,10 +90,10 @@ def run_gpu(be, q, k, v, mask=None, causal=False, scale=None, variant="simd", BQ
     """The metal/attention.metal kernel `variant` through the GPU backend `be`'s encoder
     (mpskern/backends/gpu/attention.py), with that configuration pinned; D defaults to the
     space's head capacity for E and Ev."""
-    from mpskern.tuning import spaces
+    from mpskern.backends.gpu.attention import head_capacity   # its space's rule
     a, m = args(q, k, v, mask, causal, scale)
     if D is None:
-        D = spaces.head_capacity(a["E"], a["Ev"])
+        D = head_capacity(a["E"], a["Ev"])
     out = np.full((a["B"], a["Hq"], a["L"], a["Ev"]), np.nan, q.dtype)
     be.execute("attention", a, refs_dtype(q.dtype), q, k, v, m, out,
                  config=dict(variant=variant, BQ=BQ, BK=BK, D=D))

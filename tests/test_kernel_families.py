@@ -59,3 +59,24 @@ def test_a_cpu_program_never_loads_the_gpu_path():
                                                       "attention", "rows")}
     assert "mpskern.backends.gpu.backend" in loaded and not encoders & set(loaded), loaded
     assert not [m for m in loaded if m.startswith("mpskern.sim")], loaded
+
+
+def test_the_tuning_registry_reads_the_spaces_a_family_declares(monkeypatch):
+    """A family's encoder declares its space (attention: backends/gpu/attention.py); the
+    registry finds it through Family.spaces() on its first lookup, with no line of its own."""
+    from mpskern.backends.gpu import attention as gpu_attention
+    from mpskern.tuning import spaces
+    assert spaces.SPACES["attention"] is gpu_attention.SPACES["attention"]
+    assert spaces.space("attention").file == "attention.metal"
+    mine = gpu_attention.SPACES["attention"]
+    monkeypatch.setattr(family, "_FAMILIES", {**family._FAMILIES})   # the real one stays as it is
+
+    class Scale(family.Family):
+        name = "scale_for_this_test"
+
+        def spaces(self):
+            return {"scale": mine}
+
+    registry = spaces._Registry()
+    assert registry["scale"] is mine and "attention" in registry and "gemm" in registry
+    assert [n for n in registry if n != "scale"] == list(spaces.SPACES)

@@ -21,7 +21,18 @@ class Family:
         """The family on a GPU backend: its encoder's (timing, record) (backends/gpu/context.py)."""
         raise NotImplementedError(f"kernel family {self.name!r} declares no GPU encoder")
 
+    def spaces(self):
+        """The configuration spaces its encoder module declares ({name: Space}; the tuning
+        registry, mpskern/tuning/spaces.py, reads them on its first lookup). {}: its spaces
+        are declared in tuning/tiles.py or rows.py."""
+        return {}
+
 
 def get(name):
     """The family registered as `name`, or None."""
     return _FAMILIES.get(name)
+
+
+def families():
+    """Every registered family, in the order the op modules declared them."""
+    return list(_FAMILIES.values())

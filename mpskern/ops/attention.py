@@ -197,6 +197,10 @@ class AttentionFamily(Family):
         from mpskern.backends.gpu import attention     # the GPU path, loaded by its first call
         return attention.attention(ctx, args, dtype, *arrays, config=config)
 
+    def spaces(self):
+        from mpskern.backends.gpu import attention
+        return attention.SPACES
+
 # -- the op table's entry -------------------------------------------------------------------
 _MODELS = [   # the attention layers of real models
     ("GPT-2 small: 12 heads x 64, L=1024, causal", dict(B=1, Hq=12, L=1024, E=64, causal=1)),

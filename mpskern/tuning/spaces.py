@@ -1,5 +1,6 @@
 """The tunable kernels' configuration spaces, one registry (SPACES: the declarations of
-tuning/tiles.py, rows.py and attention.py; tuning/space.py says what one declares), and what dispatch
+tuning/tiles.py and rows.py, and those a kernel family's GPU encoder declares itself,
+Family.spaces(); tuning/space.py says what one declares), and what dispatch
 asks of them: the rules that make a configuration valid on a device, the macros it compiles
 with, the rule-based generic default, and select(), the call an encoder makes.
 
@@ -16,13 +17,39 @@ The packaged per-family defaults (with provenance) are data: mpskern/tuning/defa
 apple<N>.json; lookup.py picks among user database, family default and generic().
 """
 import itertools
+from collections.abc import Mapping
 
-from mpskern.tuning import attention, lookup, rows, tiles
-from mpskern.tuning.attention import head_capacity  # noqa: F401  (rules of one space)
+from mpskern.backends import family
+from mpskern.tuning import lookup, rows, tiles
 from mpskern.tuning.rows import stats_split  # noqa: F401
 from mpskern.tuning.tiles import split_k  # noqa: F401
 
-SPACES = {**tiles.SPACES, **rows.SPACES, **attention.SPACES}
+
+class _Registry(Mapping):
+    """Every space by name. The families' own (an encoder module's SPACES) are read on the
+    first lookup, which imports those encoders: only the GPU path and the tools look."""
+    def __init__(self):
+        self._all = None
+
+    def _spaces(self):
+        if self._all is None:
+            found = {**tiles.SPACES, **rows.SPACES}
+            for fam in family.families():
+                found.update(fam.spaces())
+            self._all = found
+        return self._all
+
+    def __getitem__(self, name):
+        return self._spaces()[name]
+
+    def __iter__(self):
+        return iter(self._spaces())
+
+    def __len__(self):
+        return len(self._spaces())
+
+
+SPACES = _Registry()
 
 
 def space(op):
@@ -155,8 +182,8 @@ def select(op, dtype, shape, device_info):
     generic(); every level must pass problems() on this device. `shape` is the op's key:
     gemm (batch, M, N, K); conv2d its GEMM view (groups, Kg, N*P*Q, Cg*R*S);
     conv2d_depthwise (N, K, P, Q); softmax and softmax_cols (outer, n, inner); rownorm and
-    group_norm (rows, n); batch_norm (N, C, HW); pool2d (N, C, P, Q); attention
-    (B*Hq, L, S, E, Ev)."""
+    group_norm (rows, n); batch_norm (N, C, HW); pool2d (N, C, P, Q); a space an encoder
+    declares says its own (backends/gpu/<family>.py)."""
     return lookup.choose(op, dtype, shape, device_info,
                          generic=generic(op, dtype, shape, device_info),
                          valid=valid_for(op, device_info, shape))

@@ -68,39 +68,58 @@ template <> struct mk_vec<half> { typedef half2 v2; typedef half4 v4; };
 // ---------------------------------------------------------------- staging (both variants)
 // Copy a ROWS x COLS tile of a logical matrix into threadgroup memory as dst[r*RS + c*CS].
 // Matrix element (r, c) lives at src[r*ld + c], or src[c*ld + r] when `trans`; the tile
-// starts at (r0, c0). `vec` (the caller's per-tile test: whole tile inside the matrix, not
-// transposed, ld and the tile's start multiples of 4, CS == 1) takes unchecked 4-wide
-// loads and stores; otherwise every element is checked and reads 0 outside the R x C
+// starts at (r0, c0). `vec` (the caller's per-tile test: the whole tile's memory inside the
+// source, not transposed, ld and the tile's start multiples of 4, CS == 1) takes unchecked
+// 4-wide loads and stores; columns from C on still read as 0 (conv2d's channel slices: a
+// logical edge inside memory; with C a multiple of 4, vectors wholly past C are not read,
+// so a slice may also reach past the end of its rows). Otherwise every element is checked and reads 0 outside the R x C
 // matrix (edge tiles), one element per thread per step along the source's contiguous
-// dimension, so loads still coalesce. All MK_NT threads take part (thread `tid`).
+// dimension (rows when transposed), so loads still coalesce. All MK_NT threads take part
+// (thread `tid`).
+template <bool TRANS, int ROWS, int COLS, int RS, int CS, typename T>
+inline void mk_stage_checked(threadgroup T* dst, const device T* src, int ld, int r0, int c0,
+                             int R, int C, int tid)
+{
+    constexpr int INNER = TRANS ? ROWS : COLS;      // the source's contiguous extent
+    for (int i = tid; i < ROWS * COLS; i += MK_NT) {
+        const int o = i / INNER;
+        const int n = i - o * INNER;
+        const int r = TRANS ? n : o;
+        const int c = TRANS ? o : n;
+        const int gr = r0 + r;
+        const int gc = c0 + c;
+        dst[r * RS + c * CS] = gr < R && gc < C ? src[TRANS ? gc * ld + gr : gr * ld + gc] : T(0);
+    }
+}
+
 template <int ROWS, int COLS, int RS, int CS, typename T>
 inline void mk_stage(threadgroup T* dst, const device T* src, int ld, bool trans, bool vec,
                      int r0, int c0, int R, int C, int tid)
 {
     if (vec && CS == 1) {
         constexpr int CV = COLS / 4;                  // 4-wide vectors per row
+        const bool cut = c0 + COLS > C;
         for (int i = tid; i < ROWS * CV; i += MK_NT) {
             const int r = i / CV;
             const int c = (i - r * CV) * 4;
-            *reinterpret_cast<threadgroup typename mk_vec<T>::v4*>(dst + r * RS + c) =
-                *reinterpret_cast<const device typename mk_vec<T>::v4*>(src + (r0 + r) * ld + c0 + c);
+            typename mk_vec<T>::v4 val = typename mk_vec<T>::v4(T(0));
+            if (cut && c0 + c >= C) {
+                // wholly past C: not loaded (with 4-aligned C it may lie past the memory)
+            } else {
+                val = *reinterpret_cast<const device typename mk_vec<T>::v4*>(
+                    src + (r0 + r) * ld + c0 + c);
+            }
+            if (cut) {
+                for (int e = 0; e < 4; ++e) {
+                    val[e] = c0 + c + e < C ? val[e] : T(0);
+                }
+            }
+            *reinterpret_cast<threadgroup typename mk_vec<T>::v4*>(dst + r * RS + c) = val;
         }
-    } else if (!trans) {
-        for (int i = tid; i < ROWS * COLS; i += MK_NT) {
-            const int r = i / COLS;
-            const int c = i - r * COLS;
-            const int gr = r0 + r;
-            const int gc = c0 + c;
-            dst[r * RS + c * CS] = gr < R && gc < C ? src[gr * ld + gc] : T(0);
-        }
+    } else if (trans) {
+        mk_stage_checked<true, ROWS, COLS, RS, CS>(dst, src, ld, r0, c0, R, C, tid);
     } else {
-        for (int i = tid; i < ROWS * COLS; i += MK_NT) {
-            const int c = i / ROWS;
-            const int r = i - c * ROWS;
-            const int gr = r0 + r;
-            const int gc = c0 + c;
-            dst[r * RS + c * CS] = gr < R && gc < C ? src[gc * ld + gr] : T(0);
-        }
+        mk_stage_checked<false, ROWS, COLS, RS, CS>(dst, src, ld, r0, c0, R, C, tid);
     }
 }
 

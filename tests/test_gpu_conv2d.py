@@ -211,3 +211,57 @@ def test_public_api_runs_these_kernels_on_sim_checked(sim, monkeypatch, tmp_path
         check(got, *reference(xd, wd, None, 1, "same", 1, 3))
     finally:
         sim.set_sim_options()
+
+
+# ------------------------------------------------------------------------------ 2-D tiles + halo
+# (shape of x, of w, stride, padding, dilation, whether the call takes the halo): W not a
+# multiple of 4 (rows staged at every alignment), more channels than one slice holds (C=20:
+# 12 + 8 at 3x3), two images, stride 2, a 7x7/2 stem, a dilation whose one channel just fits
+# tiles.HALO_CAP (one channel per slice) and one that does not (1-D tiles instead).
+HALO_CASES = [((2, 20, 16, 13), (16, 20, 3, 3), 1, 1, 1, True),
+              ((1, 6, 31, 30), (8, 6, 3, 3), 2, 1, 1, True),
+              ((1, 3, 31, 30), (8, 3, 7, 7), 2, 3, 1, True),
+              ((1, 2, 48, 47), (8, 2, 3, 3), 1, 0, 20, True),
+              ((1, 2, 52, 52), (8, 2, 3, 3), 1, 0, 22, False)]
+
+
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,halo", HALO_CASES,
+                         ids=[f"{c[0]}-{c[1]}-s{c[2]}p{c[3]}d{c[4]}" for c in HALO_CASES])
+def test_halo_tiles_two_orders_and_checked(sim, xs, ws, stride, padding, dilation, halo):
+    """The 2-D tile path (metal/conv2d.metal MK_CONV_HALO) against float64, bit-identical in
+    both fiber orders (float32) and clean under the checking mode (float16: every halo,
+    staging and Bs access in bounds, no race)."""
+    cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2, tiles=2)
+    rng = np.random.default_rng(sum(xs) + dilation)
+    bias = data(rng, (ws[0],), np.float32)
+    args = make_args(np.zeros(xs), np.zeros(ws), bias, stride, padding, dilation, 1)
+    assert conv_op.uses_halo(args, cfg) is halo
+    assert (conv_op.halo_plane(args, 64) <= conv_op.tiles.HALO_CAP) is halo
+    x, w = data(rng, xs, np.float32), data(rng, ws, np.float32)
+    got = two_orders(sim, x, w, bias, stride, padding, dilation, 1, config=cfg)
+    assert sim.last_config["tiles"] == (2 if halo else 1)
+    check(got, *reference(x, w, bias, stride, padding, dilation, 1), what="float32")
+    for dtype in checked(sim, [np.float16]):
+        x, w = data(rng, xs, dtype), data(rng, ws, dtype)
+        got = run(sim, x, w, bias, stride, padding, dilation, 1, config=cfg)
+        check(got, *reference(x, w, bias, stride, padding, dilation, 1), what="float16 checked")
+
+
+def test_halo_tiles_only_when_asked_and_possible(sim):
+    """2-D tiles run when the configuration asks (tiles=2; default 1-D) and can run them:
+    not for 1x1 stride-1 unpadded calls (plain staging), nor when the staging leaves no room
+    for the halo; tiles=3 is refused."""
+    cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2)
+    r56 = make_args(np.zeros((1, 4, 56, 56)), np.zeros((64, 4, 3, 3)), None, 1, 1, 1, 1)
+    assert not conv_op.uses_halo(r56, cfg)
+    assert conv_op.uses_halo(r56, dict(cfg, tiles=2))
+    one = make_args(np.zeros((1, 4, 9, 9)), np.zeros((8, 4, 1, 1)), np.zeros(8), 1, 0, 1, 1)
+    assert not conv_op.uses_halo(one, dict(cfg, tiles=2))
+    big = dict(cfg, BM=96, BN=96, BK=32, WM=2, WN=3, tiles=2)   # 26.6 KB of staging
+    assert spaces.problems("conv2d", big, sim.info) == []
+    assert not conv_op.uses_halo(r56, big)
+    assert any("tiles=3" in p for p in spaces.problems("conv2d", dict(cfg, tiles=3), sim.info))
+    rng = np.random.default_rng(3)
+    x, w = data(rng, (1, 2, 9, 10), np.float32), data(rng, (4, 2, 3, 3), np.float32)
+    check(run(sim, x, w, None, 1, 1, 1, 1), *reference(x, w, None, 1, 1, 1, 1))
+    assert sim.last_config["tiles"] == 1

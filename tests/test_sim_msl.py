@@ -214,3 +214,42 @@ template [[host_name("fill_f32")]] kernel void fill<float>(device float*, uint);
     np.testing.assert_array_equal(y, np.arange(256))
     with pytest.raises(ValueError, match=r"declares \[\[max_total_threads_per_threadgroup\(128\)\]\]"):
         run(src, "fill_f32", y, grid=(256,), tg=(256,), check=False)
+
+
+FRAGMENT_WRITES = {
+    "reference": "thread float2& t = m.thread_elements(); t = float2(v, v + 0.5f);",
+    "reference members": "thread float2& t = m.thread_elements(); t.x = v; t.y = v + 0.5f;",
+    "members": "m.thread_elements().x = v; m.thread_elements().y = v + 0.5f;",
+    "swizzle": "m.thread_elements().yx = float2(v + 0.5f, v);",
+    "compound": "m.thread_elements() = float2(0.0f); m.thread_elements() += float2(v, v + 0.5f);",
+}
+FRAGMENT_SRC = HEAD + """
+kernel void frag(device float* out [[buffer(0)]], uint lane [[thread_index_in_simdgroup]]) {
+    simdgroup_float8x8 m = make_filled_simdgroup_matrix<float, 8, 8>(7.0f);
+    const float v = float(lane);
+    WRITE
+    simdgroup_store(m, out, 8);
+    simdgroup_float8x8 p;
+    simdgroup_multiply(p, m, simdgroup_float8x8(1.0f));     // the written fragment as an operand
+    simdgroup_store(p, out + 64, 8);
+}
+"""
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["run", "checked"])
+@pytest.mark.parametrize("write", list(FRAGMENT_WRITES), ids=list(FRAGMENT_WRITES))
+def test_writes_through_thread_elements_reach_the_fragment(write, check):
+    """thread_elements() is a `thread vec<T, 2> &` to the lane's two fragment elements, as in
+    MSL: a reference bound to it (the strict check refused `thread float2 &t = ...` before),
+    its members, a swizzle and compound assignment all write the fragment that stores and
+    multiplies then read."""
+    want = np.zeros((8, 8), np.float32)
+    for lane in range(32):
+        qid = lane // 4
+        fm, fn = (qid & 4) + (lane // 2) % 4, (qid & 2) * 2 + (lane % 2) * 2
+        want[fm, fn], want[fm, fn + 1] = lane, lane + 0.5
+    out = np.zeros(128, np.float32)
+    run(FRAGMENT_SRC.replace("WRITE", FRAGMENT_WRITES[write]), "frag", out, grid=(32,), tg=(32,),
+        check=check)
+    np.testing.assert_array_equal(out[:64].reshape(8, 8), want)
+    np.testing.assert_array_equal(out[64:].reshape(8, 8), want)

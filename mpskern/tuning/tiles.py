@@ -40,11 +40,23 @@ def operands(c):
     return (sm // 8 + sn // 8) * 2 if c["variant"] == "simd" else sm // 4 + sn // 8
 
 
+# conv2d's halo (metal/conv2d.metal MK_CONV_HALO; gpu/conv2d.py uses_halo): threadgroup
+# elements for the input rows and columns a 2-D output tile reads, per slice of input
+# channels (passed to the kernel as MK_CONV_HALO_CAP), with a configuration's tiles=2.
+# 2560 hold 12 channels of a 3x3 stride-1 tile of 8 x 8 outputs (10 rows of 20) and keep a
+# 64x64x16 float32 threadgroup at ~19.7 KB: 3 resident per core on Apple7 (60 KB), 12
+# SIMD-groups (float16: 10.5 KB, 20). A configuration whose staging leaves no room for it
+# runs with 1-D tiles.
+HALO_CAP = 2560
+
+
 def _conv_rules(c):
     """conv2d's gather (metal/conv2d.metal mk_conv_gather) gives each thread fixed columns:
     threads per threadgroup and BN must divide one another, and when threads are a multiple
     of BN, the rows one pass covers (threads / BN) divide BK or cover it."""
     out = _rules(c)
+    if c.get("tiles", 1) not in (1, 2):
+        out.append(f"tiles={c['tiles']} is not 1 (1-D) or 2 (2-D with a staged halo)")
     nt, bn, bk = _threads(c), c["BN"], c["BK"]
     if nt % bn == 0:
         if nt // bn < bk and bk % (nt // bn):
@@ -106,8 +118,11 @@ SPACES = {
                   threads=_threads, tg_memory=_tg_memory, rules=_rules, defaults=_defaults,
                   shipped=_SHIPPED),
     "conv2d": Space("conv2d", "conv2d.metal", ("simd", "tiled"), _TILES,
+                    runtime=dict(tiles=(1, 2)),
                     doc="implicit GEMM: Kg x N*P*Q output per group, K = Cg*R*S; the "
-                        "GEMM's tile parameters",
+                        "GEMM's tile parameters; tiles=2: 2-D output tiles built from a "
+                        "staged input halo (gpu/conv2d.py uses_halo; default 1: BN "
+                        "consecutive outputs, im2col gathered from x)",
                     threads=_threads, tg_memory=_tg_memory,
                     rules=_conv_rules, defaults=_defaults, shipped=_SHIPPED),
     "conv2d_depthwise": Space("conv2d", "conv2d.metal", ("depthwise",), {},

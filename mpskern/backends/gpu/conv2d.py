@@ -12,9 +12,10 @@ from mpskern._errors import Unsupported
 from mpskern.backends.gpu import gemm as _gemm
 from mpskern.backends.gpu.context import (MAX_GRID_YZ, activation_macros, cdiv, configure,
                                           nothing, pipelines)
-from mpskern.tuning import spaces
+from mpskern.tuning import spaces, tiles
 
 FILE = "conv2d.metal"
+FLOAT_BYTES = 4
 
 
 def route(args):
@@ -47,6 +48,39 @@ def key(args, op):
     return (g, a["K"] // g, a["N"] * a["P"] * a["Q"], a["C"] // g * a["R"] * a["S"])
 
 
+def halo_plane(args, bn):
+    """Threadgroup elements one input channel's halo takes for a 2-D tile of bn/8 x 8
+    outputs (metal/conv2d.metal mk_conv_halo_at: the same arithmetic)."""
+    a = args
+    rows = (bn // 8 - 1) * a["stride_h"] + (a["R"] - 1) * a["dil_h"] + 1
+    span = 7 * a["stride_w"] + (a["S"] - 1) * a["dil_w"] + 1
+    chunks = (span + 6) >> 2
+    return rows * ((4 * chunks) | 4)
+
+
+def uses_halo(args, cfg, max_memory=32768):
+    """Whether an implicit-GEMM call takes 2-D tiles with the staged halo (MK_CONV_HALO 1):
+    when its configuration asks for them (tiles=2; the default is 1-D) and they can run it:
+    not a 1x1 stride-1 unpadded call (its im2col is x, staged 4-wide as it is), one
+    channel's halo fits in tiles.HALO_CAP, threads and BK*BN/8 divide one another, and the
+    staging (counted at float32, as conv2d.metal does) leaves room for the halo within
+    `max_memory` bytes. Not the default: the model puts them at 0.94-1.24x the time of the
+    1-D gather (docs/kernels-gemm-conv.md) until a Mac measures them."""
+    a, bn = args, cfg["BN"]
+    if cfg.get("tiles", 1) != 2:
+        return False
+    items, threads = cfg["BK"] * (bn // 8), spaces.threads("conv2d", cfg)
+    if items % threads and threads % items:       # mk_conv_halo_slice's thread layout
+        return False
+    staging = max(spaces.threadgroup_memory("conv2d", dict(cfg, variant=v))
+                  for v in ("simd", "tiled"))   # both kernels compile, as conv2d.metal counts
+    if staging + FLOAT_BYTES * tiles.HALO_CAP > max_memory:
+        return False
+    plain = (a["R"] == 1 and a["S"] == 1 and a["stride_h"] == 1 and a["stride_w"] == 1
+             and a["pad_h"] == 0 and a["pad_w"] == 0)
+    return not plain and halo_plane(a, bn) <= tiles.HALO_CAP
+
+
 def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
     """Encoder (see context.py); `config` pins a configuration of the path's space
     (route(args))."""
@@ -61,18 +95,32 @@ def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
     total = a["N"] * a["K"] * a["P"] * a["Q"]
     if total == 0:
         return nothing(dict(cfg, kernel=spaces.SPACES[op].kernel(cfg, dtype), level=level))
-    cfg, level, (pipe,) = pipelines(ctx, op, dtype, shape, cfg, level, lambda c: [
-        (spaces.SPACES[op].kernel(c, dtype), spaces.threads(op, c))], activation_macros(a))
+    halo = None
+    while True:      # the tile layout follows BN, which pipelines() may step down
+        want = op == "conv2d" and uses_halo(
+            a, cfg, ctx.limits.get("max_threadgroup_memory") or 32768)
+        if want == halo:
+            break
+        halo = want
+        extra = dict(activation_macros(a))
+        if halo:
+            extra.update(MK_CONV_HALO=1, MK_CONV_HALO_CAP=tiles.HALO_CAP)
+        cfg, level, (pipe,) = pipelines(ctx, op, dtype, shape, cfg, level, lambda c: [
+            (spaces.SPACES[op].kernel(c, dtype), spaces.threads(op, c))], extra)
     threads = spaces.threads(op, cfg)
     if op == "conv2d_depthwise":
         grid = (cdiv(total, threads), 1, 1)
     else:
-        grid = (cdiv(a["N"] * a["P"] * a["Q"], cfg["BN"]), cdiv(a["K"] // a["groups"], cfg["BM"]),
-                a["groups"])
+        bn = cfg["BN"]
+        cols = (a["N"] * cdiv(a["P"], bn // 8) * cdiv(a["Q"], 8) if halo
+                else cdiv(a["N"] * a["P"] * a["Q"], bn))
+        grid = (cols, cdiv(a["K"] // a["groups"], cfg["BM"]), a["groups"])
         if grid[1] > MAX_GRID_YZ or grid[2] > MAX_GRID_YZ:
             raise Unsupported(f"conv2d: grid {grid} exceeds {MAX_GRID_YZ} threadgroups along "
                               "y or z; split the channels into smaller calls")
     record = dict(cfg, kernel=pipe.name, level=level)
+    if op == "conv2d":
+        record["tiles"] = 2 if halo else 1    # what ran (uses_halo)
     by = ctx.buffer(y, writable=True)
     # C == 0 leaves x and w empty (never read; Metal has no zero-length buffers); a
     # missing bias is never read either

@@ -190,7 +190,10 @@ template <class T, int Rows, int Cols> struct simdgroup_matrix {
     static_assert(Rows == 8 && Cols == 8, "the simulator supports 8x8 simdgroup matrices");
     static_assert(std::is_same<T, float>::value || std::is_same<T, half>::value,
                   "simdgroup_matrix: the element type must be float or half");
-    alignas(2 * sizeof(T)) T e[2];
+    // the lane's two elements ARE a vec<T, 2>: thread_elements() returns a reference to
+    // them, not to a reinterpreted T[2] (which the optimiser may assume a write through
+    // the vector does not change), so a write through it reaches the fragment, as on Metal
+    vec<T, 2> e;
     simdgroup_matrix() = default;
     // MSL: a diagonal matrix with `d` on the diagonal
     explicit simdgroup_matrix(T d) {
@@ -199,8 +202,14 @@ template <class T, int Rows, int Cols> struct simdgroup_matrix {
         e[0] = r == c ? d : T(0);
         e[1] = r == c + 1 ? d : T(0);
     }
-    vec<T, 2> &thread_elements() { return *reinterpret_cast<vec<T, 2> *>(e); }
-    const vec<T, 2> &thread_elements() const { return *reinterpret_cast<const vec<T, 2> *>(e); }
+#if defined(__OPENCL_CPP_VERSION__)
+    // MSL: `thread vec<T, 2> &thread_elements() thread`; binds to a `thread float2 &`
+    __private vec<T, 2> &thread_elements() __private { return e; }
+    const __private vec<T, 2> &thread_elements() const __private { return e; }
+#else
+    vec<T, 2> &thread_elements() { return e; }
+    const vec<T, 2> &thread_elements() const { return e; }
+#endif
 };
 typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
 typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;

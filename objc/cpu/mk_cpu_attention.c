@@ -1,11 +1,13 @@
 // mk_cpu_attention.c: scaled_dot_product_attention (mk_attention_args) on the CPU, blocked as
 // flash attention: a task owns QB query rows of one (batch, head) and walks the keys in
-// blocks of KB. Per key block, two single-threaded BLAS calls on our pool's thread (the GEMM
-// core, as conv2d uses it): S = scale * Q K^T (QB x KB), then, after the online-softmax
-// update of each row (mask, running max m and sum l, S -> exp(S - m), output rows rescaled
-// by exp(m_old - m)), O += S V. Scratch is S, the rows' m and l, and for float16 the
-// converted Q, K and V blocks: O(QB * KB), never O(L * S); float32 output rows accumulate in
-// place in `out`. docs/attention.md says why the blocks are these sizes.
+// blocks of KB. Per key block, our own micro-kernels (mk_cpu_attention_tiles.h, no BLAS call:
+// OpenBLAS re-packed both operands of every 128x256x64 block, ~80% of the time): the scores
+// S^T = scale * K Q^T (KB x QB, transposed: Q packed once per task, K read in place), the
+// online-softmax update lane-wise over the queries (mask, running max m and sum l, S -> exp(S -
+// m)), then O = alpha O + P V with the rescale by exp(m_old - m) fused into the tile's store.
+// Scratch is the score block, the rows' m and l, packed Q, and for float16 the converted Q, K
+// and V blocks: O(QB * KB), never O(L * S); float32 output rows accumulate in place in `out`.
+// docs/attention.md says why the blocks are these sizes.
 // The output rows hold the unnormalised sums of exp(s - m) v, divided by l once at the end,
 // when no sum can overflow (sums_fit(): every value finite and the visited keys' values
 // small enough); else (values near FLT_MAX) they stay normalised (a convex combination): per
@@ -23,6 +25,7 @@
 // the task visit every key.
 #include "mk_cpu.h"
 #include "mk_cpu_rowvec.h"
+#include "mk_cpu_attention_tiles.h"
 #include <math.h>
 #include <string.h>
 
@@ -36,41 +39,46 @@ typedef struct {
     void *out;
     long nqb;          // query blocks per (batch, head)
     int qb, kb;        // rows of a query block, keys of a key block (QB, KB or less)
+    long ld;           // qb rounded up to the micro-kernels' query panel
     int failed;
 } at_ctx;
 
 typedef struct {       // one thread's scratch (floats)
-    float *S, *m, *l, *O, *Q, *K, *V;
+    float *S;          // the score block, transposed: kb rows (keys) of ld floats (queries)
+    float *m, *l, *alpha, *tmp;   // per query: running max, sum, the block's factor; 2 ld
+    float *Qp, *vtail; // packed Q (E ld); V's last columns (kb nr)
+    float *O, *Q, *K, *V;         // float16: float32 copies
 } at_scratch;
 
 static size_t esize(int dtype) { return mk_dsize(dtype); }
 
-// Row r of the score block for query i, keys j0.. j0+n-1: the mask, then causal exclusion.
-MK_MULTIVERSION static void mask_row(const at_ctx *t, float *row, long n, int b, int h, int i, int j0) {
+// The mask, then causal exclusion, on the transposed score block St[j][c] (key j0 + j, query
+// i0 + c; rows of ld floats) for the block's nq queries. Key rows outer: St is written in
+// order and the nq mask rows being read stay in cache.
+static void mask_cols(const at_ctx *t, float *St, long ld, int nk, int nq, int b, int h, int i0, int j0) {
     const mk_attention_args *a = t->a;
     if (a->mask != MK_ATTN_MASK_NONE) {
-        long at = (long)b * a->m_sb + (long)h * a->m_sh + (long)i * a->m_sl + (long)j0 * a->m_ss;
-        if (a->mask == MK_ATTN_MASK_BOOL) {
-            const uint8_t *mr = (const uint8_t *)t->mask + at;
-            if (a->m_ss == 0) {
-                if (!mr[0]) for (long j = 0; j < n; j++) row[j] += -INFINITY;
+        long at = (long)b * a->m_sb + (long)h * a->m_sh + (long)i0 * a->m_sl + (long)j0 * a->m_ss;
+        for (int j = 0; j < nk; j++) {
+            float *row = St + j * ld;
+            long o = at + (long)j * a->m_ss;
+            if (a->mask == MK_ATTN_MASK_BOOL) {
+                const uint8_t *mr = (const uint8_t *)t->mask + o;
+                for (int c = 0; c < nq; c++) row[c] += mr[(long)c * a->m_sl] ? 0.0f : -INFINITY;
+            } else if (t->dtype == MK_F32) {
+                const float *mr = (const float *)t->mask + o;
+                for (int c = 0; c < nq; c++) row[c] += mr[(long)c * a->m_sl];
             } else {
-                for (long j = 0; j < n; j++) row[j] += mr[j * a->m_ss] ? 0.0f : -INFINITY;
+                const mk_half *mr = (const mk_half *)t->mask + o;
+                for (int c = 0; c < nq; c++) row[c] += (float)mr[(long)c * a->m_sl];
             }
-        } else if (t->dtype == MK_F32) {
-            const float *mr = (const float *)t->mask + at;
-            if (a->m_ss == 0) { float c = mr[0]; for (long j = 0; j < n; j++) row[j] += c; }
-            else for (long j = 0; j < n; j++) row[j] += mr[j * a->m_ss];
-        } else {
-            const mk_half *mr = (const mk_half *)t->mask + at;
-            if (a->m_ss == 0) { float c = (float)mr[0]; for (long j = 0; j < n; j++) row[j] += c; }
-            else for (long j = 0; j < n; j++) row[j] += (float)mr[j * a->m_ss];
         }
     }
-    if (a->causal) {                     // keys j0 + j > i are invisible
-        long first = (long)i - j0 + 1;
-        for (long j = first < 0 ? 0 : first; j < n; j++) row[j] += -INFINITY;
-    }
+    if (a->causal)                       // queries i0 + c < j0 + j do not see key j0 + j
+        for (int j = 0; j < nk; j++) {
+            long hide = (long)j0 + j - i0;
+            for (long c = 0; c < (hide < nq ? hide : nq); c++) St[j * ld + c] += -INFINITY;
+        }
 }
 
 // Sum of squares of n floats at p (float32 or float16, converted through `tmp` of `room`
@@ -122,7 +130,7 @@ static int sums_fit(const at_ctx *t, const at_scratch *w, const char *vb, int ke
 // One query block: rows i0..i0+nq-1 of (b, h).
 static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int i0, int nq) {
     const mk_attention_args *a = t->a;
-    const mk_rowvec_t *rv = mk_rowvec();
+    const mk_attn_tiles_t *tl = mk_attn_tiles();
     const int E = a->E, Ev = a->Ev, f16 = t->dtype == MK_F16;
     const size_t es = esize(t->dtype);
     const char *qb = (const char *)t->q + ((long)b * a->q_sb + (long)h * a->q_sh + (long)i0 * E) * es;
@@ -132,15 +140,16 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
     float *O = f16 ? w->O : (float *)t->out + orow * Ev;
     const float *Q = (const float *)qb;
     if (f16) { mk_h2f((const mk_half *)qb, w->Q, (long)nq * E); Q = w->Q; }
+    const long ld = t->ld;                                // of the (transposed) score block
+    tl->pack_q(Q, nq, E, w->Qp, ld);
     memset(O, 0, (size_t)nq * Ev * 4);
-    for (int r = 0; r < nq; r++) { w->m[r] = -INFINITY; w->l[r] = 0.0f; }
+    for (long c = 0; c < ld; c++) { w->m[c] = -INFINITY; w->l[c] = 0.0f; }
 
-    const int ld = t->kb;                                 // of the score block
     int kend = a->causal && i0 + nq < a->S ? i0 + nq : a->S;
     if (kend < a->S && !skippable(t, w, Q, kb, vb, nq, kend)) kend = a->S;
     const int direct = sums_fit(t, w, vb, kend);
-    for (int j0 = 0; j0 < kend; j0 += ld) {
-        int nk = kend - j0 < ld ? kend - j0 : ld;
+    for (int j0 = 0; j0 < kend; j0 += t->kb) {
+        int nk = kend - j0 < t->kb ? kend - j0 : t->kb;
         const float *K = (const float *)(kb + (size_t)j0 * E * es);
         const float *V = (const float *)(vb + (size_t)j0 * Ev * es);
         if (f16) {
@@ -149,35 +158,16 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
             K = w->K;
             V = w->V;
         }
-        if (E > 0) mk_sgemm(0, 1, nq, nk, E, a->scale, Q, E, K, E, 0.0f, w->S, ld);
-        else for (int r = 0; r < nq; r++) memset(w->S + (long)r * ld, 0, (size_t)nk * 4);
-        for (int r = 0; r < nq; r++) {
-            float *row = w->S + (long)r * ld;
-            mask_row(t, row, nk, b, h, i0 + r, j0);
-            float bm = rv->max(row, nk);
-            float m = w->m[r];
-            float mn = (bm > m || bm != bm) ? bm : m;
-            if (mn == -INFINITY) {           // nothing visible yet: weights 0 (0 @ v is added)
-                memset(row, 0, (size_t)nk * 4);
-                continue;
-            }
-            float f = expf(m - mn);          // 0 when m = -inf; NaN when mn is NaN
-            float kept = w->l[r] * f;        // the old weights' share, before normalising
-            float l = kept + rv->exp_sum(row, row, nk, mn);   // >= 1: the max gives exp(0)
-            w->l[r] = l;
-            w->m[r] = mn;
-            if (direct) {                    // O holds the sums: rescale them to the new max
-                if (f != 1.0f && Ev > 0) rv->scale(O + (long)r * Ev, Ev, f);
-                continue;
-            }
-            rv->scale(row, nk, 1.0f / l);    // this block's weights / l
-            if (kept != l && Ev > 0) rv->scale(O + (long)r * Ev, Ev, kept / l);
-        }
-        if (Ev > 0) mk_sgemm(0, 0, nq, Ev, nk, 1.0f, w->S, ld, V, Ev, 1.0f, O, Ev);
+        if (E > 0) tl->scores(K, nk, E, w->Qp, ld, a->scale, w->S);
+        else memset(w->S, 0, (size_t)nk * ld * 4);
+        mask_cols(t, w->S, ld, nk, nq, b, h, i0, j0);
+        // the weights; alpha: the sums' factor (direct: exp(m_old - m); else also / l)
+        tl->softmax(w->S, nk, ld, w->m, w->l, w->alpha, !direct, w->tmp);
+        tl->pv(w->S, ld, nq, nk, V, Ev, Ev, O, Ev, w->alpha, w->vtail);
     }
-    if (direct && Ev > 0)                    // the sums / l (l = 0: nothing visible, O = 0)
+    if (direct)                              // the sums / l (l = 0: nothing visible, O = 0)
         for (int r = 0; r < nq; r++)
-            if (w->l[r] != 0.0f) rv->scale(O + (long)r * Ev, Ev, 1.0f / w->l[r]);
+            if (w->l[r] != 0.0f) mk_rowvec()->scale(O + (long)r * Ev, Ev, 1.0f / w->l[r]);
     if (f16) mk_f2h(O, (mk_half *)t->out + orow * Ev, (long)nq * Ev);
 }
 
@@ -185,17 +175,26 @@ static void attend_range(void *vc, long begin, long end) {
     at_ctx *t = vc;
     const mk_attention_args *a = t->a;
     int f16 = t->dtype == MK_F16;
-    size_t qb = (size_t)t->qb, kb = (size_t)t->kb;       // sized for small problems too
-    size_t floats = qb * kb + 2 * qb;
+    size_t qb = (size_t)t->qb, kb = (size_t)t->kb, ld = (size_t)t->ld;   // sized for small problems too
+    size_t nr = (size_t)mk_attn_tiles()->nr;
+    size_t floats = kb * ld + 5 * ld + (size_t)a->E * ld + kb * nr;
     if (f16) floats += qb * a->Ev + qb * a->E + kb * a->E + kb * a->Ev;
     float *buf = mk_alloc(floats * 4);
     if (!buf) { __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED); return; }
-    at_scratch w = {buf, buf + qb * kb, buf + qb * kb + qb, NULL, NULL, NULL, NULL};
+    at_scratch w = {0};
+    float *p = buf;
+    w.S = p; p += kb * ld;
+    w.m = p; p += ld;
+    w.l = p; p += ld;
+    w.alpha = p; p += ld;
+    w.tmp = p; p += 2 * ld;
+    w.Qp = p; p += (size_t)a->E * ld;
+    w.vtail = p; p += kb * nr;
     if (f16) {
-        w.O = w.l + qb;
-        w.Q = w.O + qb * a->Ev;
-        w.K = w.Q + qb * a->E;
-        w.V = w.K + kb * a->E;
+        w.O = p; p += qb * a->Ev;
+        w.Q = p; p += qb * a->E;
+        w.K = p; p += kb * a->E;
+        w.V = p;
     }
     for (long it = begin; it < end; it++) {
         long bh = it / t->nqb;
@@ -238,7 +237,9 @@ mk_status mk_cpu_attention(const mk_attention_args *a, int dtype, const void *q,
         if (a->mask != MK_ATTN_MASK_NONE) MK_CHECK_PTR(mask);
     }
     at_ctx t = {a, dtype, q, k, v, mask, out, (a->L + QB - 1) / QB,
-                a->L < QB ? a->L : QB, a->S < KB ? (a->S > 0 ? a->S : 1) : KB, 0};
+                a->L < QB ? a->L : QB, a->S < KB ? (a->S > 0 ? a->S : 1) : KB, 0, 0};
+    int nr = mk_attn_tiles()->nr;
+    t.ld = (t.qb + nr - 1) / nr * nr;
     long items = (long)a->B * a->Hq * t.nqb;
     // a task's multiply-adds: small problems run inline (waking the pool costs more)
     mk_parallel_for(items, mk_grain((long)t.qb * a->S * (a->E + a->Ev)), attend_range, &t);

@@ -1,10 +1,11 @@
-// mk_cpu_rowvec.c: instantiates the row passes (mk_cpu_rowvec_impl.h) per vector width and
-// picks one set at run time. x86-64 with GCC: 16 floats compiled for x86-64-v4 (AVX-512),
+// mk_cpu_rowvec.c: instantiates the row passes (mk_cpu_rowvec_impl.h) and the attention
+// micro-kernels (mk_cpu_attention_tiles_impl.h) per vector width and picks one set at run time. x86-64 with GCC: 16 floats compiled for x86-64-v4 (AVX-512),
 // used when the CPU has it; else 8 floats as target clones for x86-64-v3 and the baseline.
 // Elsewhere (or -DMK_NO_MULTIVERSION): one set for the compiler's target, 16 floats when it
 // has AVX-512, else 8.
 #include "mk_cpu.h"
 #include "mk_cpu_rowvec.h"
+#include "mk_cpu_attention_tiles.h"
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) \
@@ -17,6 +18,7 @@
 #define RV_NAME(f) f##_w16
 #define RV_ATTR __attribute__((target("arch=x86-64-v4")))
 #include "mk_cpu_rowvec_impl.h"
+#include "mk_cpu_attention_tiles_impl.h"
 #undef RV_W
 #undef RV_NAME
 #undef RV_ATTR
@@ -25,17 +27,20 @@
 #define RV_NAME(f) f##_w8
 #define RV_ATTR __attribute__((target_clones("arch=x86-64-v3", "default")))
 #include "mk_cpu_rowvec_impl.h"
+#include "mk_cpu_attention_tiles_impl.h"
 
-const mk_rowvec_t *mk_rowvec(void) {
-    static const mk_rowvec_t *chosen;    // idempotent: a race only computes it twice
-    const mk_rowvec_t *c = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
+static int wide(void) {                  // 1: AVX-512 (x86-64-v4), 2: not; 0: not asked yet
+    static int chosen;                   // idempotent: a race only computes it twice
+    int c = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
     if (!c) {
         __builtin_cpu_init();
-        c = __builtin_cpu_supports("x86-64-v4") ? &rowvec_w16 : &rowvec_w8;
+        c = __builtin_cpu_supports("x86-64-v4") ? 1 : 2;
         __atomic_store_n(&chosen, c, __ATOMIC_RELAXED);
     }
-    return c;
+    return c == 1;
 }
+const mk_rowvec_t *mk_rowvec(void) { return wide() ? &rowvec_w16 : &rowvec_w8; }
+const mk_attn_tiles_t *mk_attn_tiles(void) { return wide() ? &attn_tiles_w16 : &attn_tiles_w8; }
 
 #else
 #if defined(__AVX512F__)
@@ -46,8 +51,10 @@ const mk_rowvec_t *mk_rowvec(void) {
 #define RV_NAME(f) f##_one
 #define RV_ATTR
 #include "mk_cpu_rowvec_impl.h"
+#include "mk_cpu_attention_tiles_impl.h"
 
 const mk_rowvec_t *mk_rowvec(void) { return &rowvec_one; }
+const mk_attn_tiles_t *mk_attn_tiles(void) { return &attn_tiles_one; }
 #endif
 
 void mk_segment_range(void *vp, long b, long e) {

@@ -34,6 +34,7 @@ TARGET = 1.05
 
 # label, M, N, K
 GEMMS = [("GPT-2 MLP up 512x3072x768", 512, 3072, 768),
+         ("GPT-2 MLP up 256x3072x768", 256, 3072, 768),
          ("GPT-2 attn proj 1024x768x768", 1024, 768, 768),
          ("square 2048", 2048, 2048, 2048),
          ("large out, small K 4096x4096x64", 4096, 4096, 64),

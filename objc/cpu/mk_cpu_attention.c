@@ -45,6 +45,7 @@ typedef struct {
 
 typedef struct {       // one thread's scratch (floats)
     float *S;          // the score block, transposed: kb rows (keys) of ld floats (queries)
+    float *P;          // its weights, packed per query tile of the P V kernel (kb ld)
     float *m, *l, *alpha, *tmp;   // per query: running max, sum, the block's factor; 2 ld
     float *Qp, *vtail; // packed Q (E ld); V's last columns (kb nr)
     float *O, *Q, *K, *V;         // float16: float32 copies
@@ -162,8 +163,8 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
         else memset(w->S, 0, (size_t)nk * ld * 4);
         mask_cols(t, w->S, ld, nk, nq, b, h, i0, j0);
         // the weights; alpha: the sums' factor (direct: exp(m_old - m); else also / l)
-        tl->softmax(w->S, nk, ld, w->m, w->l, w->alpha, !direct, w->tmp);
-        tl->pv(w->S, ld, nq, nk, V, Ev, Ev, O, Ev, w->alpha, w->vtail);
+        tl->softmax(w->S, nk, ld, w->P, w->m, w->l, w->alpha, !direct, w->tmp);
+        tl->pv(w->P, nq, nk, V, Ev, Ev, O, Ev, w->alpha, w->vtail);
     }
     if (direct)                              // the sums / l (l = 0: nothing visible, O = 0)
         for (int r = 0; r < nq; r++)
@@ -177,13 +178,14 @@ static void attend_range(void *vc, long begin, long end) {
     int f16 = t->dtype == MK_F16;
     size_t qb = (size_t)t->qb, kb = (size_t)t->kb, ld = (size_t)t->ld;   // sized for small problems too
     size_t nr = (size_t)mk_attn_tiles()->nr;
-    size_t floats = kb * ld + 5 * ld + (size_t)a->E * ld + kb * nr;
+    size_t floats = 2 * kb * ld + 5 * ld + (size_t)a->E * ld + kb * nr;
     if (f16) floats += qb * a->Ev + qb * a->E + kb * a->E + kb * a->Ev;
     float *buf = mk_alloc(floats * 4);
     if (!buf) { __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED); return; }
     at_scratch w = {0};
     float *p = buf;
     w.S = p; p += kb * ld;
+    w.P = p; p += kb * ld;
     w.m = p; p += ld;
     w.l = p; p += ld;
     w.alpha = p; p += ld;

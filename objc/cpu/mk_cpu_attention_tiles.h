@@ -2,8 +2,8 @@
 // as register-blocked micro-kernels, compiled per vector width like mk_cpu_rowvec.h (16 floats
 // for AVX-512, 8 for AVX2 / SSE / NEON; mk_attn_tiles() picks the set once). A score block is
 // held TRANSPOSED, St[key][query] (rows of ld floats, ld a multiple of `nr`): the softmax over
-// a query's keys is then a column, reduced lane-wise with no horizontal steps, and the
-// weights of `mr` queries at one key are contiguous for the P V micro-kernel. Q is packed
+// a query's keys is then a column, reduced lane-wise with no horizontal steps; the weights
+// are written packed per tile of the P V micro-kernel's queries. Q is packed
 // once per query block into panels of nr queries (Qp[panel][e][nr], zero past the block);
 // K and V are read in place (keys are the broadcast side of S^T = K Q^T; V's rows are the
 // vector side of O = P V), so nothing is re-packed per key block. Not part of the public ABI.
@@ -19,17 +19,19 @@ typedef struct {
     // columns c < ld (every panel of Qp)
     void (*scores)(const float *K, int nk, int E, const float *Qp, long ld, float scale, float *St);
     // The online-softmax step of one key block, column c = query c (all ld columns): m, l are
-    // the running max and sum; St's scores become the weights exp(s - m_new) (0 for a query
-    // whose keys so far are all hidden); alpha[c] is the factor for the query's output sums
-    // (exp(m_old - m_new); 1 when nothing is visible yet). norm: the weights are also divided
-    // by the new l and alpha is l_old exp(m_old - m_new) / l_new (the rows stay normalised).
-    // NaN scores propagate through m and l. tmp: 2 * ld floats.
-    void (*softmax)(float *St, int nk, long ld, float *m, float *l, float *alpha, int norm,
-                    float *tmp);
-    // O[i][d] = alpha[i] O[i][d] + sum_j St[j][i] V[j][d] for i < nq, d < Ev; O rows of ldo
-    // floats, V rows of ldv; vtail: nk * nr floats (V's last columns, when Ev % nr != 0)
-    void (*pv)(const float *St, long ld, int nq, int nk, const float *V, long ldv, int Ev,
-               float *O, long ldo, const float *alpha, float *vtail);
+    // the running max and sum; the weights exp(s - m_new) (0 for a query whose keys so far
+    // are all hidden) go to Pp, packed per tile of `pmr` queries (Pp[c / pmr][j][c % pmr]:
+    // nk * ld floats); alpha[c] is the factor for the query's output sums (exp(m_old - m_new);
+    // 1 when nothing is visible yet). norm: the weights are also divided by the new l and
+    // alpha is l_old exp(m_old - m_new) / l_new (the rows stay normalised). NaN scores
+    // propagate through m and l. tmp: ld floats.
+    void (*softmax)(const float *St, int nk, long ld, float *Pp, float *m, float *l,
+                    float *alpha, int norm, float *tmp);
+    // O[i][d] = alpha[i] O[i][d] + sum_j P[i][j] V[j][d] for i < nq, d < Ev (P as packed by
+    // softmax); O rows of ldo floats, V rows of ldv; vtail: nk * nr floats (V's last columns,
+    // when Ev % nr != 0)
+    void (*pv)(const float *Pp, int nq, int nk, const float *V, long ldv, int Ev, float *O,
+               long ldo, const float *alpha, float *vtail);
     int nr;      // queries per panel (two vectors)
     int width;   // floats per vector of this set
 } mk_attn_tiles_t;

@@ -1,8 +1,10 @@
 // mk_cpu_attention_tiles_impl.h: mk_cpu_attention_tiles.h's steps for a vector of RV_W floats;
 // mk_cpu_rowvec.c includes it once per width (RV_W, RV_NAME, RV_ATTR defined).
-// Micro-kernels: an AT_MR x (2 vectors) tile of accumulators stays in registers over the
-// whole reduction (E for the scores, the key block for P V): AT_MR * 2 + 3 registers of the
-// 16 (AVX2) or 32 (AVX-512). The tile height is a compile-time constant per case of a
+// Micro-kernels: an AT_MR (scores) or AT_PMR (P V) x (2 vectors) tile of accumulators stays
+// in registers over the whole reduction (E for the scores, the key block for P V): at most
+// 2 * AT_MR + 3 registers of the 16 (AVX2) or 32 (AVX-512). The P V kernel reads the weights
+// packed per query tile (Pp[tile][key][AT_PMR], written so by the softmax step): a tile's
+// weights stream in order from L2 instead of one cache line per key. The tile height is a compile-time constant per case of a
 // switch (always-inlined body), so edge tiles are the same code with fewer rows.
 // No include guard: included once per width.
 #include "mk_cpu_vec_impl.h"
@@ -12,10 +14,12 @@
 // add more per broadcast in the micro-kernels' inner loops)
 #define AT_BCAST(x) ((x) - (VF){0})
 #define AT_NR (2 * RV_W)
-#define AT_CASES(call) switch (mr) { \
-    case 1: call(1); break; case 2: call(2); break; case 3: call(3); break; \
-    case 4: call(4); break; case 5: call(5); break; case 6: call(6); break; \
-    case 7: call(AT_MR > 7 ? 7 : 1); break; default: call(AT_MR); break; }
+#define AT_PMR (RV_W / 2)       // P V tile height: a weight vector of the softmax is two tiles
+// mr (1..max, max <= 8) as a constant: each case is its own copy of the inlined tile
+#define AT_CASE(call, k, max) case k: call((k) < (max) ? (k) : (max)); break;
+#define AT_CASES(call, max) switch (mr) { \
+    AT_CASE(call, 1, max) AT_CASE(call, 2, max) AT_CASE(call, 3, max) AT_CASE(call, 4, max) \
+    AT_CASE(call, 5, max) AT_CASE(call, 6, max) AT_CASE(call, 7, max) default: call(max); break; }
 
 RV_ATTR static void RV_NAME(at_pack_q)(const float *Q, int nq, int E, float *Qp, long ld) {
     for (long p = 0; p < ld; p += AT_NR) {
@@ -53,7 +57,7 @@ RV_ATTR static void RV_NAME(at_scores)(const float *K, int nk, int E, const floa
         int mr = nk - j < AT_MR ? nk - j : AT_MR;
         for (long p = 0; p < ld; p += AT_NR) {
 #define AT_SCORE(R) RV_NAME(at_score_tile)(K + (long)j * E, E, Qp + p * E, scale, St + j * ld + p, ld, R)
-            AT_CASES(AT_SCORE)
+            AT_CASES(AT_SCORE, AT_MR)
 #undef AT_SCORE
         }
     }
@@ -61,66 +65,57 @@ RV_ATTR static void RV_NAME(at_scores)(const float *K, int nk, int E, const floa
 
 #define AT_SELECT(m, a, b) ((VF)(((m) & (VI)(a)) | (~(m) & (VI)(b))))
 
-RV_ATTR static void RV_NAME(at_softmax)(float *St, int nk, long ld, float *m, float *l,
-                                        float *alpha, int norm, float *tmp) {
-    float *mx = tmp, *bad = tmp + ld;              // the block's column max; NaN seen (bits)
+RV_ATTR static void RV_NAME(at_softmax)(const float *St, int nk, long ld, float *Pp, float *m,
+                                        float *l, float *alpha, int norm, float *tmp) {
     const VF ninf = SPLAT(-__builtin_inff());
-    for (long c = 0; c < ld; c += RV_W) { ST(mx + c, ninf); ST(bad + c, SPLAT(0.0f)); }
-    for (int j = 0; j < nk; j++) {                 // row by row: St is read in order
-        const float *row = St + j * ld;
-        for (long c = 0; c < ld; c += RV_W) {
-            VF acc = LD(mx + c), v = LD(row + c);
-            VI b = (VI)LD(bad + c);
-            RV_MAXSTEP(acc, b, v);
-            ST(mx + c, acc);
-            ST(bad + c, (VF)b);
+    const long tile = (long)nk * AT_PMR;           // floats per query tile of Pp
+    float *inv = tmp;                              // norm: 1 / l_new per column
+    // a vector of queries at a time, down the keys: the max, m, l and the sums stay in
+    // registers (the column's nk rows, one line each, stay in L1 between the two passes)
+    for (long c = 0; c < ld; c += RV_W) {
+        VF acc = ninf;
+        VI bad = {0};
+        for (int j = 0; j < nk; j++) { VF v = LD(St + j * ld + c); RV_MAXSTEP(acc, bad, v); }
+        VF mo = LD(m + c);
+        VF bm = AT_SELECT(bad, SPLAT(__builtin_nanf("")), acc);
+        VF mn = AT_SELECT((bm > mo) | (bm != bm), bm, mo);
+        VF f = EXP_NONPOS(mo - mn);                // 0 when m_old = -inf; NaN when mn is
+        VI none = mn == ninf;                      // nothing visible yet: weights 0, l stays 0
+        int any_none = 0;
+        for (int q = 0; q < RV_W; q++) any_none |= none[q];
+        VF sum = SPLAT(0.0f);
+        float *to = Pp + (c / AT_PMR) * tile;      // a vector is two tiles of Pp
+        for (int j = 0; j < nk; j++) {
+            VF e = EXP_NONPOS(LD(St + j * ld + c) - mn);
+            if (any_none) e = AT_SELECT(none, SPLAT(0.0f), e);
+            memcpy(to + (long)j * AT_PMR, &e, AT_PMR * 4);
+            memcpy(to + tile + (long)j * AT_PMR, (float *)&e + AT_PMR, AT_PMR * 4);
+            sum += e;
         }
-    }
-    for (long c = 0; c < ld; c += RV_W) {          // the new max (into m and mx), f into alpha
-        VF bm = LD(mx + c), mo = LD(m + c);
-        bm = AT_SELECT((VI)LD(bad + c), SPLAT(__builtin_nanf("")), bm);
-        VI take = (bm > mo) | (bm != bm);
-        VF mn = AT_SELECT(take, bm, mo);
-        ST(alpha + c, EXP_NONPOS(mo - mn));        // 0 when m_old = -inf; NaN when mn is
-        ST(mx + c, mn);
-        ST(m + c, mn);
-        ST(bad + c, SPLAT(0.0f));                  // now the block's sums
-    }
-    float *sum = bad;
-    for (int j = 0; j < nk; j++) {                 // the weights; 0 where nothing is visible
-        float *row = St + j * ld;
-        for (long c = 0; c < ld; c += RV_W) {
-            VF mn = LD(mx + c);
-            VF e = EXP_NONPOS(LD(row + c) - mn);
-            e = AT_SELECT(mn == ninf, SPLAT(0.0f), e);
-            ST(row + c, e);
-            ST(sum + c, LD(sum + c) + e);
-        }
-    }
-    for (long c = 0; c < ld; c += RV_W) {          // l and alpha
-        VF f = LD(alpha + c);
-        VI none = LD(mx + c) == ninf;              // (then l is 0 and stays 0)
         VF kept = AT_SELECT(none, SPLAT(0.0f), LD(l + c) * f);
-        VF ln = kept + LD(sum + c);
+        VF ln = kept + sum;
+        ST(m + c, mn);
         ST(l + c, ln);
         if (!norm) { ST(alpha + c, AT_SELECT(none, SPLAT(1.0f), f)); continue; }
         ST(alpha + c, AT_SELECT(none, SPLAT(1.0f), kept / ln));
-        ST(sum + c, AT_SELECT(none, SPLAT(0.0f), 1.0f / ln));
+        ST(inv + c, AT_SELECT(none, SPLAT(0.0f), 1.0f / ln));
     }
     if (norm)                                      // the weights / l: the rows stay normalised
-        for (int j = 0; j < nk; j++)
-            for (long c = 0; c < ld; c += RV_W) ST(St + j * ld + c, LD(St + j * ld + c) * LD(sum + c));
+        for (long t = 0; t < ld / AT_PMR; t++)
+            for (int j = 0; j < nk; j++)
+                for (int r = 0; r < AT_PMR; r++) Pp[t * tile + (long)j * AT_PMR + r] *= inv[t * AT_PMR + r];
 }
 
-// mr queries x one panel of AT_NR output columns, over nk keys; V rows of ldv floats
+// mr queries x one panel of AT_NR output columns, over nk keys: P the query tile's weights
+// (nk rows of AT_PMR), V rows of ldv floats
 static inline __attribute__((always_inline)) void RV_NAME(at_pv_tile)(
-        const float *St, long ld, int nk, const float *V, long ldv, float *O, long ldo,
+        const float *P, int nk, const float *V, long ldv, float *O, long ldo,
         const float *alpha, int nd, const int mr) {
-    VF acc[AT_MR][2];
+    VF acc[AT_PMR][2];
     for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = SPLAT(0.0f);
     for (int j = 0; j < nk; j++) {
         VF b0 = LD(V + (long)j * ldv), b1 = LD(V + (long)j * ldv + RV_W);
-        const float *p = St + j * ld;
+        const float *p = P + (long)j * AT_PMR;
 #pragma GCC unroll 8
         for (int r = 0; r < mr; r++) {
             VF a = AT_BCAST(p[r]);
@@ -142,9 +137,8 @@ static inline __attribute__((always_inline)) void RV_NAME(at_pv_tile)(
     }
 }
 
-RV_ATTR static void RV_NAME(at_pv)(const float *St, long ld, int nq, int nk, const float *V,
-                                   long ldv, int Ev, float *O, long ldo, const float *alpha,
-                                   float *vtail) {
+RV_ATTR static void RV_NAME(at_pv)(const float *Pp, int nq, int nk, const float *V, long ldv,
+                                   int Ev, float *O, long ldo, const float *alpha, float *vtail) {
     for (int d0 = 0; d0 < Ev; d0 += AT_NR) {       // a panel of V stays in L1 over the query tiles
         int nd = Ev - d0 < AT_NR ? Ev - d0 : AT_NR;
         const float *Vp = V + d0;
@@ -155,10 +149,11 @@ RV_ATTR static void RV_NAME(at_pv)(const float *St, long ld, int nq, int nk, con
             Vp = vtail;
             lv = AT_NR;
         }
-        for (int i = 0; i < nq; i += AT_MR) {
-            int mr = nq - i < AT_MR ? nq - i : AT_MR;
-#define AT_PV(R) RV_NAME(at_pv_tile)(St + i, ld, nk, Vp, lv, O + (long)i * ldo + d0, ldo, alpha + i, nd, R)
-            AT_CASES(AT_PV)
+        for (int i = 0; i < nq; i += AT_PMR) {     // Pp's query tiles, each nk x AT_PMR in order
+            int mr = nq - i < AT_PMR ? nq - i : AT_PMR;
+            const float *P = Pp + (long)(i / AT_PMR) * nk * AT_PMR;
+#define AT_PV(R) RV_NAME(at_pv_tile)(P, nk, Vp, lv, O + (long)i * ldo + d0, ldo, alpha + i, nd, R)
+            AT_CASES(AT_PV, AT_PMR)
 #undef AT_PV
         }
     }
@@ -170,7 +165,9 @@ static const mk_attn_tiles_t RV_NAME(attn_tiles) = {
 
 #undef AT_MR
 #undef AT_NR
+#undef AT_PMR
 #undef AT_CASES
+#undef AT_CASE
 #undef AT_SELECT
 #undef AT_BCAST
 #include "mk_cpu_vec_undef.h"

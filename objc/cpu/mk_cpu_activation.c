@@ -7,6 +7,7 @@
 // NaN stays NaN (relu included, as torch); +-inf give torch's limits.
 #include "mk_cpu.h"
 #include "mk_cpu_vecmath.h"
+#include <string.h>
 
 // the formulas are metal/mk_activation.h's (one definition for C and MSL), with this side's exp
 #define MK_ACT_FN MK_INLINE
@@ -34,13 +35,28 @@ MK_MULTIVERSION static void act_silu_row(float *y, long n) {
     for (long i = 0; i < n; i++) y[i] = mk_act_silu(y[i]);
 }
 
-void mk_activate(float *y, long n, int act) {
+static void act_rows(float *y, long n, int act) {
     switch (act) {
     case MK_ACT_RELU: act_relu_row(y, n); break;
     case MK_ACT_GELU: act_gelu_row(y, n); break;
     case MK_ACT_GELU_TANH: act_gelu_tanh_row(y, n); break;
     case MK_ACT_SILU: act_silu_row(y, n); break;
     default: break;
+    }
+}
+
+// The loops above in multiples of 16 only: the last n % 16 values go through a 16-float
+// buffer, so that no value takes a clone's scalar remainder loop (a scalar erf or division
+// per element; short rows such as Winograd's output rows of 28 spent half their time there).
+void mk_activate(float *y, long n, int act) {
+    if (act == MK_ACT_NONE || n <= 0) return;
+    long body = n & ~15L;
+    if (body) act_rows(y, body, act);
+    if (body < n) {
+        float t[16] = {0};
+        memcpy(t, y + body, (size_t)(n - body) * 4);
+        act_rows(t, 16, act);
+        memcpy(y + body, t, (size_t)(n - body) * 4);
     }
 }
 

@@ -10,24 +10,17 @@ runs them before every simulator build and in `mpskern check-msl`).
   function pointers, recursion (call-graph cycles), static locals; program scope holds
   only `constant`/constexpr variables; threadgroup variables only in a kernel's body;
   simdgroup_matrix of float or half; kernel pointer/reference parameters name device,
-  constant or threadgroup; [[buffer(i)]] with i in 0..30.
+  constant or threadgroup; [[buffer(i)]] with i in 0..30;
+  no host code: host attributes/pragmas/builtins, lambdas, load-time initialisation
+  (mpskern/sim/msl_host_rules.py).
 """
 import re
-from dataclasses import dataclass
 
+from mpskern.sim import msl_host_rules
 from mpskern.sim import msl_tokens as T
 from mpskern.sim import parse as P
+from mpskern.sim.findings import Finding
 from mpskern.sim.frontend import MAX_BUFFER_INDEX
-
-
-@dataclass(frozen=True)
-class Finding:
-    file: str
-    line: int
-    message: str
-
-    def __str__(self):
-        return f"{self.file}:{self.line}: {self.message}"
 
 
 # Each #include/#import that is not <metal_*> becomes a marker before preprocessing; a
@@ -310,7 +303,7 @@ def rule_simdgroup_matrix(prog):
 
 
 RULES = (rule_includes, rule_forbidden_words, rule_function_pointers, rule_static_locals, rule_program_scope,
-         rule_recursion, rule_kernel_params, rule_simdgroup_matrix)
+         rule_recursion, rule_kernel_params, rule_simdgroup_matrix) + msl_host_rules.RULES
 
 
 def check_rules(prog):

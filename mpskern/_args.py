@@ -30,13 +30,17 @@ def array(x, name, op):
     return x, code
 
 
-def _as_array(x, name, op):
-    """The slow branch of array() and vector(): ndarray subclasses and everything else,
-    with a TypeError that says what `x` is and the fix."""
+def _refuse_masked(x, name, op):
     ma = sys.modules.get("numpy.ma")           # (no masked array exists unless it is loaded)
     if ma is not None and isinstance(x, ma.MaskedArray):
         raise TypeError(f"{op}: {name} is a masked array; mpskern would ignore its mask: pass "
                         f"{name}.filled(value) with the value masked entries should take")
+
+
+def _as_array(x, name, op):
+    """The slow branch of array() and vector(): ndarray subclasses and everything else,
+    with a TypeError that says what `x` is and the fix."""
+    _refuse_masked(x, name, op)
     if isinstance(x, _ndarray):
         return x
     if x is None:
@@ -78,7 +82,9 @@ def _from_dlpack(x, name, op, what, floats=True):
 
 def any_array(x, name, op):
     """`x` as an ndarray of its own dtype (masks and other non-float inputs): numpy arrays
-    as they are, DLPack arrays as views of their memory, anything else by np.asarray."""
+    as they are, DLPack arrays as views of their memory, anything else by np.asarray;
+    masked arrays are refused (their mask would be ignored)."""
+    _refuse_masked(x, name, op)
     if isinstance(x, _ndarray):
         return x
     if hasattr(x, "__dlpack__"):

@@ -13,6 +13,7 @@ f32 = np.float32
 X = np.ones((2, 3, 4, 4), f32)
 W = np.ones((2, 3, 3, 3), f32)
 V3 = np.ones(3, f32)
+Q = np.ones((1, 2, 4, 8), f32)
 
 # id -> (call taking the operand, its name, a valid value of it, whether it is required)
 SITES = {
@@ -27,6 +28,20 @@ SITES = {
     "batch_norm running_mean": (lambda v: mpskern.batch_norm(X, v, V3, backend="cpu"),
                                 "running_mean", np.zeros(3, f32), False),
     "max_pool2d x": (lambda v: mpskern.max_pool2d(v, 2, backend="cpu"), "x", X, True),
+    # the ops and arguments added after the sweep (issue 15: the classes hold for them too)
+    "max_pool2d(return_indices) x": (lambda v: mpskern.max_pool2d(v, 2, return_indices=True,
+                                                                  backend="cpu"), "x", X, True),
+    "adaptive_avg_pool2d x": (lambda v: mpskern.adaptive_avg_pool2d(v, 2, backend="cpu"), "x", X, True),
+    "gemm c": (lambda v: mpskern.gemm(np.ones((2, 3), f32), np.ones((3, 2), f32), v,
+                                      activation="relu", backend="cpu"), "c", np.ones((2, 2), f32), False),
+    "linear bias": (lambda v: mpskern.linear(np.ones((2, 3), f32), np.ones((4, 3), f32), v,
+                                             activation="gelu", backend="cpu"), "bias", np.ones(4, f32), False),
+    "attention query": (lambda v: mpskern.scaled_dot_product_attention(v, Q, Q, backend="cpu"),
+                        "query", np.ones((1, 2, 4, 8), f32), True),
+    "attention key": (lambda v: mpskern.scaled_dot_product_attention(Q, v, Q, backend="cpu"),
+                      "key", np.ones((1, 2, 4, 8), f32), True),
+    "attention value": (lambda v: mpskern.scaled_dot_product_attention(Q, Q, v, backend="cpu"),
+                        "value", np.ones((1, 2, 4, 8), f32), True),
 }
 
 
@@ -57,6 +72,16 @@ def test_masked_arrays_are_refused(site):
     with pytest.raises(TypeError, match=rf"{name} is a masked array; .*{name}\.filled\(value\)"):
         call(m)
     call(good)                        # the same operand unmasked is fine
+
+
+@pytest.mark.parametrize("mask", [np.zeros((4, 4), f32), np.ones((4, 4), bool)], ids=["float", "bool"])
+def test_a_masked_attn_mask_is_refused(mask):
+    """attn_mask is a mask of its own (bool or float): a numpy masked array's mask on top of
+    it would be ignored (before: the kernels used the data and dropped the mask)."""
+    m = np.ma.masked_array(mask, mask=np.eye(4, dtype=bool))
+    with pytest.raises(TypeError, match=r"attn_mask is a masked array; .*attn_mask\.filled\(value\)"):
+        mpskern.scaled_dot_product_attention(Q, Q, Q, attn_mask=m, backend="cpu")
+    mpskern.scaled_dot_product_attention(Q, Q, Q, attn_mask=mask, backend="cpu")
 
 
 @pytest.mark.parametrize("bad,says", [("abc", "a str, not an array of numbers"),

@@ -154,7 +154,7 @@ def _batched(x, padded, batch, name):
 def _mask(m, dtype, scores, args):
     """The mask as the kernels read it (uint8 or `dtype`, C-contiguous with its broadcast
     dimensions of size 1), filling the mask fields of `args`."""
-    if not isinstance(m, np.ndarray):
+    if type(m) is not np.ndarray:         # subclasses too: a masked array is refused
         m = _args.any_array(m, "attn_mask", OP)
     if m.dtype == np.bool_:
         kind = MASK_BOOL
@@ -162,8 +162,8 @@ def _mask(m, dtype, scores, args):
         kind = MASK_ADD
     else:
         raise TypeError(f"{OP}: attn_mask has dtype {m.dtype}; it must be bool (True = may "
-                        f"attend) or a float added to the scores (float32 or the query's "
-                        f"{np.dtype(dtype)})")
+                        f"attend) or a float added to the scores ("
+                        f"{'float32' if dtype == np.float32 else 'float32 or the query dtype float16'})")
     if m.ndim < 2:
         raise ValueError(f"{OP}: attn_mask with shape {m.shape} needs at least 2 dimensions "
                          f"(L, S), as in torch: pass attn_mask[None, :] for one row of keys")

@@ -4,8 +4,8 @@
 // [q*W/Q, ceil((q+1)*W/Q)), so windows overlap when H is not a multiple of P, and P > H
 // repeats rows; every window holds at least one element (H, W >= 1). The bounds come from
 // the host (gpu/pool.py adaptive_windows: win[p] = rows of output row p, win[P + q] =
-// columns of output column q): no division here. float32 accumulation for both storage
-// types.
+// columns of output column q): no division here. float32 accumulation of x/count for both
+// storage types.
 #include "mk_common.h"
 #include "mk_args.h"
 #include "mk_pool_tile.h"
@@ -13,13 +13,16 @@
 template <typename S>
 inline float adaptive_taps(S src, int off, int2 hr, int2 wr, int W)
 {
+    // the sum of x * (1/count): a float32 sum of near-FLT_MAX values would overflow where
+    // their average is representable (as avg pooling in pool.metal)
+    const float inv = 1.0f / float((hr.y - hr.x) * (wr.y - wr.x));
     float s = 0.0f;
     for (int h = hr.x; h < hr.y; ++h) {
         for (int w = wr.x; w < wr.y; ++w) {
-            s += float(src[off + h * W + w]);
+            s += float(src[off + h * W + w]) * inv;
         }
     }
-    return s / float((hr.y - hr.x) * (wr.y - wr.x));
+    return s;
 }
 
 template <typename T>

@@ -9,6 +9,7 @@ Nothing here can run without a Mac: the tests drive it with a fake measurement.
 """
 import datetime
 import json
+import math
 import os
 import statistics
 
@@ -47,6 +48,16 @@ def modelled(op, shape, dtype, chip):
     return sum(e.estimate_ms / (e.calibration or 1.0) for e in m.dispatches), info
 
 
+def _time(ms):
+    """A time in ms, or None for one that is not a finite positive number (a failed GPU
+    timestamp): left out of the factor, and the record stays valid JSON."""
+    try:
+        ms = float(ms)
+    except (TypeError, ValueError):
+        return None
+    return ms if math.isfinite(ms) and ms > 0 else None
+
+
 def calibrate(device_name, family, *, cases=CASES, dtypes=("float32",), measure=measure_metal,
               save=True, progress=None):
     """Measure and model every case; returns the record (and saves it unless save=False):
@@ -63,10 +74,11 @@ def calibrate(device_name, family, *, cases=CASES, dtypes=("float32",), measure=
         for dt in dtypes:
             if progress:
                 progress(op, shape, dt)
-            got = measure(op, dict(shape), dt)
+            got = _time(measure(op, dict(shape), dt))
             est, _ = modelled(op, dict(shape), dt, chip)
+            est = _time(est)
             rows.append(dict(op=op, shape=dict(shape), dtype=dt, measured_ms=got,
-                             modelled_ms=est, ratio=got / est if est else None))
+                             modelled_ms=est, ratio=got / est if got and est else None))
     ratios = sorted(r["ratio"] for r in rows if r["ratio"])
     if not ratios:
         raise ValueError("calibration: no case gave both a measurement and an estimate")

@@ -30,6 +30,7 @@ rank near-ties.
 import json
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 
 from mpskern import peaks
@@ -196,17 +197,37 @@ def calibration_path():
 def load_calibration():
     """family -> {"factor": median measured/modelled, "cases": n, ...} (from `mpskern
     selftest --calibrate` on a Mac), or {}."""
+    path = calibration_path()
     try:
-        with open(calibration_path(), encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             data = json.load(f)
+    except OSError:
+        return {}
+    except ValueError as e:            # torn or not JSON (UnicodeDecodeError included)
+        data = e
+    try:
         return {int(k): v for k, v in data.get("families", {}).items()}
-    except (OSError, ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError):
+        warnings.warn(f"{path}: not a calibration record, ignored (estimates are "
+                      f"uncalibrated): run `mpskern selftest --calibrate` on a Mac again or "
+                      f"delete the file", RuntimeWarning, stacklevel=2)
         return {}
 
 
 def calibration_factor(family):
+    """The recorded factor of `family`, or None. A damaged entry (not a record, a factor
+    that is not a finite positive number) is left out with a warning naming the file: the
+    estimates stay uncalibrated (and say so) rather than NaN, negative or a traceback."""
     f = load_calibration().get(int(family))
-    return float(f["factor"]) if f and f.get("factor") else None
+    if not f:
+        return None
+    v = f.get("factor") if isinstance(f, dict) else None
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+        return float(v)
+    warnings.warn(f"{calibration_path()}: the apple{family} calibration is damaged (factor "
+                  f"{v!r}); estimates are uncalibrated: run `mpskern selftest --calibrate` on "
+                  f"a Mac again or delete the file", RuntimeWarning, stacklevel=2)
+    return None
 
 
 @dataclass

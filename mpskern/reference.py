@@ -204,6 +204,11 @@ def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
     return _pool(x, kernel_size, stride, padding, dilation, ceil_mode, red)
 
 
+def _first_tap(start, dilation):
+    """The first of start, start + dilation, ... that is >= 0."""
+    return start if start >= 0 else start + (-start + dilation - 1) // dilation * dilation
+
+
 def _max_pool2d_indices(x, kernel_size, stride, padding, dilation, ceil_mode):
     """(values, int64 indices) by torch's rule, stated once here: tap by tap in row-major
     window order from -inf at the window's first tap inside the input, a tap wins when it
@@ -217,10 +222,10 @@ def _max_pool2d_indices(x, kernel_size, stride, padding, dilation, ceil_mode):
         for j, w0 in enumerate(ws):
             taps = [(h, w) for h in range(h0, h0 + kh * dh, dh) if 0 <= h < H
                     for w in range(w0, w0 + kw * dw, dw) if 0 <= w < W]
-            if not taps:
-                continue
             m, at = y[:, :, i, j], idx[:, :, i, j]          # views
-            at[...] = taps[0][0] * W + taps[0][1]
+            # the seed: the first tap at h, w >= 0 (torch steps a negative start by the
+            # dilation); a window of padding only (dilation > 1) keeps -inf and that index
+            at[...] = _first_tap(h0, dh) * W + _first_tap(w0, dw)
             for h, w in taps:
                 v = xb[:, :, h, w]
                 win = (v > m) | np.isnan(v)

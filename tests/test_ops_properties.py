@@ -1,4 +1,5 @@
-"""Property tests (hypothesis): every op (attention included) on cpu and sim against its float64 reference
+"""Property tests (hypothesis): every op (attention, max_pool2d indices, adaptive_avg_pool2d
+and activation= epilogues included) on cpu and sim against its float64 reference
 (mpskern/reference.py, the one tolerance rule via refs.assert_close) over random shapes,
 options (strides, paddings, dilations, groups, axes, transposes, ceil_mode, ...), dtypes,
 non-contiguous inputs and a few NaN/+-Inf values. Near-max magnitudes are
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mpskern
+import mpskern.reference as R
 import refs
 from mpskern import backends
 
@@ -338,3 +340,75 @@ def test_scaled_dot_product_attention(be, data):
         mag = refs.scaled_dot_product_attention(q, k, np.abs(v.astype(np.float64)), **kw)
         _check(f(q, k, v, backend=be, **kw), ref, dt, S + E,
                f"attention q{q.shape} k{k.shape} v{v.shape} {kind} gqa={gqa}", mag)
+
+
+# -- added after the sweep: indices, adaptive pooling, activation epilogues -----------------
+@on_backends
+@given(data=st.data())
+def test_max_pool2d_indices(be, data):
+    """return_indices=True: the values as max_pool2d's, the indices exactly torch's (first
+    of equal maxima, the window's last NaN, a window of -inf: its first element inside)."""
+    dt = data.draw(dtypes)
+    shape, k, kw = data.draw(pool_params(be, True))
+    x = data.draw(arrays(shape, dt))
+    if data.draw(st.booleans()):             # ties: few distinct values
+        x = np.round(x).astype(dt)
+    with np.errstate(all="ignore"):
+        y, i = mpskern.max_pool2d(x, k, return_indices=True, backend=be, **kw)
+        ry, ri = R.max_pool2d(x, k, return_indices=True, **kw)
+    _check(y, ry, dt, k[0] * k[1], f"max_pool2d indices x{shape} k{k} {kw}")
+    assert i.dtype == np.int64 and np.array_equal(i, ri), \
+        f"max_pool2d indices x{shape} k{k} {kw}: differ at {np.argwhere(i != ri)[:4].tolist()}"
+
+
+@on_backends
+@given(data=st.data())
+def test_adaptive_avg_pool2d(be, data):
+    dt = data.draw(dtypes)
+    H, W = _sizes(data, be, 2, n_cpu=14, n_sim=9)
+    size = tuple(data.draw(st.one_of(st.none(), st.integers(1, n + 3))) for n in (H, W))
+    if data.draw(st.booleans()) and size[0] is not None:
+        size = size[0]                                    # one int: square output
+    shape = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), H, W)
+    if data.draw(st.booleans()):
+        shape = shape[1:]
+    x = data.draw(arrays(shape, dt))
+    with np.errstate(all="ignore"):
+        _check(mpskern.adaptive_avg_pool2d(x, size, backend=be), R.adaptive_avg_pool2d(x, size),
+               dt, H * W, f"adaptive_avg_pool2d x{shape} output_size={size}",
+               R.adaptive_avg_pool2d(np.abs(x.astype(np.float64)), size))
+
+
+@on_backends
+@given(data=st.data())
+def test_activation_epilogues(be, data):
+    """activation= on gemm, linear and conv2d: activation(the op's result) of the float64
+    reference; the pre-activation magnitude bounds the error (|act'| <= 1.13)."""
+    dt = data.draw(dtypes)
+    act = data.draw(st.sampled_from(["relu", "gelu", "gelu_tanh", "silu"]))
+    op = data.draw(st.sampled_from(["gemm", "linear", "conv2d"]))
+    M, N, K = _sizes(data, be, 3)
+    with np.errstate(all="ignore"):
+        if op == "gemm":
+            a, b = data.draw(arrays((M, K), dt)), data.draw(arrays((K, N), dt))
+            c = data.draw(arrays((M, N), dt)) if data.draw(st.booleans()) else None
+            got = mpskern.gemm(a, b, c, activation=act, backend=be)
+            ref = refs.gemm(a, b, c, activation=act)
+            mag = refs.gemm(*_abs(a, b, c))
+        elif op == "linear":
+            x, w = data.draw(arrays((M, K), dt)), data.draw(arrays((N, K), dt))
+            bias = data.draw(arrays((N,), dt, specials=False)) if data.draw(st.booleans()) else None
+            got = mpskern.linear(x, w, bias, activation=act, backend=be)
+            ref = R.linear(x, w, bias, activation=act)
+            mag = R.linear(*_abs(x, w, bias))
+        else:
+            C, H, W = data.draw(st.integers(1, 4)), data.draw(st.integers(3, 8)), data.draw(st.integers(3, 8))
+            x = data.draw(arrays((1, C, H, W), dt))
+            w = data.draw(arrays((N % 5 + 1, C, 3, 3), dt, scale=1.0, specials=False))
+            bias = data.draw(arrays((w.shape[0],), np.float32, specials=False)) \
+                if data.draw(st.booleans()) else None
+            got = mpskern.conv2d(x, w, bias, padding=1, activation=act, backend=be)
+            ref = refs.conv2d(x, w, bias, padding=1, activation=act)
+            mag = refs.conv2d(*_abs(x, w, bias), padding=1)
+            K = C * 9
+    _check(got, ref, dt, K, f"{op} activation={act} {got.shape}", mag)

@@ -55,8 +55,10 @@ def check_msl(files: List[str] = typer.Argument(..., metavar="FILE.metal...",
     for path in files:
         try:
             src = _source(path)
-        except OSError as e:
-            typer.echo(f"{path}: cannot read: {e.strerror or e}")
+        except (OSError, UnicodeDecodeError) as e:     # a binary file: one line, no traceback
+            why = f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})" \
+                if isinstance(e, UnicodeDecodeError) else e.strerror or e
+            typer.echo(f"{path}: cannot read: {why}")
             bad += 1
             continue
         try:

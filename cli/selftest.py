@@ -17,6 +17,7 @@ import typer
 from rich.table import Table
 
 from mpskern import backends, ops
+from mpskern.bench import schema
 from mpskern.reference import max_error, tolerance
 from mpskern.cli import console as tty
 from mpskern.cli.app import app
@@ -326,6 +327,9 @@ def selftest(
     cases = [c for c in CASES if not op or c.op in op]
     if seed < 0:
         tty.error(f"--seed {seed}: give 0 or a positive integer")
+    why = json_path and schema.unwritable(json_path)     # before running every case
+    if why:
+        tty.error(f"--json {json_path}: cannot write: {why}")
 
     header = header_lines(names)
     for line in header:

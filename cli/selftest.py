@@ -327,7 +327,7 @@ def selftest(
     cases = [c for c in CASES if not op or c.op in op]
     if seed < 0:
         tty.error(f"--seed {seed}: give 0 or a positive integer")
-    why = json_path and schema.unwritable(json_path)     # before running every case
+    why = json_path and schema.unwritable(json_path, make_folder=False)   # before any case
     if why:
         tty.error(f"--json {json_path}: cannot write: {why}")
 

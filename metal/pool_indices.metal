@@ -57,12 +57,17 @@ kernel void pool_indices_max(const device T* x [[buffer(0)]], device T* y [[buff
         int where = -1;
         const float m = t.staged != 0 ? pool_argmax_taps(stage, off, h0, w0, a, where)
                                       : pool_argmax_taps(x, off, h0, w0, a, where);
-        // a window of padding only (dilation > 1): -inf, and torch's index of the first tap
-        // at h, w >= 0 (a negative start stepped by the dilation; it may lie past the plane)
-        const int hs = h0 >= 0 ? h0 : h0 + (a.dil_h - 1 - h0) / a.dil_h * a.dil_h;
-        const int ws = w0 >= 0 ? w0 : w0 + (a.dil_w - 1 - w0) / a.dil_w * a.dil_w;
         y[at.ybase + u.o] = T(where >= 0 ? m : -INFINITY);
-        idx[at.ybase + u.o] = where >= 0 ? long(where) : long(hs) * a.W + ws;
+        long i = where;
+        if (where < 0) {
+            // a window of padding only (dilation > 1): -inf, and torch's index of the first
+            // tap at h, w >= 0 (a negative start stepped by the dilation; it may lie past the
+            // plane). Only here: the divisions stay off the path of every other output.
+            const int hs = h0 >= 0 ? h0 : h0 + (a.dil_h - 1 - h0) / a.dil_h * a.dil_h;
+            const int ws = w0 >= 0 ? w0 : w0 + (a.dil_w - 1 - w0) / a.dil_w * a.dil_w;
+            i = long(hs) * a.W + ws;
+        }
+        idx[at.ybase + u.o] = i;
     }
 }
 

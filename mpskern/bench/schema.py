@@ -101,14 +101,16 @@ def validate(row):
         raise ValueError(f"result row: missing columns {missing}, unknown columns {extra}")
 
 
-def unwritable(path):
+def unwritable(path, make_folder=True):
     """None when `path` can be written (its folder made, the file opened for appending; a
     file this check creates is removed again), else why not: checked before a run so that
-    an unwritable output fails at once, not after every case was measured."""
+    an unwritable output fails at once, not after every case was measured. make_folder=False:
+    a missing folder is a reason (for outputs whose writer makes no folder: selftest --json)."""
     p = os.path.abspath(os.fspath(path))
     existed = os.path.lexists(p)
     try:
-        os.makedirs(os.path.dirname(p), exist_ok=True)
+        if make_folder:
+            os.makedirs(os.path.dirname(p), exist_ok=True)
         with open(p, "a", encoding="utf-8"):
             pass
         if not existed:

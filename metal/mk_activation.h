@@ -1,10 +1,10 @@
 // mk_activation.h: the fused activations (MK_ACT_* in mk_args.h) of gemm and conv2d, one
 // definition for both languages: the MSL kernels apply mk_act to each final output value in
-// their own store (no extra dispatch), objc/cpu/mk_cpu_activation.c applies the same formulas
-// to float32 rows (torch's functions; MSL has no erf, so gelu uses mpskern's own erfc fit,
-// 4e-7 absolute in float32). Only exp differs: MSL's exp, the C side's vectorising mk_expf
-// (objc/cpu/mk_cpu_vecmath.h), which the C file names as MK_ACT_EXP / MK_ACT_EXP_NONPOS
-// (and MK_ACT_FN, its always-inline qualifier) before including this header.
+// their own store (no extra dispatch). torch's functions; MSL has no erf, so gelu uses
+// mpskern's own erfc fit, 4e-7 absolute in float32. A C file may include this header with
+// MK_ACT_FN / MK_ACT_EXP / MK_ACT_EXP_NONPOS defined first (its own exp); the cpu backend
+// evaluates the same activations on whole vectors instead (objc/cpu/mk_cpu_activation_impl.h:
+// the sigmoid forms below, and gelu as a polynomial in |x| without exp or division).
 // In MSL, MK_ACT selects the activation at compile time (the encoders add it to the kernel's
 // macros), so a kernel without an activation compiles exactly as before.
 #ifndef MK_ACTIVATION_H

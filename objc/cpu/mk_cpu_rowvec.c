@@ -5,15 +5,11 @@
 // has AVX-512, else 8.
 #include "mk_cpu.h"
 #include "mk_cpu_rowvec.h"
+#include "mk_cpu_vecmath.h"
 #include "mk_cpu_attention_tiles.h"
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) \
-    && !defined(MK_NO_MULTIVERSION)
-#define MK_ROWVEC_DISPATCH 1
-#endif
-
-#ifdef MK_ROWVEC_DISPATCH
+#ifdef MK_VEC_DISPATCH   /* mk_cpu_vecmath.h */
 #define RV_W 16
 #define RV_NAME(f) f##_w16
 #define RV_ATTR __attribute__((target("arch=x86-64-v4")))
@@ -29,18 +25,8 @@
 #include "mk_cpu_rowvec_impl.h"
 #include "mk_cpu_attention_tiles_impl.h"
 
-static int wide(void) {                  // 1: AVX-512 (x86-64-v4), 2: not; 0: not asked yet
-    static int chosen;                   // idempotent: a race only computes it twice
-    int c = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
-    if (!c) {
-        __builtin_cpu_init();
-        c = __builtin_cpu_supports("x86-64-v4") ? 1 : 2;
-        __atomic_store_n(&chosen, c, __ATOMIC_RELAXED);
-    }
-    return c == 1;
-}
-const mk_rowvec_t *mk_rowvec(void) { return wide() ? &rowvec_w16 : &rowvec_w8; }
-const mk_attn_tiles_t *mk_attn_tiles(void) { return wide() ? &attn_tiles_w16 : &attn_tiles_w8; }
+const mk_rowvec_t *mk_rowvec(void) { return mk_vec_wide() ? &rowvec_w16 : &rowvec_w8; }
+const mk_attn_tiles_t *mk_attn_tiles(void) { return mk_vec_wide() ? &attn_tiles_w16 : &attn_tiles_w8; }
 
 #else
 #if defined(__AVX512F__)

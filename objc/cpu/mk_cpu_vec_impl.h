@@ -38,6 +38,15 @@ typedef int32_t RV_NAME(vi) __attribute__((vector_size(RV_W * 4)));
     p_ = p_ * r_ + 1.0f; \
     p_ * (VF)(((VI)t_ + 127) << 23); })
 
+// 1 / d lane-wise for finite d >= 1 (the activations' denominators). AVX-512: the 14-bit
+// estimate + one Newton step (~2^-27 relative, no divider); elsewhere a division.
+#if RV_W == 16 && defined(__x86_64__)
+#include <immintrin.h>
+#define RECIP(din) ({ VF d_ = (din); VF e_ = (VF)_mm512_rcp14_ps((__m512)d_); e_ * (2.0f - d_ * e_); })
+#else
+#define RECIP(din) (1.0f / (din))
+#endif
+
 // horizontal sum as a tree (halves added): log2(RV_W) dependent steps, not RV_W; on short
 // rows the reductions are a large part of the work
 // lane indices 0..RV_W-1 (for tail masks)

@@ -8,3 +8,4 @@
 #undef HSUM
 #undef RV_LANES
 #undef EXP_NONPOS
+#undef RECIP

@@ -39,4 +39,25 @@ MK_INLINE float mk_expf(float x) {
 // themselves): below -87.3 it gives ~1e-38 instead of 0.
 MK_INLINE float mk_exp_nonpos(float x) { return mk_exp_core(x < -87.3f ? -87.3f : x); }
 
+// The per-width vector code (mk_cpu_rowvec.c, mk_cpu_activation.c): x86-64 GCC on Linux
+// builds a 16-float set for x86-64-v4 (AVX-512) and an 8-float set (target clones for
+// x86-64-v3 and the baseline), and mk_vec_wide() picks one at run time; elsewhere (or
+// -DMK_NO_MULTIVERSION) one set for the compiler's target.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) \
+    && !defined(MK_NO_MULTIVERSION)
+#define MK_VEC_DISPATCH 1
+// 1 when the CPU has x86-64-v4. Each including file caches its own answer (a race only
+// computes it twice).
+static inline int mk_vec_wide(void) {
+    static int chosen;                   // 1: AVX-512 (x86-64-v4), 2: not; 0: not asked yet
+    int c = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
+    if (!c) {
+        __builtin_cpu_init();
+        c = __builtin_cpu_supports("x86-64-v4") ? 1 : 2;
+        __atomic_store_n(&chosen, c, __ATOMIC_RELAXED);
+    }
+    return c == 1;
+}
+#endif
+
 #endif

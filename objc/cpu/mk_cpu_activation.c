@@ -1,44 +1,17 @@
 // mk_cpu_activation.c: the fused activations of gemm and conv2d (MK_ACT_*), applied in place
 // to float32 rows or tiles by the pass that writes the output, while they are in cache (no
 // second pass over memory). The vector code is mk_cpu_activation_impl.h, compiled per width
-// like the row passes (mk_cpu_vecmath.h's MK_VEC_DISPATCH): AVX-512, AVX2 / baseline, and
+// like the row passes (mk_cpu_vec_widths.h): AVX-512, AVX2 / baseline, and
 // the compiler's own target elsewhere (NEON on the Mac). Accuracy against float64, on all
 // of float32's range: relu exact; silu and gelu_tanh a few ulp of their exp; gelu (erf)
 // within 2e-7 absolute of 0.5 * x * (1 + erf(x / sqrt(2))) relative to max(1, |x|).
 // NaN stays NaN (relu included, as torch); +-inf give torch's limits.
 #include "mk_cpu.h"
-#include "mk_cpu_vecmath.h"
 #include <string.h>
 
-#ifdef MK_VEC_DISPATCH
-#define RV_W 16
-#define RV_NAME(f) f##_w16
-#define RV_ATTR __attribute__((target("arch=x86-64-v4")))
-#include "mk_cpu_activation_impl.h"
-#undef RV_W
-#undef RV_NAME
-#undef RV_ATTR
-
-#define RV_W 8
-#define RV_NAME(f) f##_w8
-#define RV_ATTR __attribute__((target_clones("arch=x86-64-v3", "default")))
-#include "mk_cpu_activation_impl.h"
-
-static void act_tile(float *y, long ld, int rows, long cols, int act) {
-    if (mk_vec_wide()) act_tile_w16(y, ld, rows, cols, act);
-    else act_tile_w8(y, ld, rows, cols, act);
-}
-#else
-#if defined(__AVX512F__)
-#define RV_W 16
-#else
-#define RV_W 8
-#endif
-#define RV_NAME(f) f##_one
-#define RV_ATTR
-#include "mk_cpu_activation_impl.h"
-#define act_tile act_tile_one
-#endif
+#define MK_VEC_IMPL "mk_cpu_activation_impl.h"
+#include "mk_cpu_vec_widths.h"
+#define act_tile MK_VEC_PICK(act_tile)
 
 void mk_activate(float *y, long n, int act) {
     if (act != MK_ACT_NONE && n > 0) act_tile(y, n, 1, n, act);

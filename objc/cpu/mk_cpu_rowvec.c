@@ -1,47 +1,18 @@
 // mk_cpu_rowvec.c: instantiates the row passes (mk_cpu_rowvec_impl.h) and the attention
-// micro-kernels (mk_cpu_attention_tiles_impl.h) per vector width and picks one set at run time. x86-64 with GCC: 16 floats compiled for x86-64-v4 (AVX-512),
-// used when the CPU has it; else 8 floats as target clones for x86-64-v3 and the baseline.
-// Elsewhere (or -DMK_NO_MULTIVERSION): one set for the compiler's target, 16 floats when it
-// has AVX-512, else 8.
+// micro-kernels (mk_cpu_attention_tiles_impl.h) per vector width (mk_cpu_vec_widths.h:
+// AVX-512 and AVX2/baseline on x86-64 Linux, the compiler's target elsewhere) and picks one
+// set at run time.
 #include "mk_cpu.h"
 #include "mk_cpu_rowvec.h"
-#include "mk_cpu_vecmath.h"
 #include "mk_cpu_attention_tiles.h"
 #include <string.h>
 
-#ifdef MK_VEC_DISPATCH   /* mk_cpu_vecmath.h */
-#define RV_W 16
-#define RV_NAME(f) f##_w16
-#define RV_ATTR __attribute__((target("arch=x86-64-v4")))
-#include "mk_cpu_rowvec_impl.h"
-#include "mk_cpu_attention_tiles_impl.h"
-#undef RV_W
-#undef RV_NAME
-#undef RV_ATTR
+#define MK_VEC_IMPL "mk_cpu_rowvec_impl.h"
+#define MK_VEC_IMPL2 "mk_cpu_attention_tiles_impl.h"
+#include "mk_cpu_vec_widths.h"
 
-#define RV_W 8
-#define RV_NAME(f) f##_w8
-#define RV_ATTR __attribute__((target_clones("arch=x86-64-v3", "default")))
-#include "mk_cpu_rowvec_impl.h"
-#include "mk_cpu_attention_tiles_impl.h"
-
-const mk_rowvec_t *mk_rowvec(void) { return mk_vec_wide() ? &rowvec_w16 : &rowvec_w8; }
-const mk_attn_tiles_t *mk_attn_tiles(void) { return mk_vec_wide() ? &attn_tiles_w16 : &attn_tiles_w8; }
-
-#else
-#if defined(__AVX512F__)
-#define RV_W 16
-#else
-#define RV_W 8
-#endif
-#define RV_NAME(f) f##_one
-#define RV_ATTR
-#include "mk_cpu_rowvec_impl.h"
-#include "mk_cpu_attention_tiles_impl.h"
-
-const mk_rowvec_t *mk_rowvec(void) { return &rowvec_one; }
-const mk_attn_tiles_t *mk_attn_tiles(void) { return &attn_tiles_one; }
-#endif
+const mk_rowvec_t *mk_rowvec(void) { return MK_VEC_PICK(rowvec); }
+const mk_attn_tiles_t *mk_attn_tiles(void) { return MK_VEC_PICK(attn_tiles); }
 
 void mk_segment_range(void *vp, long b, long e) {
     mk_segment_pass *s = vp;

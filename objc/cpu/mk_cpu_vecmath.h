@@ -39,7 +39,7 @@ MK_INLINE float mk_expf(float x) {
 // themselves): below -87.3 it gives ~1e-38 instead of 0.
 MK_INLINE float mk_exp_nonpos(float x) { return mk_exp_core(x < -87.3f ? -87.3f : x); }
 
-// The per-width vector code (mk_cpu_rowvec.c, mk_cpu_activation.c): x86-64 GCC on Linux
+// The per-width vector code (mk_cpu_vec_widths.h): x86-64 GCC on Linux
 // builds a 16-float set for x86-64-v4 (AVX-512) and an 8-float set (target clones for
 // x86-64-v3 and the baseline), and mk_vec_wide() picks one at run time; elsewhere (or
 // -DMK_NO_MULTIVERSION) one set for the compiler's target.

@@ -106,32 +106,32 @@ RV_ATTR static void RV_NAME(at_softmax)(const float *St, int nk, long ld, float 
                 for (int r = 0; r < AT_PMR; r++) Pp[t * tile + (long)j * AT_PMR + r] *= inv[t * AT_PMR + r];
 }
 
-// mr queries x one panel of AT_NR output columns, over nk keys: P the query tile's weights
-// (nk rows of AT_PMR), V rows of ldv floats
+// mr queries x one panel of nv vectors (nv = 2: AT_NR output columns; 1: the last RV_W or
+// fewer), over nk keys: P the query tile's weights (nk rows of AT_PMR), V rows of ldv floats
 static inline __attribute__((always_inline)) void RV_NAME(at_pv_tile)(
         const float *P, int nk, const float *V, long ldv, float *O, long ldo,
-        const float *alpha, int nd, const int mr) {
+        const float *alpha, int nd, const int mr, const int nv) {
     VF acc[AT_PMR][2];
     for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = SPLAT(0.0f);
     for (int j = 0; j < nk; j++) {
-        VF b0 = LD(V + (long)j * ldv), b1 = LD(V + (long)j * ldv + RV_W);
+        VF b0 = LD(V + (long)j * ldv), b1 = nv == 2 ? LD(V + (long)j * ldv + RV_W) : b0;
         const float *p = P + (long)j * AT_PMR;
 #pragma GCC unroll 8
         for (int r = 0; r < mr; r++) {
             VF a = AT_BCAST(p[r]);
             acc[r][0] += a * b0;
-            acc[r][1] += a * b1;
+            if (nv == 2) acc[r][1] += a * b1;
         }
     }
     for (int r = 0; r < mr; r++) {
         float *o = O + r * ldo;
-        if (nd == AT_NR) {
+        if (nd == nv * RV_W) {
             ST(o, LD(o) * alpha[r] + acc[r][0]);
-            ST(o + RV_W, LD(o + RV_W) * alpha[r] + acc[r][1]);
+            if (nv == 2) ST(o + RV_W, LD(o + RV_W) * alpha[r] + acc[r][1]);
         } else {                                   // the last columns: through a buffer
             float t[AT_NR];
             memcpy(t, &acc[r][0], RV_W * 4);
-            memcpy(t + RV_W, &acc[r][1], RV_W * 4);
+            if (nv == 2) memcpy(t + RV_W, &acc[r][1], RV_W * 4);
             for (int d = 0; d < nd; d++) o[d] = o[d] * alpha[r] + t[d];
         }
     }
@@ -141,20 +141,24 @@ RV_ATTR static void RV_NAME(at_pv)(const float *Pp, int nq, int nk, const float 
                                    int Ev, float *O, long ldo, const float *alpha, float *vtail) {
     for (int d0 = 0; d0 < Ev; d0 += AT_NR) {       // a panel of V stays in L1 over the query tiles
         int nd = Ev - d0 < AT_NR ? Ev - d0 : AT_NR;
-        const float *Vp = V + d0;
+        int nv = nd > RV_W ? 2 : 1;                // a last panel of RV_W or fewer: one vector
+        const float *Vp = V + d0;                  // (Ev = 40 on AVX-512: 32 + 16, not 32 + 32)
         long lv = ldv;
-        if (nd < AT_NR) {                          // V's last columns, zero-padded to a panel
-            memset(vtail, 0, (size_t)nk * AT_NR * 4);
-            for (int j = 0; j < nk; j++) memcpy(vtail + (long)j * AT_NR, V + (long)j * ldv + d0, (size_t)nd * 4);
+        if (nd < nv * RV_W) {                      // V's last columns, zero-padded to the panel
+            memset(vtail, 0, (size_t)nk * nv * RV_W * 4);
+            for (int j = 0; j < nk; j++) memcpy(vtail + (long)j * nv * RV_W, V + (long)j * ldv + d0, (size_t)nd * 4);
             Vp = vtail;
-            lv = AT_NR;
+            lv = nv * RV_W;
         }
         for (int i = 0; i < nq; i += AT_PMR) {     // Pp's query tiles, each nk x AT_PMR in order
             int mr = nq - i < AT_PMR ? nq - i : AT_PMR;
             const float *P = Pp + (long)(i / AT_PMR) * nk * AT_PMR;
-#define AT_PV(R) RV_NAME(at_pv_tile)(P, nk, Vp, lv, O + (long)i * ldo + d0, ldo, alpha + i, nd, R)
-            AT_CASES(AT_PV, AT_PMR)
-#undef AT_PV
+#define AT_PV2(R) RV_NAME(at_pv_tile)(P, nk, Vp, lv, O + (long)i * ldo + d0, ldo, alpha + i, nd, R, 2)
+#define AT_PV1(R) RV_NAME(at_pv_tile)(P, nk, Vp, lv, O + (long)i * ldo + d0, ldo, alpha + i, nd, R, 1)
+            if (nv == 2) { AT_CASES(AT_PV2, AT_PMR) }
+            else { AT_CASES(AT_PV1, AT_PMR) }
+#undef AT_PV2
+#undef AT_PV1
         }
     }
 }

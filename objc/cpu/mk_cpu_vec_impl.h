@@ -40,7 +40,7 @@ typedef int32_t RV_NAME(vi) __attribute__((vector_size(RV_W * 4)));
 
 // 1 / d lane-wise for finite d >= 1 (the activations' denominators). AVX-512: the 14-bit
 // estimate + one Newton step (~2^-27 relative, no divider); elsewhere a division.
-#if RV_W == 16 && defined(__x86_64__)
+#if RV_W == 16 && defined(__x86_64__) && !defined(MK_VEC_W)
 #include <immintrin.h>
 #define RECIP(din) ({ VF d_ = (din); VF e_ = (VF)_mm512_rcp14_ps((__m512)d_); e_ * (2.0f - d_ * e_); })
 #else

@@ -28,7 +28,9 @@
 #define MK_VEC_PICK(f) (mk_vec_wide() ? &f##_w16 : &f##_w8)
 
 #else
-#if defined(__AVX512F__)
+#if defined(MK_VEC_W)            /* a test build: -DMK_NO_MULTIVERSION -DMK_VEC_W=16 on AVX2 */
+#define RV_W MK_VEC_W
+#elif defined(__AVX512F__)
 #define RV_W 16
 #else
 #define RV_W 8

@@ -299,3 +299,48 @@ def test_networks_with_split_glue(monkeypatch):
             assert max_error(m.call(inp, "cpu"), want) <= tolerance("float32", m.reduction(inp))
     finally:
         mpskern.set_num_threads(old)
+
+
+@pytest.mark.parametrize("threads", [1, 3, 16])
+@pytest.mark.parametrize("bias", [True, False])
+def test_kit_linear_add_is_a_residual_linear_in_place(threads, bias):
+    """Kit.linear_add(z, x, w, b): z + linear(x, w, b) (within the GEMM's tolerance), written
+    into z itself; shapes large enough for the pool (bias as a rank-1 GEMM)."""
+    import mpskern
+    from mpskern import reference
+    old = mpskern.get_num_threads()
+    mpskern.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(threads)
+        z = rng.standard_normal((2, 300, 257)).astype(np.float32)
+        x = rng.standard_normal((2, 300, 130)).astype(np.float32)
+        w = rng.standard_normal((257, 130)).astype(np.float32)
+        b = rng.standard_normal(257).astype(np.float32) if bias else None
+        want = z.astype(np.float64) + reference.linear(x, w, b)
+        got = models.Kit("cpu").linear_add(z, x, w, b)
+        assert got is z
+        assert max_error(got, want) <= tolerance("float32", 131)
+        exact = models.Kit("reference").linear_add(z.astype(np.float64), x, w, b)
+        assert exact.dtype == np.float64
+    finally:
+        mpskern.set_num_threads(old)
+
+
+def test_kit_linear_add_refuses_a_view_it_cannot_write():
+    z = np.zeros((8, 6), np.float32).T
+    with pytest.raises(ValueError, match="C-contiguous"):
+        models.Kit("cpu").linear_add(z, np.ones((6, 4), np.float32), np.ones((8, 4), np.float32))
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_split_and_merge_heads(parts):
+    from mpskern.models.kit import merge_heads, split_heads
+    B, N, H, D = 2, 37, 4, 5
+    y = np.arange(B * N * parts * H * D, dtype=np.float32).reshape(B, N, parts * H * D)
+    got = split_heads(y, parts, H)
+    assert len(got) == parts
+    for i, a in enumerate(got):
+        assert a.shape == (B, H, N, D) and a.flags.c_contiguous
+        want = y[:, :, i * H * D:(i + 1) * H * D].reshape(B, N, H, D).transpose(0, 2, 1, 3)
+        assert np.array_equal(a, want)
+        assert np.array_equal(merge_heads(a), y[:, :, i * H * D:(i + 1) * H * D])

@@ -6,7 +6,7 @@ but its Conv1D weights are stored as torch.nn.Linear's (out, in), the layout
 mpskern.linear and F.linear take (transpose HF's to load them)."""
 import numpy as np
 
-from mpskern.models.kit import contiguous
+from mpskern.models.kit import merge_heads, split_heads
 
 POSITIONS = 1024
 EPS = 1e-5
@@ -55,18 +55,6 @@ def prepare(P):
     return P
 
 
-def _split_heads(qkv, H):
-    """(B, T, 3C) -> q, k, v each (B, H, T, C/H), C order (the attention reads them so)."""
-    B, T, C3 = qkv.shape
-    t = qkv.reshape(B, T, 3, H, C3 // (3 * H)).transpose(2, 0, 3, 1, 4)
-    return [contiguous(a) for a in t]
-
-
-def _merge_heads(o):
-    B, H, T, D = o.shape
-    return contiguous(o.transpose(0, 2, 1, 3)).reshape(B, T, H * D)
-
-
 def forward(kit, P, ids, s):
     H, T = s["heads"], ids.shape[1]
     h = kit.glue("embedding", lambda: P["wte.weight"][ids] + P["wpe.weight"][:T])
@@ -74,12 +62,12 @@ def forward(kit, P, ids, s):
         p = f"h.{i}."
         a = kit.layer_norm(h, P[p + "ln_1.weight"], P[p + "ln_1.bias"], EPS)
         qkv = kit.linear(a, P[p + "attn.c_attn.weight"], P[p + "attn.c_attn.bias"])
-        q, k, v = kit.glue("split heads", _split_heads, qkv, H)
-        o = kit.glue("merge heads", _merge_heads, kit.attention(q, k, v, causal=True))
-        kit.add(h, kit.linear(o, P[p + "attn.c_proj.weight"], P[p + "attn.c_proj.bias"]))
+        q, k, v = kit.glue("split heads", split_heads, qkv, 3, H)
+        o = kit.glue("merge heads", merge_heads, kit.attention(q, k, v, causal=True))
+        kit.linear_add(h, o, P[p + "attn.c_proj.weight"], P[p + "attn.c_proj.bias"])
         a = kit.layer_norm(h, P[p + "ln_2.weight"], P[p + "ln_2.bias"], EPS)
         m = kit.linear(a, P[p + "mlp.c_fc.weight"], P[p + "mlp.c_fc.bias"], act="gelu_tanh")
-        kit.add(h, kit.linear(m, P[p + "mlp.c_proj.weight"], P[p + "mlp.c_proj.bias"]))
+        kit.linear_add(h, m, P[p + "mlp.c_proj.weight"], P[p + "mlp.c_proj.bias"])
     h = kit.layer_norm(h, P["ln_f.weight"], P["ln_f.bias"], EPS)
     return kit.linear(h, P["wte.weight"])
 

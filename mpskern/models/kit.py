@@ -93,6 +93,19 @@ class Kit:
             self._stop(t, f"linear {zv.shape[0]} x {w.shape[1]}->{w.shape[0]} (+= residual)")
         return z
 
+    def heads(self, x, w, b, H):
+        """linear(x, w, b) (x (B, N, C), w (H*D, C)) cut into H heads, (B, H, N, D) in C
+        order as attention reads them: one GEMM per head (w's D rows of that head, read
+        transposed in place) writes each head's matrix where it belongs, so no split-heads
+        transpose copy follows the projection."""
+        B, N, C = x.shape
+        wh = w.reshape(H, -1, C)
+        bh = None if b is None else b.reshape(H, 1, -1)
+        out = np.empty((B, H, N, wh.shape[1]), np.result_type(x, w))
+        for i in range(B):
+            self.gemm(x[i], wh, bh, trans_b=True, out=out[i])
+        return out
+
     def attention(self, q, k, v, causal=False):
         """(B, H, L, E) heads; the float64 reference runs one (batch, head) at a time, so
         its L x S score matrix stays one head's."""
@@ -234,12 +247,12 @@ def _executor(n):
         return _pool
 
 
-def split(f, *arrays, piece=None, **kw):
+def split(f, *arrays, **kw):
     """f(*pieces, **kw) over pieces of `arrays` (equal shapes, the first one written in place)
     on as many threads as the cpu backend uses: numpy's element-wise loops release the GIL,
     so the glue between mpskern's ops is no single-threaded tail (Amdahl) at 16 threads."""
     x = arrays[0]
-    n = min(mpskern.get_num_threads(), x.size // (piece or SPLIT_MIN))
+    n = min(mpskern.get_num_threads(), x.size // SPLIT_MIN)
     if n < 2:
         return f(*arrays, **kw)
     axis = next((i for i, d in enumerate(x.shape) if d >= n), None)
@@ -262,19 +275,19 @@ def _add_act(x, y, act=None):
 
 def contiguous(a):
     """np.ascontiguousarray(a) (a transposed view: head splits, token <-> image layouts),
-    copied on split()'s threads in pieces of SPLIT_MIN / 4 elements and up (a copy does
-    less per element than the element-wise passes: GPT-2's 196 K-element head copies ran
-    on one thread)."""
+    copied on split()'s threads. (Pieces of SPLIT_MIN / 4 were tried: GPT-2's head copies
+    took 2.8x longer at 16 threads on a 16-core Xeon, the hand-offs to Python threads.)"""
     if a.flags.c_contiguous:
         return a
     out = np.empty(a.shape, a.dtype)
-    split(np.copyto, out, a, piece=SPLIT_MIN // 4)
+    split(np.copyto, out, a)
     return out
 
 
 def split_heads(y, parts, H):
     """(B, N, parts * H * D), one linear's result holding `parts` projections side by side
-    (q|k|v), -> `parts` arrays (B, H, N, D) in C order, as attention reads them: one copy."""
+    (q|k|v), -> `parts` arrays (B, H, N, D) in C order, as attention reads them: one copy
+    of all parts (on twice the threads split() gives one of them)."""
     B, N, C = y.shape
     t = y.reshape(B, N, parts, H, C // (parts * H)).transpose(2, 0, 3, 1, 4)
     return list(contiguous(t))

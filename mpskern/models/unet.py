@@ -9,7 +9,7 @@ GELU), 1x1 proj_out, + skip); then the 3x3 stride-2 Downsample2D conv. Inputs: l
 W/2). Parameter names follow diffusers' down_blocks.0 state_dict."""
 import numpy as np
 
-from mpskern.models.kit import merge_heads, split_heads
+from mpskern.models.kit import merge_heads
 
 GROUPS = 32
 RES_EPS = 1e-5
@@ -77,18 +77,8 @@ def check(s):
 
 def prepare(P):
     """forward()'s weights: GEGLU's projection cut into its value and gate halves (two
-    linears, so the gate's GELU can be applied to its own result); the projections that
-    read the same input stacked into one linear (self-attention's q|k|v, cross-attention's
-    k|v): one wide GEMM and one head-split copy instead of a GEMM per head (8 GEMMs of 40
-    columns each took 2.5x the time of one 320-column linear at 16 threads)."""
+    linears, so the gate's GELU can be applied to its own result)."""
     W = dict(P)
-    for name in [k for k in P if k.endswith(".to_k.weight")]:
-        pre = name[:-len("to_k.weight")]
-        kv = [P[pre + "to_k.weight"], P[pre + "to_v.weight"]]
-        if P[pre + "to_q.weight"].shape == kv[0].shape and ".attn1." in pre:
-            W[pre + "to_qkv.weight"] = np.concatenate([P[pre + "to_q.weight"]] + kv)
-        else:
-            W[pre + "to_kv.weight"] = np.concatenate(kv)
     for name in [k for k in P if k.endswith("ff.net.0.proj.weight")]:
         pre = name[:-len("weight")]
         w, b = P[pre + "weight"], P[pre + "bias"]
@@ -99,12 +89,12 @@ def prepare(P):
 
 
 def _attention_add(kit, W, p, z, x, ctx, H):
-    """z += attention block p of x (queries) over ctx (keys and values; None: x itself)."""
-    if ctx is None:
-        q, k, v = kit.glue("split heads", split_heads, kit.linear(x, W[p + "to_qkv.weight"]), 3, H)
-    else:
-        (q,) = kit.glue("split heads", split_heads, kit.linear(x, W[p + "to_q.weight"]), 1, H)
-        k, v = kit.glue("split heads", split_heads, kit.linear(ctx, W[p + "to_kv.weight"]), 2, H)
+    """z += attention block p of x (queries) over ctx (keys and values). q, k, v come from
+    a GEMM per head, written in the head layout (kit.heads). Tried: q|k|v as one stacked
+    linear + one head-split copy: the copies on Python threads took what the GEMMs saved."""
+    q = kit.heads(x, W[p + "to_q.weight"], None, H)
+    k = kit.heads(ctx, W[p + "to_k.weight"], None, H)
+    v = kit.heads(ctx, W[p + "to_v.weight"], None, H)
     o = kit.glue("merge heads", merge_heads, kit.attention(q, k, v))
     return kit.linear_add(z, o, W[p + "to_out.0.weight"], W[p + "to_out.0.bias"])
 
@@ -148,7 +138,7 @@ def forward(kit, W, x, temb, ctx, s):
         z = _proj_in(kit, y, W[a + "proj_in.weight"], W[a + "proj_in.bias"])
         b = a + "transformer_blocks.0."
         n = kit.layer_norm(z, W[b + "norm1.weight"], W[b + "norm1.bias"], LN_EPS)
-        _attention_add(kit, W, b + "attn1.", z, n, None, H)
+        _attention_add(kit, W, b + "attn1.", z, n, n, H)
         n = kit.layer_norm(z, W[b + "norm2.weight"], W[b + "norm2.bias"], LN_EPS)
         _attention_add(kit, W, b + "attn2.", z, n, ctx, H)
         n = kit.layer_norm(z, W[b + "norm3.weight"], W[b + "norm3.bias"], LN_EPS)

@@ -1,7 +1,8 @@
 """cpu conv2d with a stride along the row smaller than the kernel's width (the 7x7/2 stem,
 3x3/2 downsampling) copies the input rows its im2col block reads into column phases
-first (mk_cpu_conv2d.c use_phases: every im2col row a memcpy), and every GEMM path starts
-from the bias (beta 1) instead of adding it after. Both checked against the float64
+first (mk_cpu_conv2d.c use_phases: every im2col row a memcpy), every GEMM path starts
+from the bias (beta 1) instead of adding it after, and small images' single im2col runs
+its rows on the pool. Both checked against the float64
 reference on each block plan (rows of one image, whole images per block, strides 2 and 3,
 dilation, asymmetric padding, groups), float16, a fused activation and non-finite inputs
 and biases, at 1 and 2 threads (conftest's threads fixture)."""
@@ -18,6 +19,9 @@ CASES = [
     ((2, 3, 20, 31), (4, 3, 3, 5), (2, 3), (1, 4), (1, 2), 1),  # stride 3, dilated, odd pad
     ((2, 8, 15, 17), (6, 4, 3, 3), 2, 1, 1, 2),               # 3x3/2 per group
     ((1, 2, 9, 40), (3, 2, 2, 9), (1, 4), (0, 3), 1, 1),      # stride 4 < 9 taps
+    # small images at 2 threads (one im2col, its rows over the pool, one split GEMM)
+    ((1, 64, 7, 7), (32, 64, 3, 3), 1, 1, 1, 1),
+    ((1, 8, 15, 15), (6, 8, 5, 5), 2, 2, 1, 1),
 ]
 
 

@@ -403,6 +403,17 @@ static void bias_act_tile(void *ctx, float *C, int ldc, int rows, int cols) {
     }
 }
 
+// small_images' im2col of one image, its rows over the pool (one thread's 4608 x 49 of
+// 512->512 3x3 @7 waited for by the others)
+typedef struct { const mk_conv2d_args *a; const float *x; float *col; } im2col_job;
+
+static void im2col_rows(void *vc, long b, long e) {
+    const im2col_job *j = vc;
+    const mk_conv2d_args *a = j->a;
+    long PQ = (long)a->P * a->Q;
+    im2col(a, j->x, (long)a->H * a->W, 0, 0, b, e, 0, a->P, 0, a->Q, j->col + b * PQ, PQ);
+}
+
 // Fewer images than threads, each with too few output pixels to give every thread a wide
 // GEMM (late layers at batch 1): cutting pixels would leave each thread a narrow GEMM that
 // packs all the weights again (512->512 3x3 @7: 14 columns a task, 2.2x slower than
@@ -416,7 +427,8 @@ static mk_status small_images(const mk_conv2d_args *a, int pointwise, const void
     for (long n = 0; n < a->N; n++) {
         const float *xn = (const float *)x + n * a->C * HW;
         float *yn = (float *)y + n * a->K * PQ;
-        if (!pointwise) im2col(a, xn, HW, 0, 0, 0, CRS, 0, a->P, 0, a->Q, col, PQ);
+        im2col_job job = {a, xn, col};
+        if (!pointwise) mk_parallel_for(CRS, mk_grain(PQ), im2col_rows, &job);
         bias_act ba = {bias, a->activation, yn};
         mk_sgemm_par_ep(0, 0, a->K, (int)PQ, (int)CRS, 1.0f, w, (int)CRS, pointwise ? xn : col,
                         (int)PQ, 0.0f, yn, (int)PQ, bias || ba.act ? bias_act_tile : NULL, &ba);

@@ -26,7 +26,8 @@ CHILD = """
 import contextlib, io, json, runpy, sys, time
 import mpskern
 g = runpy.run_path(sys.argv[1], run_name="attention_bench")
-g["TARGET_SHAPES"] = ((1, 2, 24, 8),)
+# run_path returns a copy of the script's globals: the shapes main() reads are its own
+g["main"].__globals__["TARGET_SHAPES"] = ((1, 2, 24, 8),)
 real = mpskern.scaled_dot_product_attention
 def planted(mode):
     def f(*a, **kw):

@@ -168,6 +168,74 @@ def test_vector_copied_into_a_local_is_one_vector_access(k):
     assert ld["vector"] == 0.0 and ld["width"]["4"] == 4096
 
 
+
+# A vector copied by initialisation (`float4 v = *p`, a trivial copy lowered to element loads
+# at the kernel's line) once counted as scalar loads while the same copy by assignment
+# (`v = *p`) counted as one vector load; also packed vectors (either form) and structs of
+# vectors. Every form of one copy must count alike: one access of the vector's size.
+COPY_SRC = r"""
+#include <metal_stdlib>
+using namespace metal;
+struct Pair { float4 a; float4 b; };
+#define KERNEL(name, T) kernel void name(const device T* x [[buffer(0)]], device float* y [[buffer(1)]], \
+    uint i [[thread_position_in_grid]], uint l [[thread_position_in_threadgroup]])
+#define SUM4(v) float(v.x) + float(v.y) + float(v.z) + float(v.w)
+KERNEL(f4_init, float) { const device float4* p = (const device float4*)(x + 4 * i); float4 v = *p; y[i] = SUM4(v); }
+KERNEL(f4_assign, float) { const device float4* p = (const device float4*)(x + 4 * i); float4 v; v = *p; y[i] = SUM4(v); }
+KERNEL(f4_auto, float) { auto v = *(const device float4*)(x + 4 * i); y[i] = SUM4(v); }
+KERNEL(f4_compound, float) { float4 v = float4(1.0f); v += *(const device float4*)(x + 4 * i); y[i] = SUM4(v); }
+KERNEL(h4_init, half) { const device half4* p = (const device half4*)(x + 4 * i); half4 v = *p; y[i] = SUM4(v); }
+KERNEL(us4_init, ushort) { ushort4 v = *(const device ushort4*)(x + 4 * i); y[i] = SUM4(v); }
+KERNEL(packed_init, float) { packed_float4 v = *(const device packed_float4*)(x + 4 * i); y[i] = SUM4(v); }
+KERNEL(packed_assign, float) { packed_float4 v; v = *(const device packed_float4*)(x + 4 * i); y[i] = SUM4(v); }
+KERNEL(pair_init, float) { Pair s = *(const device Pair*)(x + 8 * (i / 2)); y[i] = SUM4(s.a) + SUM4(s.b); }
+KERNEL(tg_init, float) {
+    threadgroup float t[4 * 128];
+    for (int j = 0; j < 4; ++j) t[4 * l + j] = x[4 * i + j];
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float4 v = *(threadgroup const float4*)(t + 4 * (127 - l));
+    y[i] = SUM4(v);
+}
+KERNEL(packed_copy, float) {        // a load and a store per element, interleaved
+    if (i < 256) ((device packed_float4*)y)[i] = ((const device packed_float4*)x)[i];
+}
+"""
+
+
+@pytest.mark.parametrize("name,dtype,width", [
+    ("f4_init", np.float32, 16), ("f4_assign", np.float32, 16), ("f4_auto", np.float32, 16),
+    ("f4_compound", np.float32, 16), ("h4_init", np.float16, 8), ("us4_init", np.uint16, 8),
+    ("packed_init", np.float32, 16), ("packed_assign", np.float32, 16), ("pair_init", np.float32, 16),
+    ("tg_init", np.float32, 16)])
+def test_vector_copy_counts_alike_however_it_is_written(name, dtype, width):
+    n = 1024
+    x = (np.arange(4 * n) % 64).astype(dtype)
+    y = np.zeros(n, np.float32)
+    d = _one(mpskern.metal_kernel(COPY_SRC, name)(x, y, grid=n, threadgroup=128, profile=True))
+    xf = x.astype(np.float32).reshape(-1, 4)
+    if name == "pair_init":
+        want = np.repeat(xf.reshape(-1, 2, 4).sum(axis=(1, 2))[:n // 2], 2)
+    elif name == "tg_init":
+        want = xf.sum(axis=1).reshape(-1, 128)[:, ::-1].ravel()
+    else:
+        want = xf.sum(axis=1) + (4 if name == "f4_compound" else 0)
+    np.testing.assert_array_equal(y, want)
+    mem = d["threadgroup"]["load"] if name == "tg_init" else d["device"]["load"]
+    lanes = 2 * n if name == "pair_init" else n          # a Pair is two float4 accesses
+    assert mem["width"][str(width)] == lanes and mem["vector"] == 1.0, (name, mem["width"])
+
+
+def test_interleaved_vector_copy_counts_one_load_and_one_store():
+    x = np.arange(1024, dtype=np.float32)
+    y = np.zeros(1024, np.float32)
+    d = _one(mpskern.metal_kernel(COPY_SRC, "packed_copy")(x, y, grid=1024, threadgroup=128,
+                                                           profile=True))
+    np.testing.assert_array_equal(y, x)
+    for kind in ("load", "store"):
+        m = d["device"][kind]
+        assert m["width"]["16"] == 256 and m["vector"] == 1.0, (kind, m["width"])
+
+
 @pytest.mark.parametrize("stride,conflict", [(1, 1.0), (3, 1.0), (4, 4.0), (8, 8.0), (32, 32.0),
                                              (33, 1.0)])
 def test_bank_conflict_degree(k, stride, conflict):

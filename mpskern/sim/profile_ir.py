@@ -29,7 +29,7 @@ from collections import defaultdict
 from mpskern._errors import KernelCompileError
 from mpskern.sim.profile_ops import base_name, count, is_header, source_line
 
-TABLE_VERSION = 2          # part of the profiling build key: bump when instrument() changes
+TABLE_VERSION = 3          # part of the profiling build key: bump when instrument() changes
 
 
 _META = re.compile(r"^!(\d+) = (?:distinct )?!(\w+)\((.*)\)\s*$")
@@ -171,7 +171,7 @@ def instrument(text):
             groups[m.group(1)] = "sanitize_thread" in m.group(2)
     out = []
     sites, blocks = [None], [None]       # id 0: unattributed / unused
-    site_keys = {}                       # (function, dbg node) -> key of header accesses
+    site_keys = {}                       # (function, dbg node, write) -> key of header accesses
     fn, in_fn, block = None, False, None
     pending_bb = False
     fn_blocks, succ = [], defaultdict(list)     # this function's blocks and CFG
@@ -264,7 +264,9 @@ def instrument(text):
             merge = dm is not None and (header or made_by_compiler or
                                         _vector_access(lines, at, vec_ptrs))
             sid = len(sites)
-            key = site_keys.setdefault((fn, dm.group(1)), sid) if merge else sid
+            # one key per source location and direction: a copy's loads and stores can share
+            # a location (a macro's body) and interleave, yet are never one access
+            key = site_keys.setdefault((fn, dm.group(1), write), sid) if merge else sid
             line = source_line(frames)
             sites.append({"size": size, "write": int(write), "key": key, "merge": int(merge),
                           "line": line if line != "?" else (block["line"] or "?"),

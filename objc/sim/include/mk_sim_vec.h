@@ -77,6 +77,26 @@ template <class T, int S, int... I> struct swz {
 
 template <class T, int N> struct vec_base;
 
+// Copies. The profiling build (mpskern/sim/profile_ir.py) joins the element accesses made
+// inside these headers into one vector access. A defaulted copy is trivial: clang lowers
+// `float4 v = *p` (or the copy of a struct holding a vector, or any packed_vec copy) to
+// element loads at the kernel's own line, which counted as scalar loads while `v = *p`
+// (vec's operator=, below) counted as one vector load. So that build spells every copy
+// out here; the others keep the trivial copy constructor (the same bits either way).
+#if defined(__MPSKERN_PROFILE__)
+#define MK_COPY_CTOR(V, N_) V(const V &o) { for (int i = 0; i < N_; i++) v[i] = o.v[i]; }
+#define MK_PACKED_COPY(N_)                                                                     \
+    MK_COPY_CTOR(packed_vec, N_)                                                               \
+    packed_vec &operator=(const packed_vec &o) { for (int i = 0; i < N_; i++) v[i] = o.v[i]; return *this; }
+#else
+#define MK_COPY_CTOR(V, N_) V(const V &) = default;
+#define MK_PACKED_COPY(N_)
+#endif
+#define MK_VEC_COPY                                                                            \
+    MK_COPY_CTOR(vec, size)                                                                    \
+    vec &operator=(const vec &o) { for (int i = 0; i < size; i++) v[i] = o.v[i]; return *this; }
+
+
 #define MK_VEC_COMMON(N_, S_)                                                                  \
     typedef T value_type;                                                                      \
     static constexpr int size = N_;                                                            \
@@ -110,26 +130,24 @@ template <class T, int N> struct vec_base;
 template <class T> struct alignas(2 * sizeof(T)) vec<T, 2> {
     union { T v[2]; struct { T x, y; }; struct { T r, g; }; MK_SWIZZLES2(T, 2) };
     MK_VEC_COMMON(2, 2)
-    vec(const vec &) = default;
-    vec &operator=(const vec &o) { for (int i = 0; i < size; i++) v[i] = o.v[i]; return *this; }
+    MK_VEC_COPY
 };
 template <class T> struct alignas(4 * sizeof(T)) vec<T, 3> {
     union { T v[4]; struct { T x, y, z; }; struct { T r, g, b; }; MK_SWIZZLES3(T, 4) };
     MK_VEC_COMMON(3, 4)
-    vec(const vec &) = default;
-    vec &operator=(const vec &o) { for (int i = 0; i < size; i++) v[i] = o.v[i]; return *this; }
+    MK_VEC_COPY
 };
 template <class T> struct alignas(4 * sizeof(T)) vec<T, 4> {
     union { T v[4]; struct { T x, y, z, w; }; struct { T r, g, b, a; }; MK_SWIZZLES4(T, 4) };
     MK_VEC_COMMON(4, 4)
-    vec(const vec &) = default;
-    vec &operator=(const vec &o) { for (int i = 0; i < size; i++) v[i] = o.v[i]; return *this; }
+    MK_VEC_COPY
 };
 
 // packed_float3 etc.: element alignment, N elements, converts to and from vec<T,N>.
 template <class T, int N> struct packed_vec {
     union { T v[N]; struct { T x, y, z, w; } ; };
     packed_vec() = default;
+    MK_PACKED_COPY(N)
     packed_vec(const vec<T, N> &o) { for (int i = 0; i < N; i++) v[i] = o.v[i]; }
     template <class A, class... R> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, N>(a, r...)) {}
     operator vec<T, N>() const { vec<T, N> r; for (int i = 0; i < N; i++) r.v[i] = v[i]; return r; }
@@ -139,6 +157,7 @@ template <class T, int N> struct packed_vec {
 template <class T> struct packed_vec<T, 2> {
     union { T v[2]; struct { T x, y; }; };
     packed_vec() = default;
+    MK_PACKED_COPY(2)
     packed_vec(const vec<T, 2> &o) { v[0] = o.v[0]; v[1] = o.v[1]; }
     template <class A, class... R> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, 2>(a, r...)) {}
     operator vec<T, 2>() const { return vec<T, 2>(v[0], v[1]); }
@@ -148,6 +167,7 @@ template <class T> struct packed_vec<T, 2> {
 template <class T> struct packed_vec<T, 3> {
     union { T v[3]; struct { T x, y, z; }; };
     packed_vec() = default;
+    MK_PACKED_COPY(3)
     packed_vec(const vec<T, 3> &o) { for (int i = 0; i < 3; i++) v[i] = o.v[i]; }
     template <class A, class... R> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, 3>(a, r...)) {}
     operator vec<T, 3>() const { return vec<T, 3>(v[0], v[1], v[2]); }

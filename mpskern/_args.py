@@ -1,12 +1,11 @@
 """Argument checks shared by every op: dtype, contiguity, size limits, per-channel
 vectors, out=, backend resolution. Written for a short hot path: a well-formed call pays
 a few attribute reads and dict lookups; the slow branches only run on unusual input."""
-import operator
 import sys
 
 import numpy as np
 
-from mpskern import backends, structs
+from mpskern import backends, shapes, structs
 from mpskern._native import F16, F32
 
 _CODES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16}
@@ -150,7 +149,7 @@ def vector(v, name, n, what, op, writable=False):
 def axis(a, ndim, name, shape, op):
     """A normalised axis in [0, ndim)."""
     try:
-        i = operator.index(a)
+        i = shapes.index(a)
     except TypeError:
         raise TypeError(f"{op}: {name} must be an int, got {a!r}") from None
     if i < -ndim or i >= ndim:
@@ -178,10 +177,8 @@ def real(v, name, op):
 def whole(v, name, op, minimum, note=""):
     """An integer option that must be >= minimum. operator.index semantics: 2.5, "3" and
     True are TypeErrors, not truncated or taken as 1."""
-    if isinstance(v, (bool, np.bool_)):
-        raise TypeError(f"{op}: {name} must be an int, got {v!r}")
     try:
-        i = operator.index(v)
+        i = shapes.index(v)
     except TypeError:
         raise TypeError(f"{op}: {name} must be an int, got {v!r}") from None
     if i < minimum:

@@ -14,11 +14,12 @@ numpy allocation is the fallback (the simulator then copies it).
 """
 import mmap
 import os
-from operator import index
+from math import prod
 
 import numpy as np
 
 from mpskern import _native
+from mpskern.shapes import index
 
 __all__ = ["empty", "page_size", "is_page_aligned"]
 
@@ -59,7 +60,10 @@ def empty(shape, dtype=np.float32):
     if any(s < 0 for s in shape):
         raise ValueError(f"mpskern.empty: negative dimension in shape {shape}")
     page = page_size()
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = prod(shape) * dtype.itemsize     # exact (np.prod's int64 wraps for huge shapes)
+    if nbytes >= 2**63:
+        raise MemoryError(f"mpskern.empty: shape {shape} of {dtype} is {nbytes} bytes, more "
+                          "than any allocation can hold (2**63); pass a smaller shape")
     span = max(-(-nbytes // page), 1) * page           # whole pages, at least one
     try:
         raw = np.frombuffer(_native.GuardedMemory(nbytes, span), np.uint8)

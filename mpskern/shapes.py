@@ -5,9 +5,17 @@ the values and the fix."""
 import operator
 
 
+def index(v):
+    """operator.index refusing booleans (Python's and numpy's): True is not a size, a stride
+    or an axis (torch refuses it too); TypeError as for 2.5 or "3"."""
+    if isinstance(v, bool) or getattr(v, "dtype", None) == bool:
+        raise TypeError(f"a bool is not an integer here: {v!r}")
+    return operator.index(v)
+
+
 def _int(v, name, op):
     try:
-        return operator.index(v)
+        return index(v)
     except TypeError:
         raise TypeError(f"{op}: {name} must be an int or a pair of ints, got {v!r}") from None
 
@@ -59,12 +67,19 @@ def conv_padding(padding, hw, kernel, stride, dilation, op="conv2d"):
     for n, k, s, d, p, axis in ((H, R, sh, dh, pads[0], "height"), (W, S, sw, dw, pads[1], "width")):
         eff = d * (k - 1) + 1
         if eff > n + 2 * p:
-            size = f"{k}" if d == 1 else f"{k}, spanning {eff} with dilation {d}"
-            raise ValueError(f"{op}: the kernel's {axis} ({size}) is larger than the padded "
-                             f"input's {axis} ({n} + 2*{p} = {n + 2 * p}); use a smaller kernel "
-                             "or dilation, more padding, or a larger input")
+            raise window_too_big(op, "the kernel's", axis, k, d, n, p, "kernel or dilation")
         out.append((n + 2 * p - eff) // s + 1)
     return pads, tuple(out)
+
+
+def window_too_big(op, what, axis, k, d, n, p, fix, label=""):
+    """The error for a window (kernel k with dilation d) wider than an input axis of n
+    padded by p on each side: it names the sizes and never an output size (that would be
+    zero or negative)."""
+    size = f"{label}{k}" + ("" if d == 1 else f", spanning {d * (k - 1) + 1} with dilation {d}")
+    return ValueError(f"{op}: {what} {axis} ({size}) is larger than the padded input's {axis} "
+                      f"({n} + 2*{p} = {n + 2 * p}); use a smaller {fix}, more padding, or a "
+                      "larger input")
 
 
 def pool_output_size(n, k, s, p, d, ceil_mode):
@@ -90,10 +105,11 @@ def pool_shape(op, hw, kernel, stride, padding, dilation, ceil_mode):
         raise ValueError(f"{op}: padding={padding!r} is more than half of kernel_size={kernel!r}; "
                          f"padding must be at most kernel_size // 2 = {(k[0] // 2, k[1] // 2)}")
     out = tuple(pool_output_size(hw[i], k[i], s[i], p[i], d[i], ceil_mode) for i in (0, 1))
-    if out[0] < 1 or out[1] < 1:
-        raise ValueError(f"{op}: kernel_size={k} (dilation {d}) is larger than the padded input "
-                         f"{hw[0]}x{hw[1]} + padding {p}; the output would be {out[0]}x{out[1]}. "
-                         "Use a smaller kernel, more padding or a larger input")
+    for i, axis in enumerate(("height", "width")):
+        if out[i] < 1:      # the window spans more than the padded input
+            fix = "kernel_size" if op == "avg_pool2d" else "kernel_size or dilation"
+            raise window_too_big(op, "the window's", axis, k[i], d[i], hw[i], p[i], fix,
+                                 label="kernel_size=")
     return k, s, p, d, out
 
 

@@ -106,7 +106,47 @@ def test_kernel_larger_than_padded_input():
     bad(ValueError, mpskern.conv2d, np.zeros((1, 4, 5, 5), f32), W, dilation=3,
         must=["3, spanning 7 with dilation 3", "padded input"])
     bad(ValueError, mpskern.max_pool2d, np.zeros((1, 1, 2, 2), f32), 3, 1,
-        must=["kernel_size=", "larger than the padded input 2x2"])
+        must=["window's height", r"kernel_size=3\)", r"padded input's height \(2 \+ 2\*0 = 2\)"])
+
+
+@pytest.mark.parametrize("fn,kw,must", [
+    # a huge dilation once gave "the output would be -1073741819x-1073741819"
+    (mpskern.max_pool2d, dict(kernel_size=2, dilation=2**31 - 1),
+     ["window's height", "kernel_size=2, spanning 2147483648 with dilation 2147483647",
+      r"\(8 \+ 2\*0 = 8\)", "smaller kernel_size or dilation"]),
+    (mpskern.max_pool2d, dict(kernel_size=2, dilation=2**63 - 1), ["spanning 9223372036854775808"]),
+    (mpskern.max_pool2d, dict(kernel_size=(1, 2), dilation=(1, 9)), ["window's width", "dilation 9"]),
+    (mpskern.avg_pool2d, dict(kernel_size=2**31 - 1), ["kernel_size=2147483647", "smaller kernel_size,"]),
+    (mpskern.avg_pool2d, dict(kernel_size=(2, 9)), ["window's width", "kernel_size=9"]),
+    (mpskern.conv2d, dict(dilation=2**31 - 1), ["3, spanning 4294967295 with dilation 2147483647"]),
+])
+def test_huge_window_names_its_span_never_a_negative_output(fn, kw, must):
+    args = (X, W) if fn is mpskern.conv2d else (X,)
+    msg = bad(ValueError, fn, *args, **kw, must=must + ["larger than the padded input"])
+    assert not re.search(r"-\d", msg) and "output would be" not in msg, msg
+
+
+@pytest.mark.parametrize("fn,kw", [
+    (mpskern.max_pool2d, dict(kernel_size=True)), (mpskern.max_pool2d, dict(kernel_size=2, stride=True)),
+    (mpskern.max_pool2d, dict(kernel_size=2, padding=True)),
+    (mpskern.max_pool2d, dict(kernel_size=2, dilation=(1, True))),
+    (mpskern.avg_pool2d, dict(kernel_size=(True, 2))), (mpskern.conv2d, dict(stride=True)),
+    (mpskern.conv2d, dict(padding=(True, 0))), (mpskern.conv2d, dict(dilation=np.True_)),
+    (mpskern.softmax, dict(axis=True)), (mpskern.log_softmax, dict(dim=True)),
+    (mpskern.layer_norm, dict(normalized_shape=True)), (mpskern.rms_norm, dict(normalized_shape=(8, True))),
+])
+def test_a_bool_is_not_a_size_or_an_axis(fn, kw):
+    # torch refuses them; True once ran as 1 (kernel_size=True pooled 1x1, axis=True was axis 1)
+    args = (X, W) if fn is mpskern.conv2d else (X,)
+    name = list(kw)[-1].replace("dim", "axis")      # dim= is torch's name for axis=
+    bad(TypeError, fn, *args, **kw, must=[name, "True"])
+
+
+def test_empty_kernel_is_refused_before_the_kernel():
+    # was "check_args: a->R = 0 must be > 0" from the C ABI
+    for ws in ((6, 4, 0, 3), (6, 4, 3, 0)):
+        bad(ValueError, mpskern.conv2d, X, np.zeros(ws, f32),
+            must=[r"weight has shape \(6, 4, \d, \d\)", "empty kernel", ">= 1"])
 
 
 @pytest.mark.parametrize("fn,kw,must", [

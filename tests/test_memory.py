@@ -46,6 +46,19 @@ def test_empty_defaults_and_errors():
         mpskern.empty((2, -1))
 
 
+@pytest.mark.parametrize("shape", [(2**32, 2**32), (2**62, 4), 2**63 - 1])
+def test_empty_of_more_bytes_than_any_allocation_is_a_memory_error(shape):
+    # np.prod's int64 wrapped to 0 bytes: "cannot reshape array of size 0" / an OverflowError
+    with pytest.raises(MemoryError, match=r"mpskern.empty: shape .* bytes, more than any allocation"):
+        mpskern.empty(shape)
+
+
+@pytest.mark.parametrize("shape", [True, (True, 3), (2, np.True_)])
+def test_empty_refuses_a_bool_as_a_size(shape):
+    with pytest.raises(TypeError, match="shape must be an int or a sequence of ints"):
+        mpskern.empty(shape)
+
+
 def test_plain_numpy_arrays_are_usually_not_page_aligned():
     # why mpskern.empty exists: numpy's allocator aligns to 16-64 bytes, not to pages
     offsets = {np.empty(1000, np.float32).ctypes.data % page_size() for _ in range(8)}

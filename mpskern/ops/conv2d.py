@@ -62,6 +62,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, a
         x = x.reshape((1,) + x.shape)
     N, C, H, W = x.shape
     K, Cg, R, S = w.shape
+    if R < 1 or S < 1:
+        raise ValueError(f"{op}: weight has shape {w.shape}: an empty kernel (R, S) = ({R}, {S}); "
+                         "each kernel dimension must be >= 1")
     g = _args.whole(groups, "groups", op, 1)
     act = _args.activation(activation, op)
     if C % g or K % g:

@@ -2,13 +2,12 @@
 the trailing normalized_shape of each row, with torch.nn.functional semantics. Weights and
 biases go to the kernel as float32. Their entries in the op table: LAYER_NORM, RMS_NORM.
 (group_norm and batch_norm, which normalise channels: ops/channel_norm.py.)"""
-import operator
 from math import prod
 
 import numpy as np
 
 from mpskern import _args
-from mpskern import structs
+from mpskern import shapes, structs
 from mpskern.backends.family import Family
 from mpskern.ops.op import NORM_EPS as EPS
 from mpskern.ops.op import Check, Field, Op, normal, torch_call_weights_as_x, vector
@@ -19,13 +18,13 @@ LAYER, RMS = structs.NORM_LAYER, structs.NORM_RMS
 def _normalized_shape(ns, x, op):
     if isinstance(ns, (tuple, list)):
         try:
-            ns = tuple(operator.index(v) for v in ns)
+            ns = tuple(shapes.index(v) for v in ns)
         except TypeError:
             raise TypeError(f"{op}: normalized_shape must be an int or a tuple of ints, "
                             f"got {ns!r}") from None
     else:
         try:
-            ns = (operator.index(ns),)
+            ns = (shapes.index(ns),)
         except TypeError:
             raise TypeError(f"{op}: normalized_shape must be an int or a tuple of ints, "
                             f"got {ns!r}") from None

@@ -73,11 +73,11 @@ def profile(
             fam_n = peaks.chip(family).family
     except ValueError as e:
         _fail(console, str(e))
-    if out is not None:
-        try:
-            open(out, "a").close()
-        except OSError as e:
-            _fail(console, f"--out {out!r} is not writable: {e.strerror}")
+    if out is not None:          # before the run; the check leaves no file behind
+        from mpskern.bench import schema
+        why = schema.unwritable(out, make_folder=False)
+        if why:
+            _fail(console, f"--out {out!r} is not writable: {why}")
     try:
         prof, info = profile_op(op, shape, dtype, config=cfg, family=fam_n, max_groups=max_groups,
                                 sampled_only=not run_all)
@@ -91,8 +91,9 @@ def profile(
         raise
     doc = dict(info, **prof.as_dict(), model=summary.as_dict())
     text = json.dumps(doc, indent=1, default=float)
-    if out is not None:
-        with open(out, "w", encoding="utf-8") as f:
+    if out is not None:          # whole or not at all (a failure or Ctrl-C leaves no torn file)
+        from mpskern.atomic_write import atomic_write
+        with atomic_write(out) as f:
             f.write(text + "\n")
     if as_json:
         typer.echo(text)

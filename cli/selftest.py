@@ -225,7 +225,8 @@ def write_json(path, header, rows, names, dtypes, isolated):
             "summary": {s: sum(r.status == s for r in rows) for s in ("pass", "FAIL", "error", "crashed",
                                                                       "unsupported")},
             "rows": [_row_json(r) for r in rows]}
-    with open(path, "w", encoding="utf-8") as f:
+    from mpskern.atomic_write import atomic_write
+    with atomic_write(path) as f:
         json.dump(data, f, indent=1)
         f.write("\n")
 

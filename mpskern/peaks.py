@@ -15,6 +15,8 @@ import platform
 import time
 from dataclasses import asdict, dataclass
 
+from mpskern.atomic_write import atomic_write
+
 ESTIMATE = "public estimate: GPU cores x 128 ALUs x 2 x clock; memory interface bandwidth"
 
 
@@ -212,10 +214,8 @@ def save_measured(device, peak):
     data[device] = peak.as_dict()
     path = cache_path()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + f".{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_write(path) as f:
         json.dump(data, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
 
 
 def lookup(device):

@@ -8,6 +8,8 @@ import math
 import os
 import warnings
 
+from mpskern.atomic_write import atomic_write
+
 SCHEMA_VERSION = 1
 
 # column -> meaning. Times are milliseconds per call; rows of failed or erroring cases
@@ -255,7 +257,7 @@ def write_csv(path, rows):
     for r in flats:
         cols += [c for c in r if c not in cols]
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with atomic_write(path, newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         for r in flats:

@@ -15,6 +15,8 @@ import statistics
 
 import numpy as np
 
+from mpskern.atomic_write import atomic_write
+
 # (op, shape fields): each op at its `mpskern tune` shape and a smaller one
 CASES = (
     ("gemm", dict(M=1024, N=1024, K=1024, c=0)), ("gemm", dict(M=256, N=256, K=256, c=0)),
@@ -98,9 +100,7 @@ def calibrate(device_name, family, *, cases=CASES, dtypes=("float32",), measure=
             data = {"format": "mpskern-model-calibration", "families": {}}
         data["families"][str(rec["family"])] = rec
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with atomic_write(path) as f:
             json.dump(data, f, indent=1, allow_nan=False)
-        os.replace(tmp, path)
         rec["path"] = path
     return rec

@@ -6,6 +6,7 @@ import html
 import os
 import re
 
+from mpskern.atomic_write import atomic_write
 from mpskern.report import figures
 from mpskern.report.compare import regressions
 from mpskern.report.data import backend_sort_key, latest, shape_order, with_throughput
@@ -169,9 +170,9 @@ def build(df, out, cmp=None, title="mpskern benchmark report", info=None):
                         "FLOP/s peak (float16 on a CPU). A measured CPU peak is the best of "
                         "numpy's sgemm and of the cases measured on the machine."))
     index = os.path.join(out, "index.html")
-    with open(index, "w", encoding="utf-8") as f:
+    with atomic_write(index) as f:
         f.write(to_html(blocks, title))
-    with open(os.path.join(out, "report.md"), "w", encoding="utf-8") as f:
+    with atomic_write(os.path.join(out, "report.md")) as f:
         f.write(to_markdown(blocks))
     return index
 

@@ -29,6 +29,8 @@ import time
 import warnings
 from dataclasses import dataclass, field
 
+from mpskern.atomic_write import atomic_write
+
 FORMAT = "mpskern-tuning-db"
 VERSION = 1
 DEFAULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "defaults")
@@ -366,20 +368,8 @@ def _save(new_entries, path):
         kept = []
     replace = {e.key() for e in new_entries}
     entries = [e for e in kept if e.key() not in replace] + list(new_entries)
-    d = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tuning-", suffix=".json", dir=d or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dump(entries))
-            f.flush()
-            os.fsync(f.fileno())           # on disk before the rename: never an empty file
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_write(path) as f:        # never an empty or torn database
+        f.write(dump(entries))
 
 
 def merge(src_path, dst_path=None):

@@ -130,6 +130,45 @@ def test_vectors_swizzles_layout_half_literals():
         np.testing.assert_array_equal(out[i, 2], [3.5, 3.75, 1.0, 30.0])
 
 
+
+PACKED = HEAD + """
+float4 same4(float4 a) { return a; }
+float3 from_packed3(const device packed_float3* p, uint i) { return p[i]; }   // copy-init on return
+kernel void packed(device const packed_float4* p4 [[buffer(0)]], device const packed_float3* p3 [[buffer(1)]],
+                   device const packed_half2* h2 [[buffer(2)]], device packed_float4* q4 [[buffer(3)]],
+                   device float4* out [[buffer(4)]], uint i [[thread_position_in_grid]]) {
+    float4 a = p4[i];                 // packed -> aligned by copy-initialisation (MSL allows it)
+    float4 b; b = p4[i];              // ... by assignment
+    packed_float4 t = a;              // aligned -> packed
+    float3 c = from_packed3(p3, i);
+    half2 h = h2[i];
+    out[4 * i + 0] = a + b;
+    out[4 * i + 1] = same4(p4[i]) * 2.0f;       // as an argument
+    out[4 * i + 2] = float4(c, float(h.x + h.y));
+    out[4 * i + 3] = p4[i] + t;                 // arithmetic on packed vectors
+    q4[i] = a * 3.0f;
+}
+"""
+
+
+def test_packed_vectors_convert_to_aligned_ones_implicitly():
+    # `float4 v = packed_value` (copy-initialisation, assignment, return, argument) was refused
+    # as "ambiguous" (vec's constructor and packed_vec's conversion operator both applied)
+    p4 = np.arange(16, dtype=np.float32)
+    p3 = np.arange(12, dtype=np.float32) + 100
+    h2 = np.arange(8, dtype=np.float16)
+    q4 = np.zeros(16, np.float32)
+    out = np.zeros((4, 4, 4), np.float32)
+    run(PACKED, "packed", p4, p3, h2, q4, out, grid=(4,), tg=(4,))
+    v = p4.reshape(4, 4)
+    np.testing.assert_array_equal(out[:, 0], 2 * v)
+    np.testing.assert_array_equal(out[:, 1], 2 * v)
+    np.testing.assert_array_equal(out[:, 2, :3], p3.reshape(4, 3))
+    np.testing.assert_array_equal(out[:, 2, 3], h2.reshape(4, 2).astype(np.float32).sum(axis=1))
+    np.testing.assert_array_equal(out[:, 3], 2 * v)
+    np.testing.assert_array_equal(q4.reshape(4, 4), 3 * v)
+
+
 ATOM = HEAD + """
 kernel void hist(device const uint* x [[buffer(0)]], device atomic_uint* bins [[buffer(1)]],
                  device atomic_float* total [[buffer(2)]], threadgroup uint* local [[threadgroup(0)]],

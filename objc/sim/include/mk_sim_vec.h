@@ -143,14 +143,15 @@ template <class T> struct alignas(4 * sizeof(T)) vec<T, 4> {
     MK_VEC_COPY
 };
 
-// packed_float3 etc.: element alignment, N elements, converts to and from vec<T,N>.
+// packed_float3 etc.: element alignment, N elements, converts to and from vec<T,N> (one way
+// each: vec's constructor from packed_vec and packed_vec's from vec; a conversion operator
+// as well made `float4 v = packed` ambiguous, which MSL accepts).
 template <class T, int N> struct packed_vec {
     union { T v[N]; struct { T x, y, z, w; } ; };
     packed_vec() = default;
     MK_PACKED_COPY(N)
     packed_vec(const vec<T, N> &o) { for (int i = 0; i < N; i++) v[i] = o.v[i]; }
     template <class A, class... R> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, N>(a, r...)) {}
-    operator vec<T, N>() const { vec<T, N> r; for (int i = 0; i < N; i++) r.v[i] = v[i]; return r; }
     T &operator[](int i) { return v[i]; }
     const T &operator[](int i) const { return v[i]; }
 };
@@ -160,7 +161,6 @@ template <class T> struct packed_vec<T, 2> {
     MK_PACKED_COPY(2)
     packed_vec(const vec<T, 2> &o) { v[0] = o.v[0]; v[1] = o.v[1]; }
     template <class A, class... R> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, 2>(a, r...)) {}
-    operator vec<T, 2>() const { return vec<T, 2>(v[0], v[1]); }
     T &operator[](int i) { return v[i]; }
     const T &operator[](int i) const { return v[i]; }
 };
@@ -170,7 +170,6 @@ template <class T> struct packed_vec<T, 3> {
     MK_PACKED_COPY(3)
     packed_vec(const vec<T, 3> &o) { for (int i = 0; i < 3; i++) v[i] = o.v[i]; }
     template <class A, class... R> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, 3>(a, r...)) {}
-    operator vec<T, 3>() const { return vec<T, 3>(v[0], v[1], v[2]); }
     T &operator[](int i) { return v[i]; }
     const T &operator[](int i) const { return v[i]; }
 };

@@ -168,6 +168,10 @@ def alias(value, name, own, own_name, default, op):
 
 
 def real(v, name, op):
+    """A real-number option. float() semantics but for text ("1e-5", b"2": float() parses
+    them) and arrays of one element or more (a shape mistake): TypeErrors."""
+    if isinstance(v, (str, bytes, bytearray)) or (isinstance(v, np.ndarray) and v.ndim):
+        raise TypeError(f"{op}: {name} must be a real number, got {v!r}")
     try:
         return float(v)
     except (TypeError, ValueError):

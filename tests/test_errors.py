@@ -331,3 +331,17 @@ def test_valid_but_unsupported_is_one_exception_type():
     assert mpskern.matmul(a, a, backend="cpu").shape == (65536, 1, 1)
     with pytest.raises(mpskern.Unsupported, match="no softmax kernel"):
         Backend("partial").execute("softmax", {}, 0, a, a)
+
+
+@pytest.mark.parametrize("fn,args,kw", [
+    (mpskern.layer_norm, (X, 8), dict(eps="1e-5")), (mpskern.rms_norm, (X, 8), dict(eps=np.str_("1"))),
+    (mpskern.group_norm, (X, 2), dict(eps=b"0.1")),
+    (mpskern.batch_norm, (X, np.zeros(4, f32), np.ones(4, f32)), dict(momentum="0.1", training=True)),
+    (mpskern.gemm, (X[0, 0], X[0, 0]), dict(alpha="2")), (mpskern.gemm, (X[0, 0], X[0, 0], X[0, 0]), dict(beta=b"1")),
+    (mpskern.scaled_dot_product_attention, (X, X, X), dict(scale="1")),
+    (mpskern.layer_norm, (X, 8), dict(eps=np.array([1e-5]))),
+])
+def test_text_is_not_a_real_number(fn, args, kw):
+    # float() parses "1e-5" and b"2": such options ran as numbers
+    name = next(iter(kw))
+    bad(TypeError, fn, *args, **kw, must=[f"{name} must be a real number"])

@@ -227,7 +227,8 @@ def bench(
     if as_json:
         sys.stdout.write(json.dumps(schema.clean(rows), allow_nan=False, indent=1) + "\n")
     else:
-        tty.wide(200).print(_table(name, rows))
+        con = tty.wide(200)
+        con.print(tty.fit(con, _table(name, rows)))
     if path:
         err.print(f"{len(rows)} rows appended to {path}" + (f"; CSV: {csv}" if csv else ""))
     bad = [r for r in rows if r["status"] != "ok" and r["backend_kind"] == "mpskern"]

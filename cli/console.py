@@ -7,7 +7,8 @@
   grep it. Tables still fit the terminal (wide() for a pipe or a file).
 """
 import typer
-from rich.console import Console
+from rich.console import Console, Group
+from rich.measure import Measurement
 from rich.text import Text
 
 
@@ -20,6 +21,25 @@ def wide(width, stderr=False):
     terminal), one `width` columns wide so tables keep whole cells."""
     c = console(stderr)
     return c if c.is_terminal else console(stderr, width=width)
+
+
+def fit(con, table):
+    """`table` when `con` is wide enough for it, else its rows as blocks of "column: value"
+    lines, empty and "-" cells left out (a headerless table: "name: value" lines): narrower
+    than its cells (a 40-column terminal) a table cuts every cell to "…", numbers included."""
+    if Measurement.get(con, con.options.update(max_width=10**6), table).minimum <= con.width:
+        return table
+    cols = [(str(c.header), list(c.cells)) for c in table.columns]
+    out = [Text(str(table.title), style="italic")] if table.title else []
+    for r in range(table.row_count):
+        cells = [(h, cs[r] if isinstance(cs[r], Text) else Text(str(cs[r]))) for h, cs in cols]
+        if not table.show_header:
+            out.append(Text(": ").join(v for _, v in cells if v.plain.strip()))
+            continue
+        for i, (h, v) in enumerate(cells):
+            if v.plain.strip() not in ("", "-") or not i:
+                out.append(Text.assemble("  " if i else "", (f"{h}: ", "bold"), v))
+    return Group(*out)
 
 
 def styled(text, style):

@@ -1,7 +1,6 @@
 """`mpskern devices`: every backend, available or not, and why (mpskern.devices())."""
 import os
 
-from rich.measure import Measurement
 from rich.table import Table
 
 import mpskern
@@ -33,21 +32,8 @@ def devices():
                f"{d.peak_gflops_fp32:.0f} GFLOP/s" if d.peak_gflops_fp32 else "-",
                f"{d.peak_gbps:.0f} GB/s" if d.peak_gbps else "-"]
         t.add_row(*(row + ([d.reason] if wide else [])))
-    if Measurement.get(console, console.options.update(max_width=10**6), t).minimum > console.width:
-        _as_lines(console, devs)   # the table would cut every cell to "c…": one block a backend
-        return
-    console.print(t)
+    console.print(tty.fit(console, t))   # narrow: one block a backend
     if not wide:
         for d in devs:
             console.print(f"{d.backend}: {d.reason}", soft_wrap=False)   # read, not grepped
 
-
-def _as_lines(console, devs):
-    console.print("mpskern backends")
-    for d in devs:
-        facts = [("available" if d.available else "not available"), d.name if d.available else None,
-                 f"Apple{d.family}" if d.family else None, _gib(d.memory) if d.memory else None,
-                 f"peak FP32 {d.peak_gflops_fp32:.0f} GFLOP/s" if d.peak_gflops_fp32 else None,
-                 f"peak BW {d.peak_gbps:.0f} GB/s" if d.peak_gbps else None]
-        console.print(f"{d.backend}: " + ", ".join(f for f in facts if f), soft_wrap=False)
-        console.print(f"  {d.reason}", soft_wrap=False)

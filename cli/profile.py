@@ -112,7 +112,7 @@ def _print_model(console, s, prof):
     for d, e in zip(prof.dispatches, s.dispatches):
         t.add_row(d["kernel"], report.ms(e.lower_ms), report.ms(e.estimate_ms), e.bound,
                   f"{e.simdgroups_per_core:g} ({e.occupancy_limit}, {e.registers} registers)")
-    console.print(t)
+    console.print(tty.fit(console, t))
     pct = s.roofline_pct
     console.print(f"total: lower bound {report.ms(s.lower_ms)}, estimate {report.ms(s.estimate_ms)}"
                   + (f"; {pct:.0f}% of the op's roofline ({report.ms(s.roofline_ms)})" if pct else "")
@@ -140,7 +140,7 @@ def _print(console, info, prof, nlines):
         for section, what, value in report.dispatch_rows(d):
             t.add_row(section if section != last else "", what, value)
             last = section
-        console.print(t)
+        console.print(tty.fit(console, t))
         hot = report.hot_lines(d, nlines)
         if hot:
             h = Table(title="hot source lines (memory instructions)", box=box.SIMPLE_HEAD,
@@ -150,4 +150,4 @@ def _print(console, info, prof, nlines):
             h.add_column("", overflow="fold")
             for row in hot:
                 h.add_row(*row)
-            console.print(h)
+            console.print(tty.fit(console, h))

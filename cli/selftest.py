@@ -351,7 +351,7 @@ def selftest(
         isolate = not sys.stdout.isatty()
     runner = run_isolated if isolate else run
     rows = runner(names, dtypes, seed, cases, progress if err.is_terminal else None)
-    out.print(table(rows))
+    out.print(tty.fit(out, table(rows)))
     bad = failed(rows)
     for r in rows:
         if r.status == "unsupported" or r in bad:
@@ -393,7 +393,7 @@ def _calibrate(out, err, measure=None):
         t.add_row(r["op"], ",".join(f"{k}={v}" for k, v in r["shape"].items()), r["dtype"],
                   f"{r['measured_ms']:.4g}", f"{r['modelled_ms']:.4g}",
                   f"{r['ratio']:.2f}" if r["ratio"] else "-")
-    out.print(t)
+    out.print(tty.fit(out, t))
     out.print(f"factor {rec['factor']:.2f} (median of {rec['cases']} cases; p10-p90 "
               f"{rec['spread'][0]:.2f}-{rec['spread'][1]:.2f}) recorded in {rec['path']}; the "
               f"model's estimates for apple{rec['family']} are multiplied by it from now on")

@@ -172,7 +172,7 @@ def _tune(console, op, shape, dtype, backend, budget, reps, verbose):
             t.add_row(_fmt(tr.config) + (" (default)" if tr.is_default else ""), tr.status,
                       _ms(tr.median_ms), _ms(tr.min_ms), str(len(tr.times_ms)),
                       f"{tr.error:.2g}" if tr.error is not None else "-", tr.reason)
-        console.print(t)
+        console.print(tty.fit(console, t))
     counts = ", ".join(f"{v} {k}" for k, v in sorted(res.counts().items()))
     console.print(tty.line(f"{'x'.join(map(str, r.key.shape))}: {res.elapsed_s:.1f} s of a "
                            f"{res.budget_s:g} s budget; candidates: {counts}",
@@ -194,7 +194,7 @@ def _summary(console, op, dtype, backend, reps, results):
                   _ms(res.best.median_ms) if res.best else "-",
                   _fmt(d.config, True) if d else "-", _ms(d.median_ms) if d else "-",
                   f"{res.speedup:.2f}x" if res.speedup else "-")
-    console.print(t)
+    console.print(tty.fit(console, t))
     timer = (f"modelled GPU time of {dev['model_chip']} (not measured)" if "model_chip" in dev
              else "simulator CPU time" if dev.get("is_simulator") else "GPU time")
     tiles = "; tiles BMxBNxBK/WMxWN" if results[0].key.op in ("gemm", "conv2d") else ""
@@ -227,4 +227,4 @@ def _list(console, tdb):
             sp = f"{e.default_time_ms / e.time_ms:.2f}x" if e.time_ms and e.default_time_ms else "-"
             t.add_row(e.op, e.dtype, "x".join(map(str, e.shape)) if e.shape else (e.bucket or "*"),
                       _fmt(e.config), _ms(e.time_ms), sp, str(e.provenance.get("date", ""))[:10])
-        console.print(t)
+        console.print(tty.fit(console, t))

@@ -42,7 +42,9 @@ def test_list_is_readable_in_80_columns(monkeypatch, tmp_path):
     for cell in ("mpskern simulator (apple8) (sim)", "conv2d", "float16", "1x64x3136x576",
                  "variant=simd", "12.5", "1.60x", "2026-11-29"):
         assert cell in r.output, (cell, r.output)
-    assert max(len(line) for line in r.output.splitlines()) <= 80
+    # the first line names the database's path (tmp_path: its length varies with pytest's
+    # run counter, pytest-99 vs pytest-991); the table's lines fit
+    assert max(len(line) for line in r.output.splitlines()[1:]) <= 80
 
 
 def test_tune_help_in_the_command_list_is_not_broken_mid_sentence(monkeypatch):

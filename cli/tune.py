@@ -77,7 +77,7 @@ def _run(console, tdb, op, backend, dtype, shape, budget, stride, padding, group
             n = tdb.merge(merge)
         except ValueError as e:
             tty.error(str(e))
-        console.print(f"merged {n} entries of {merge} into {tdb.user_path()}")
+        console.print(f"merged {n} entries of {merge} into {tdb.user_path()}", overflow="fold")
         return
     if list_db:
         _list(console, tdb)
@@ -206,17 +206,17 @@ def _list(console, tdb):
     d = tdb.user_db()
     path = tdb.user_path()
     if d.problem:
-        console.print(tty.styled(f"{path} is unusable: {d.problem}", "red"))
+        console.print(tty.styled(f"{path} is unusable: {d.problem}", "red"), overflow="fold")
         return
     if not len(d):
-        console.print(f"{path}: no entries yet (run mpskern tune OP)")
+        console.print(f"{path}: no entries yet (run mpskern tune OP)", overflow="fold")
         return
     # one table per device (the device name as its title) and short cells kept whole, so
     # the listing stays readable in an 80-column terminal
     groups = {}
     for e in d.entries:
         groups.setdefault((e.device or e.architecture or "any device", e.backend), []).append(e)
-    console.print(f"{path}: {len(d)} entries")
+    console.print(f"{path}: {len(d)} entries", overflow="fold")
     for (device, backend), entries in groups.items():
         t = Table(title=f"{device} ({backend})", title_justify="left", box=box.SIMPLE_HEAD,
                   show_edge=False, pad_edge=False, collapse_padding=True)

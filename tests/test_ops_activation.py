@@ -90,6 +90,30 @@ CONVS = {   # name: (x, w shapes, bias, options); which cpu path each takes is i
 }
 
 
+# cpu Winograd F(4x4) rows written in place (Q a multiple of 4, float32) are activated in
+# runs of whole rows, across tile rows and up to 4096 floats, a run ending at an image's or
+# channel's plane: planes of 16x12 (two images), 8x8 (six: a task spans images) and 68x68
+# (4624 floats: a capped run)
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", [(2, 8, 16, 12), (6, 8, 8, 8), (1, 8, 68, 68)],
+                         ids=["2x16x12", "6x8x8", "1x68x68"])
+@pytest.mark.parametrize("act", ACTS)
+def test_winograd_rows_activated_in_runs_cpu(shape, act, threads, monkeypatch):
+    monkeypatch.setenv("MPSKERN_CPU_CONV", "winograd")
+    rng = np.random.default_rng(3)
+    x = _r(rng, shape, np.float32)
+    w = _r(rng, (6, shape[1], 3, 3), np.float32, (shape[1] * 9) ** -0.5)
+    b = _r(rng, 6, np.float32)
+    before = mpskern.get_num_threads()
+    mpskern.set_num_threads(threads)
+    try:
+        got = mpskern.conv2d(x, w, b, padding=1, activation=act, backend="cpu")
+    finally:
+        mpskern.set_num_threads(before)
+    want = refs.conv2d(x, w, b, padding=1, activation=act)
+    refs.assert_close(got, want, np.float32, terms=shape[1] * 9, what=f"{shape} {act} {threads}")
+
+
 @pytest.mark.parametrize("dtype", refs.DTYPES, ids=["f32", "f16"])
 @pytest.mark.parametrize("case", sorted(CONVS))
 @pytest.mark.parametrize("act", ACTS)

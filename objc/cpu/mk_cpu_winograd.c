@@ -312,6 +312,8 @@ input_block(const wino_ctx *t, int m, int al, tf1d bt, int g, long u0, long u1, 
                  (long)Cg * ldv, T);
 }
 
+#define ACT_RUN 4096                 // floats activated in one call at most (16 KiB: L1)
+
 /* ---- output transform of tile rows [u0, u1) for output channel k: y = A^T M A + bias,
    where Mk[pos * pstride + tile] holds channel k's products */
 static inline __attribute__((always_inline)) void
@@ -326,7 +328,9 @@ output_block(const wino_ctx *t, int m, int al, tf1d at, int g, long u0, long u1,
     for (int r = 0; r < m; r++) tf_tiles(at, E + r * al * T, T, O + r * m * T, T, T);
     long kg = (long)g * Kg + k;
     float bias = t->bias ? t->bias[kg] : 0.0f;
-    for (long u = u0; u < u1; u++) {
+    float *run = NULL;                     // rows written in place and not yet activated:
+    long run_n = 0;                        // contiguous, activated in one call (rows of Q = 28
+    for (long u = u0; u < u1; u++) {       // a call cost 2.6x the long-row price per value)
         long n = u / t->TH, tile0 = (u - u0) * TW;
         int ty = (int)(u % t->TH);
         long yoff = (n * a->K + kg) * PQ;
@@ -338,12 +342,19 @@ output_block(const wino_ctx *t, int m, int al, tf1d at, int g, long u0, long u1,
             float *yrow = f32 ? (float *)t->y + yoff + (long)p * Q : NULL;
             float *dst = direct ? yrow : orow;
             scatter_row(m, O + r * m * T + tile0, T, TW, bias, dst);
+            if (direct) {                  // fused: the run just written, in L1
+                if (run && run + run_n == yrow && run_n < ACT_RUN) { run_n += Q; continue; }
+                if (run) mk_activate(run, run_n, a->activation);
+                run = yrow;
+                run_n = Q;
+                continue;
+            }
             mk_activate(dst, Q, a->activation);   // fused: the row just written, in L1
-            if (direct) continue;
             if (f32) memcpy(yrow, orow, (size_t)Q * 4);
             else mk_f2h(orow, (mk_half *)t->y + yoff + (long)p * Q, Q);
         }
     }
+    if (run) mk_activate(run, run_n, a->activation);
 }
 
 static inline __attribute__((always_inline)) void

@@ -99,7 +99,7 @@ inline mk_conv_view mk_conv_locate(uint z, constant mk_conv2d_args& a)
 #define MK_CONV_HALO 0
 #endif
 #ifndef MK_CONV_HALO_CAP
-#define MK_CONV_HALO_CAP 2560     // halo elements (tuning/tiles.py HALO_CAP, passed in)
+#define MK_CONV_HALO_CAP 1788     // halo elements (tuning/tiles.py HALO_CAP, passed in)
 #endif
 #define MK_CONV_TP (MK_BN / 8)
 
@@ -156,48 +156,76 @@ inline mk_conv_tap mk_conv_split(int kd, constant mk_conv2d_args& a, thread cons
     return t;
 }
 
+// a tap stepped forward by a decomposed step (compares and carries, no division)
+inline mk_conv_tap mk_conv_tap_next(mk_conv_tap t, thread const mk_conv_tap& step,
+                                    constant mk_conv2d_args& a)
+{
+    t.s += step.s;
+    if (t.s >= a.S) {
+        t.s -= a.S;
+        t.r += 1;
+    }
+    t.r += step.r;
+    if (t.r >= a.R) {
+        t.r -= a.R;
+        t.c += 1;
+    }
+    t.c += step.c;
+    return t;
+}
+
 // The halo of a 2-D tile (MK_CONV_HALO 1): input rows hlo .. hlo+HR-1 of each channel of
-// the slice, and per row the NV aligned 4-wide chunks from the one holding column wa (the
-// tile's first input column): row hr of slice channel cl at halo[(cl*HR + hr)*HLD], input
-// column w of input row h at ((row h's offset in x + wa) & 3) + w - wa (chunks keep their
-// alignment: stored 4-wide as loaded, whatever W is). HLD is 4 modulo 8 elements: the 8
-// output rows of a tile, which lanes of one SIMD-group read together (mk_conv_halo_slice),
-// start in 8 different 4-bank groups. gpu/conv2d.py's halo_plane is the same arithmetic
-// (it decides that CB >= 1 channels fit in MK_CONV_HALO_CAP).
-struct mk_conv_halo {
-    int HR, NV, HLD, PL, CB, hlo, wa, G, total;   // G: x offset of (channel 0, hlo, wa)
-    int last;                                     // x's last whole 4-aligned chunk
-    int cl0, hr0, ch0, drow, dch;     // the thread's first (channel, row, chunk) and its step
+// the slice, columns wa .. wa+SPAN-1, staged per channel slice with zeros outside the image
+// (so nothing that reads it checks a bound). Its layout comes from the host
+// (gpu/conv2d.py halo_layout, buffer 5: one place decides it): input column wa+u of halo
+// row hr of slice channel cl at Hs[cl*PL + hr*HLD + col(u)]. VEC (stride 1, every row of x
+// 4-aligned alike: W and H*W multiples of 4): chunks stored 4-wide where they were loaded,
+// col(u) = al + u, al = wa & 3 the same for every row; else element by element, col(u) = u,
+// or at stride 2 (H2 > 0) the two column phases apart, (u & 1)*H2 + (u >> 1). Pixel q of a
+// tap column u0 is at col(u0) + q*ES (ES: 1 at strides 1 and 2, else the stride). HLD and PL
+// are chosen there so that the 8 im2col rows x 4 pixels a fragment load reads
+// (mk_conv_halo_step), and with VEC the staging stores, use every bank alike.
+struct mk_conv_layout {
+    int HLD, PL, H2, ES, CB, HR, NV, SPAN, VEC;   // NV: 4-wide chunks per staged row
 };
 
-inline mk_conv_halo mk_conv_halo_at(constant mk_conv2d_args& a, thread const mk_conv_view& v,
+inline int mk_conv_col(int u, constant mk_conv_layout& L)
+{
+    return L.H2 != 0 ? (u & 1) * L.H2 + (u >> 1) : u;
+}
+
+// The first input column's place in a VEC halo row (0 otherwise): x's 4-alignment of wa.
+inline int mk_conv_halo_al(thread const mk_conv_tile& t, constant mk_conv_layout& L,
+                           constant mk_conv2d_args& a)
+{
+    return L.VEC != 0 ? (t.q0 * a.stride_w - a.pad_w) & 3 : 0;
+}
+
+struct mk_conv_halo {
+    int hlo, wa, al, total, last;     // al: mk_conv_halo_al; last: x's last whole chunk
+    int cl0, hr0, ch0, dcl, dch;      // the thread's first (channel, row, chunk) and its step
+};
+
+inline mk_conv_halo mk_conv_halo_at(constant mk_conv2d_args& a, constant mk_conv_layout& L,
                                     thread const mk_conv_tile& t, int tid)
 {
     mk_conv_halo h = {};
     if (!MK_CONV_HALO) {
         return h;
     }
-    h.HR = (MK_CONV_TP - 1) * a.stride_h + (a.R - 1) * a.dil_h + 1;
-    const int span = 7 * a.stride_w + (a.S - 1) * a.dil_w + 1;
-    h.NV = (span + 6) >> 2;
-    h.HLD = (4 * h.NV) | 4;
-    h.PL = h.HR * h.HLD;
-    // whole slices of BK im2col rows per channel slice where that fits, else a multiple of
-    // 4 channels (so every slice of the weights starts 4-aligned)
-    int cb = max(1, MK_CONV_HALO_CAP / h.PL);
-    cb = cb >= MK_BK ? cb - cb % MK_BK : (cb >= 4 ? cb & ~3 : cb);
-    h.CB = min(cb, v.Cg);
     h.hlo = t.p0 * a.stride_h - a.pad_h;
     h.wa = t.q0 * a.stride_w - a.pad_w;
-    h.G = (t.n * a.C + v.g * v.Cg) * a.H * a.W + h.hlo * a.W + h.wa;
+    h.al = mk_conv_halo_al(t, L, a);
     h.total = a.N * a.C * a.H * a.W;
     h.last = (h.total - 4) & ~3;
-    const int row = tid / h.NV;
-    h.ch0 = tid - row * h.NV;
-    h.cl0 = row / h.HR;
-    h.hr0 = row - h.cl0 * h.HR;
-    h.drow = MK_NT / h.NV;
-    h.dch = MK_NT - h.drow * h.NV;
+    // items (row, channel, chunk), chunks fastest, then CB channels (so the 8 rows a
+    // SIMD-group's stores reach are 8 channels' or rows' alike: halo_layout's pitches)
+    const int row = tid / L.NV;
+    h.ch0 = tid - row * L.NV;
+    h.hr0 = row / L.CB;
+    h.cl0 = row - h.hr0 * L.CB;
+    h.dcl = MK_NT / L.NV;
+    h.dch = MK_NT - h.dcl * L.NV;
     return h;
 }
 
@@ -255,41 +283,65 @@ inline void mk_conv_gather_restart(thread mk_conv_gather& g, int c0,
 }
 
 // Stage the halo of channels [c0, c0 + CB) of image n (xg: its channel 0 of group g, an
-// offset into x). Rows outside the image are skipped (the gather reads them as padding).
+// offset into x): per (channel, row) the NV aligned 4-wide chunks from the one holding
+// column wa, each element stored at its column's place, 0 outside the image.
 template <typename T>
-inline void mk_conv_halo_stage(threadgroup T* Hs, thread const mk_conv_halo& h, int c0,
-                               int xg, const device T* x, constant mk_conv2d_args& a,
+inline void mk_conv_halo_stage(threadgroup T* Hs, thread const mk_conv_halo& h,
+                               constant mk_conv_layout& L, int c0, int xg,
+                               const device T* x, constant mk_conv2d_args& a,
                                thread const mk_conv_view& v, int tid)
 {
-    const int items = min(h.CB, v.Cg - c0) * h.HR * h.NV;
+    typedef typename mk_vec<T>::v4 V;
+    const int nch = min(L.CB, v.Cg - c0);
     int cl = h.cl0, hr = h.hr0, ch = h.ch0;
-    for (int i = tid; i < items; i += MK_NT) {
+    for (int i = tid; i < L.HR * L.CB * L.NV; i += MK_NT) {
         const int ih = h.hlo + hr;
-        if (ih >= 0 && ih < a.H) {
-            const int at = ((xg + ((c0 + cl) * a.H + ih) * a.W + h.wa) & ~3) + 4 * ch;
-            threadgroup T* d = Hs + (cl * h.HR + hr) * h.HLD + 4 * ch;
+        const bool rin = ih >= 0 && ih < a.H;
+        const bool here = cl < nch;                 // (the last slice may have fewer)
+        const int rowx = xg + ((c0 + cl) * a.H + ih) * a.W + h.wa;   // x offset of column wa
+        const int at = (rowx & ~3) + 4 * ch;
+        const int u0 = at - rowx;                  // the chunk's first halo column (>= -3)
+        V val = V(T(0));
+        if (rin && here) {
             // one aligned 4-wide copy from a chunk inside x (for chunks reaching past its
             // ends the first or last whole one, then redone element by element)
             const int from = max(min(at, h.last), 0);
             if (h.last >= 0) {
-                *reinterpret_cast<threadgroup typename mk_vec<T>::v4*>(d) =
-                    *reinterpret_cast<const device typename mk_vec<T>::v4*>(x + from);
+                val = *reinterpret_cast<const device V*>(x + from);
             }
             if (from != at || h.last < 0 || !MK_VEC_LOADS) {
                 for (int e = 0; e < 4; ++e) {
-                    d[e] = at + e >= 0 && at + e < h.total ? x[at + e] : T(0);
+                    val[e] = at + e >= 0 && at + e < h.total ? x[at + e] : T(0);
+                }
+            }
+        }
+        threadgroup T* d = Hs + cl * L.PL + hr * L.HLD;
+        if (!here) {
+            // a channel past the group's last: not staged, never read
+        } else if (L.VEC != 0) {
+            for (int e = 0; e < 4; ++e) {
+                const int w = h.wa + u0 + e;
+                val[e] = rin && w >= 0 && w < a.W ? val[e] : T(0);
+            }
+            *reinterpret_cast<threadgroup V*>(d + 4 * ch) = val;
+        } else {
+            for (int e = 0; e < 4; ++e) {
+                const int u = u0 + e;
+                const int w = h.wa + u;
+                if (u >= 0 && u < L.SPAN) {
+                    d[mk_conv_col(u, L)] = rin && w >= 0 && w < a.W ? val[e] : T(0);
                 }
             }
         }
         ch += h.dch;
-        hr += h.drow;
-        if (ch >= h.NV) {
-            ch -= h.NV;
-            hr += 1;
-        }
-        while (hr >= h.HR) {
-            hr -= h.HR;
+        cl += h.dcl;
+        if (ch >= L.NV) {
+            ch -= L.NV;
             cl += 1;
+        }
+        while (cl >= L.CB) {
+            cl -= L.CB;
+            hr += 1;
         }
     }
 }
@@ -315,30 +367,29 @@ inline void mk_conv_gather_slice(threadgroup T* Bs, thread mk_conv_gather& g,
             Bs[kk * MK_LDB(T) + g.jj[u]] = val;
         }
         g.kd += MK_CONV_STEP;
-        g.at.s += g.step.s;
-        if (g.at.s >= a.S) {
-            g.at.s -= a.S;
-            g.at.r += 1;
-        }
-        g.at.r += g.step.r;
-        if (g.at.r >= a.R) {
-            g.at.r -= a.R;
-            g.at.c += 1;
-        }
-        g.at.c += g.step.c;
+        g.at = mk_conv_tap_next(g.at, g.step, a);
     }
 }
 
-// The B slices of a 2-D tile, built from the halo (MK_CONV_HALO 1): item i of a slice is
-// im2col row kk = i / TP over the 8 pixels of output row pl = i % TP of the tile, one
-// thread each (MK_CONV_ITEMS per thread): one tap decomposition and one row check per 8
-// elements, read from the halo and stored to Bs as two 4-wide stores. Each item carries
-// its tap (c, r, s) from slice to slice by BK (compares, no division).
+// The B slices of a 2-D tile for the tiled kernel, built from the halo (MK_CONV_HALO 1):
+// item i of a slice is im2col row kk = i / TP over the 8 pixels of output row pl = i % TP
+// of the tile, one thread each (MK_CONV_ITEMS per thread), stored to Bs as two 4-wide
+// stores. Each item carries its tap (c, r, s) from slice to slice by BK (compares, no
+// division). (The simd kernel reads its fragments from the halo directly:
+// mk_conv_halo_step.)
 #define MK_CONV_HITEMS (MK_BK * MK_CONV_TP)
 #define MK_CONV_ITEMS (MK_CONV_HITEMS > MK_NT ? MK_CONV_HITEMS / MK_NT : 1)
 static_assert(!MK_CONV_HALO || MK_CONV_HITEMS % MK_NT == 0 || MK_NT % MK_CONV_HITEMS == 0,
               "conv2d halo tiles: threads and BK*BN/8 must divide one another "
               "(gpu/conv2d.py uses_halo)");
+
+// the halo index of a tap's pixel 0 in output row pl of the tile
+inline int mk_conv_halo_at_tap(mk_conv_tap t, int pl, int c0, constant mk_conv_layout& L,
+                               int al, constant mk_conv2d_args& a)
+{
+    return (t.c - c0) * L.PL + (pl * a.stride_h + t.r * a.dil_h) * L.HLD
+           + mk_conv_col(t.s * a.dil_w, L) + al;
+}
 
 struct mk_conv_hitems {
     int kk[MK_CONV_ITEMS], pl[MK_CONV_ITEMS], kd[MK_CONV_ITEMS];
@@ -377,58 +428,24 @@ inline void mk_conv_hitems_restart(thread mk_conv_hitems& it, int c0,
 
 template <typename T>
 inline void mk_conv_halo_slice(threadgroup T* Bs, thread mk_conv_hitems& it,
-                               const threadgroup T* Hs, thread const mk_conv_halo& hl, int c0,
-                               int kend, constant mk_conv2d_args& a,
-                               thread const mk_conv_view& v)
+                               const threadgroup T* Hs, constant mk_conv_layout& L, int al,
+                               int c0, int kend, constant mk_conv2d_args& a)
 {
     typedef typename mk_vec<T>::v4 V;
     for (int u = 0; u < MK_CONV_ITEMS && it.on; ++u) {
-        const mk_conv_tap t = it.at[u];
-        const int hr = it.pl[u] * a.stride_h + t.r * a.dil_h;      // halo row
-        const int h = hl.hlo + hr;
-        const int w = hl.wa + t.s * a.dil_w;                         // pixel 0's input column
-        // the halo index of pixel 0: its row, that row's alignment offset, the tap's column
-        const int src = (t.c - c0) * hl.PL + hr * hl.HLD
-                        + ((hl.G + (t.c * a.H + hr) * a.W) & 3) + t.s * a.dil_w;
-        const bool row = it.kd[u] < kend && h >= 0 && h < a.H;
+        const int src = mk_conv_halo_at_tap(it.at[u], it.pl[u], c0, L, al, a);
         V lo = V(T(0)), hi = V(T(0));
-        // float, stride 1: the 4 rows kk of a SIMD-group read their 8 pixels rotated so
-        // that at each step their words lie in 4 different banks modulo 4 (their 8 output
-        // rows are 4 banks apart already: HLD): no bank conflict whatever the taps (half:
-        // two elements per bank word, conflict-free unrotated)
-        const int rot = sizeof(T) == 4 && a.stride_w == 1 ? (it.kk[u] - src) & 3 : 0;
-        const bool inside = w >= 0 && w + 7 * a.stride_w < a.W;
-        for (int t8 = 0; t8 < 8 && row; ++t8) {
-            const int e = (t8 + rot) & 7;
-            const int we = w + e * a.stride_w;
-            const T val = inside || (we >= 0 && we < a.W) ? Hs[src + e * a.stride_w] : T(0);
-            if (e < 4) {
-                lo[e] = val;
-            } else {
-                hi[e - 4] = val;
+        if (it.kd[u] < kend) {
+            for (int e = 0; e < 4; ++e) {
+                lo[e] = Hs[src + e * L.ES];
+                hi[e] = Hs[src + (e + 4) * L.ES];
             }
         }
-        // odd rows store their second half first: the lanes of one store then cover every
-        // bank for half too (its 8-element rows are 4 banks apart, not 8)
         threadgroup T* d = Bs + it.kk[u] * MK_LDB(T) + 8 * it.pl[u];
-        const int odd = sizeof(T) == 2 ? it.kk[u] & 1 : 0;
-        *reinterpret_cast<threadgroup V*>(d + 4 * odd) = odd ? hi : lo;
-        *reinterpret_cast<threadgroup V*>(d + 4 - 4 * odd) = odd ? lo : hi;
-        // on by BK rows
+        *reinterpret_cast<threadgroup V*>(d) = lo;
+        *reinterpret_cast<threadgroup V*>(d + 4) = hi;
         it.kd[u] += MK_BK;
-        mk_conv_tap n = t;
-        n.s += it.step.s;
-        if (n.s >= a.S) {
-            n.s -= a.S;
-            n.r += 1;
-        }
-        n.r += it.step.r;
-        while (n.r >= a.R) {
-            n.r -= a.R;
-            n.c += 1;
-        }
-        n.c += it.step.c;
-        it.at[u] = n;
+        it.at[u] = mk_conv_tap_next(it.at[u], it.step, a);
     }
 }
 
@@ -517,12 +534,12 @@ inline mk_conv_plain<T> mk_conv_plain_at(const device T* x, constant mk_conv2d_a
 template <typename T>
 inline void mk_conv_load_b(threadgroup T* Bs, thread mk_conv_gather& g, mk_conv_plain<T> pl,
                            thread mk_conv_hitems& it, const device T* x,
-                           const threadgroup T* Hs, thread const mk_conv_halo& hl, int c0,
-                           int kend, constant mk_conv2d_args& a, thread const mk_conv_view& v,
-                           int k0, int tid)
+                           const threadgroup T* Hs, constant mk_conv_layout& L, int al,
+                           int c0, int kend, constant mk_conv2d_args& a,
+                           thread const mk_conv_view& v, int k0, int tid)
 {
     if (MK_CONV_HALO) {
-        mk_conv_halo_slice(Bs, it, Hs, hl, c0, kend, a, v);
+        mk_conv_halo_slice(Bs, it, Hs, L, al, c0, kend, a);
     } else if (pl.on) {
         const bool vec = MK_VEC_LOADS && k0 + MK_BK <= v.Kd && pl.q0 + MK_BN <= v.PQ
                          && (v.PQ & 3) == 0;
@@ -543,33 +560,39 @@ inline bool mk_conv_vec_a(int m0, int k0, int kend, thread const mk_conv_view& v
 
 // The K loop both variants share: per channel slice [c0, c0 + CB) (one slice of all Cg
 // channels without the halo), the halo staged once, then BK-deep slices of the weights
-// (As, staged by STAGE_A) and of im2col (Bs) and the variant's STEP over them.
-#define MK_CONV_K_LOOP(STAGE_A, STEP)                                                       \
-    const mk_conv_halo hl = mk_conv_halo_at(a, v, t, int(tid));                             \
+// (As, staged by STAGE_A), of im2col (LOAD_B: into Bs) and the variant's STEP over them;
+// RESTART: the variant's own state back to the channel slice's first row.
+#define MK_CONV_K_LOOP(STAGE_A, LOAD_B, STEP, RESTART)                                      \
+    const mk_conv_halo hl = mk_conv_halo_at(a, L, t, int(tid));                             \
     mk_conv_gather g = mk_conv_gather_begin(a, v, t, int(tid));                             \
     mk_conv_hitems it = mk_conv_hitems_at(a, v, int(tid));                                  \
     const mk_conv_plain<T> pl = mk_conv_plain_at(x, a, v, t.j0);                            \
-    const int cb = MK_CONV_HALO ? hl.CB : max(v.Cg, 1);                                     \
+    const int cb = MK_CONV_HALO ? L.CB : max(v.Cg, 1);                                      \
     for (int c0 = 0; c0 < v.Cg; c0 += cb) {                                                 \
         const int kend = min(c0 + cb, v.Cg) * v.RS;                                         \
         mk_conv_gather_restart(g, c0, v);                                                   \
         mk_conv_hitems_restart(it, c0, v);                                                  \
+        RESTART;                                                                            \
         if (MK_CONV_HALO) {                                                                 \
-            mk_conv_halo_stage(Hs, hl, c0, (t.n * a.C + v.g * v.Cg) * a.H * a.W, x, a, v,   \
-                               int(tid));                                                   \
+            mk_conv_halo_stage(Hs, hl, L, c0, (t.n * a.C + v.g * v.Cg) * a.H * a.W, x, a,   \
+                               v, int(tid));                                                \
             threadgroup_barrier(mem_flags::mem_threadgroup);                                \
         }                                                                                   \
         for (int k0 = c0 * v.RS; k0 < kend; k0 += MK_BK) {                                  \
             STAGE_A;                                                                        \
-            mk_conv_load_b(Bs, g, pl, it, x, Hs, hl, c0, kend, a, v, k0, int(tid));         \
+            LOAD_B;                                                                         \
             threadgroup_barrier(mem_flags::mem_threadgroup);                                \
             STEP;                                                                           \
             threadgroup_barrier(mem_flags::mem_threadgroup);                                \
         }                                                                                   \
     }
+#define MK_CONV_LOAD_B \
+    mk_conv_load_b(Bs, g, pl, it, x, Hs, L, hl.al, c0, kend, a, v, k0, int(tid))
 
 // threadgroup memory for the halo (one element when there is none: arrays are not empty)
 #define MK_CONV_HALO_ELEMS (MK_CONV_HALO ? MK_CONV_HALO_CAP : 4)
+// the simd kernel's B slice: none with the halo (its fragments come from the halo)
+#define MK_CONV_SIMD_B(T) (MK_CONV_HALO ? 4 : MK_SIMD_B(T))
 static_assert(MK_TILED_STAGE_BYTES + 4 * MK_CONV_HALO_ELEMS <= 32768,
               "conv2d: staging and halo exceed 32 KiB of threadgroup memory");
 #define MK_CONV_SIMD_FITS (MK_SIMD_FITS && MK_STAGE_BYTES + 4 * MK_CONV_HALO_ELEMS <= 32768)
@@ -581,6 +604,7 @@ kernel void conv2d_tiled(const device T* x [[buffer(0)]],
                          const device float* bias [[buffer(2)]],
                          device T* y [[buffer(3)]],
                          constant mk_conv2d_args& a [[buffer(4)]],
+                         constant mk_conv_layout& L [[buffer(5)]],
                          uint3 tgp [[threadgroup_position_in_grid]],
                          uint tid [[thread_index_in_threadgroup]],
                          uint sg [[simdgroup_index_in_threadgroup]],
@@ -601,7 +625,7 @@ kernel void conv2d_tiled(const device T* x [[buffer(0)]],
     mk_tiled_zero(acc);
     MK_CONV_K_LOOP((mk_stage<MK_BM, MK_BK, 1, MK_TLDA(T)>(As, wg, v.Kd, false, false, m0, k0,
                                                           v.Kg, kend, int(tid))),
-                   mk_tiled_step(As, Bs, acc, tr, tc))
+                   MK_CONV_LOAD_B, mk_tiled_step(As, Bs, acc, tr, tc), (void)0)
     mk_conv_out o = mk_conv_out_at(MK_CONV_HALO ? 0 : t.j0 + tc, v);
     for (int j = 0; j < MK_TN; ++j) {
         const mk_conv_out oj = mk_conv_pixel(t, tc + 8 * j, o, a, v);
@@ -616,6 +640,132 @@ kernel void conv2d_tiled(const device T* x [[buffer(0)]],
 }
 
 #if MK_CONV_SIMD_FITS
+// The simd kernel's B fragments straight from the halo (MK_CONV_HALO 1): no B slice in
+// threadgroup memory, no second copy of x. Lane (fr, fc) of an 8-deep step holds im2col row
+// kd = k + fr of fragment columns fc and fc+1, which are pixels fc/2 and 4 + fc/2 of the
+// fragment's output row (a fixed permutation of the columns, undone by the epilogue:
+// mk_conv_lane_px), so the lanes of one read take 4 consecutive pixels of 8 taps. Each lane
+// carries its row's tap forward by 8 per step as a halo offset (compares and constant
+// deltas, no division); rows past the channel slice (kd >= kend) read as 0.
+struct mk_conv_lane {
+    int fr, kd, s, r, u;          // fragment row; im2col row; its tap's s, r; column s*dil_w
+    int off;                      // (c - c0)*PL + r*dil_h*HLD + u (+ the first pixel, al)
+    int s0, r0, u0, off0;         // the same for the channel slice's first row
+    int ds, du, dr, doff;         // the step by 8 rows: s, s*dil_w, r, its offset
+    int du_wrap, doff_s, doff_r;  // the carries: s by S, r by R (and c by 1)
+    int rowoff[MK_FN];            // halo offset of fragment column j's output row
+};
+
+inline mk_conv_lane mk_conv_lane_at(constant mk_conv2d_args& a, constant mk_conv_layout& L,
+                                    thread const mk_conv_view& v, thread const mk_frag_pos& f,
+                                    int sc, int al)
+{
+    mk_conv_lane ln = {};
+    if (!MK_CONV_HALO) {
+        return ln;
+    }
+    const int dhH = a.dil_h * L.HLD;
+    const mk_conv_tap t0 = mk_conv_split(f.fr, a, v);
+    const mk_conv_tap st = mk_conv_split(8, a, v);
+    ln.fr = f.fr;
+    ln.s0 = t0.s;
+    ln.r0 = t0.r;
+    ln.u0 = t0.s * a.dil_w;
+    ln.off0 = t0.c * L.PL + t0.r * dhH + ln.u0 + (f.fc >> 1) * L.ES + al;
+    ln.ds = st.s;
+    ln.du = st.s * a.dil_w;
+    ln.dr = st.r;
+    ln.doff = st.c * L.PL + st.r * dhH + ln.du;
+    ln.du_wrap = a.S * a.dil_w;
+    ln.doff_s = dhH;                          // s wrapped: one row of taps on
+    ln.doff_r = L.PL - a.R * dhH;             // r wrapped: the next channel's first row
+    for (int j = 0; j < MK_FN; ++j) {
+        ln.rowoff[j] = ((sc >> 3) + j) * a.stride_h * L.HLD;
+    }
+    return ln;
+}
+
+inline void mk_conv_lane_restart(thread mk_conv_lane& ln, int c0, thread const mk_conv_view& v)
+{
+    ln.kd = c0 * v.RS + ln.fr;
+    ln.s = ln.s0;
+    ln.r = ln.r0;
+    ln.u = ln.u0;
+    ln.off = ln.off0;
+}
+
+inline void mk_conv_lane_next(thread mk_conv_lane& ln, constant mk_conv2d_args& a)
+{
+    ln.kd += 8;
+    ln.s += ln.ds;
+    ln.u += ln.du;
+    ln.off += ln.doff;
+    if (ln.s >= a.S) {
+        ln.s -= a.S;
+        ln.u -= ln.du_wrap;
+        ln.r += 1;
+        ln.off += ln.doff_s - ln.du_wrap;
+    }
+    ln.r += ln.dr;
+    if (ln.r >= a.R) {
+        ln.r -= a.R;
+        ln.off += ln.doff_r;
+    }
+}
+
+// The tile column of the lane's element e (0: .x, 1: .y) of fragment column block c8.
+inline int mk_conv_lane_px(int c8, int fc, int e)
+{
+    return MK_CONV_HALO ? c8 + 4 * e + (fc >> 1) : c8 + fc + e;
+}
+
+template <typename T>
+inline void mk_conv_halo_step(const threadgroup T* As, const threadgroup T* Hs,
+                              thread mk_conv_lane& ln, thread mk_acc_simd& acc, int sr,
+                              int k0, int kend, constant mk_conv_layout& L,
+                              constant mk_conv2d_args& a)
+{
+    typedef typename mk_vec<T>::v2 V2;
+    // each fragment column block's output row in the halo, for pixels 0 and 4 of a row
+    const threadgroup T* h0[MK_FN];
+    const threadgroup T* h4[MK_FN];
+    for (int j = 0; j < MK_FN; ++j) {
+        h0[j] = Hs + ln.rowoff[j];
+        h4[j] = h0[j] + 4 * L.ES;
+    }
+    // (8-deep steps wholly past the channel slice are skipped: a slice of 8 channels at 3x3
+    // is 72 rows, 4.5 slices of 16)
+    for (int k = 0; k < MK_BK && k0 + k < kend; k += 8) {
+        simdgroup_matrix<T, 8, 8> am[MK_FM];
+        simdgroup_matrix<T, 8, 8> b[MK_FN];
+#pragma unroll
+        for (int i = 0; i < MK_FM; ++i) {
+            simdgroup_load(am[i], As + (sr + 8 * i) * MK_LDA(T) + k, MK_LDA(T));
+        }
+        const bool live = ln.kd < kend;
+        int o = ln.off;
+        if (L.H2 != 0) {          // stride 2: the tap column's phase
+            o += mk_conv_col(ln.u, L) - ln.u;
+        }
+#pragma unroll
+        for (int j = 0; j < MK_FN; ++j) {
+            thread V2& frag = b[j].thread_elements();
+            frag = V2(T(0));
+            if (live) {
+                frag = V2(h0[j][o], h4[j][o]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < MK_FM; ++i) {
+#pragma unroll
+            for (int j = 0; j < MK_FN; ++j) {
+                simdgroup_multiply_accumulate(acc.v[i][j], am[i], b[j], acc.v[i][j]);
+            }
+        }
+        mk_conv_lane_next(ln, a);
+    }
+}
+
 template <typename T>
 [[max_total_threads_per_threadgroup(MK_NT)]]
 kernel void conv2d_simd(const device T* x [[buffer(0)]],
@@ -623,13 +773,14 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
                         const device float* bias [[buffer(2)]],
                         device T* y [[buffer(3)]],
                         constant mk_conv2d_args& a [[buffer(4)]],
+                        constant mk_conv_layout& L [[buffer(5)]],
                         uint3 tgp [[threadgroup_position_in_grid]],
                         uint tid [[thread_index_in_threadgroup]],
                         uint sg [[simdgroup_index_in_threadgroup]],
                         uint lane [[thread_index_in_simdgroup]])
 {
     threadgroup T As[MK_SIMD_A(T)];                  // As[m*LDA + k]
-    threadgroup T Bs[MK_SIMD_B(T)];                  // Bs[k*LDB + j]
+    threadgroup T Bs[MK_CONV_SIMD_B(T)];             // Bs[k*LDB + j] (1-D tiles)
     threadgroup T Hs[MK_CONV_HALO_ELEMS];            // the halo (MK_CONV_HALO 1)
 
     const mk_conv_view v = mk_conv_locate(tgp.z, a);
@@ -639,13 +790,20 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
     const int sr = int(sg) / MK_WN * MK_SG_M;
     const int sc = int(sg) % MK_WN * MK_SG_N;
     const mk_frag_pos f = mk_frag_coord(lane);
+    mk_conv_lane ln = mk_conv_lane_at(a, L, v, f, sc, mk_conv_halo_al(t, L, a));
 
     mk_acc_simd acc;
     mk_simd_zero(acc);
     MK_CONV_K_LOOP((mk_stage<MK_BM, MK_BK, MK_LDA(T), 1>(As, wg, v.Kd, false,
                                                          mk_conv_vec_a(m0, k0, kend, v), m0,
                                                          k0, v.Kg, kend, int(tid))),
-                   mk_simd_step(As, Bs, acc, sr, sc))
+                   if (!MK_CONV_HALO) { MK_CONV_LOAD_B; },
+                   if (MK_CONV_HALO) {
+                       mk_conv_halo_step(As, Hs, ln, acc, sr, k0, kend, L, a);
+                   } else {
+                       mk_simd_step(As, Bs, acc, sr, sc);
+                   },
+                   mk_conv_lane_restart(ln, c0, v))
     // fragments straight to device memory, each lane its two elements per fragment; the
     // lane's rows' biases read once
     float b[MK_FM];
@@ -655,12 +813,12 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
     const int jc = sc + f.fc;
     mk_conv_out o = mk_conv_out_at(MK_CONV_HALO ? 0 : t.j0 + jc, v);
     for (int j = 0; j < MK_FN; ++j) {
-        const mk_conv_out o0 = mk_conv_pixel(t, jc + 8 * j, o, a, v);
+        const mk_conv_out o0 = mk_conv_pixel(t, mk_conv_lane_px(sc + 8 * j, f.fc, 0), o, a, v);
         mk_conv_out o1 = o;
         if (!MK_CONV_HALO) {
             o1 = mk_conv_out_next(o, 1, v);
         }
-        o1 = mk_conv_pixel(t, jc + 8 * j + 1, o1, a, v);
+        o1 = mk_conv_pixel(t, mk_conv_lane_px(sc + 8 * j, f.fc, 1), o1, a, v);
         for (int i = 0; i < MK_FM; ++i) {
             const float2 e = float2(acc.v[i][j].thread_elements());
             const int m = m0 + sr + 8 * i + f.fr;

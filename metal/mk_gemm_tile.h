@@ -198,16 +198,22 @@ template <typename T>
 inline void mk_simd_step(const threadgroup T* As, const threadgroup T* Bs,
                          thread mk_acc_simd& acc, int sr, int sc)
 {
+    // (the fragment loops unrolled, as Apple's compiler does: no loop counters or
+    // variable fragment indices per multiply)
     for (int k = 0; k < MK_BK; k += 8) {
         simdgroup_matrix<T, 8, 8> a[MK_FM];
         simdgroup_matrix<T, 8, 8> b[MK_FN];
+#pragma unroll
         for (int i = 0; i < MK_FM; ++i) {
             simdgroup_load(a[i], As + (sr + 8 * i) * MK_LDA(T) + k, MK_LDA(T));
         }
+#pragma unroll
         for (int j = 0; j < MK_FN; ++j) {
             simdgroup_load(b[j], Bs + k * MK_LDB(T) + sc + 8 * j, MK_LDB(T));
         }
+#pragma unroll
         for (int i = 0; i < MK_FM; ++i) {
+#pragma unroll
             for (int j = 0; j < MK_FN; ++j) {
                 simdgroup_multiply_accumulate(acc.v[i][j], a[i], b[j], acc.v[i][j]);
             }

@@ -215,13 +215,18 @@ def test_public_api_runs_these_kernels_on_sim_checked(sim, monkeypatch, tmp_path
 
 # ------------------------------------------------------------------------------ 2-D tiles + halo
 # (shape of x, of w, stride, padding, dilation, whether the call takes the halo): W not a
-# multiple of 4 (rows staged at every alignment), more channels than one slice holds (C=20:
-# 12 + 8 at 3x3), two images, stride 2, a 7x7/2 stem, a dilation whose one channel just fits
-# tiles.HALO_CAP (one channel per slice) and one that does not (1-D tiles instead).
+# multiple of 4 (rows staged element by element at every alignment), more channels than one
+# slice holds (C=20: 12 + 8 at 3x3), two images; W a multiple of 4 (chunks stored 4-wide in
+# place: 8 + 8 + 4 channels, 5x5, dilation 2 with a partial last tile); stride 2 (column
+# phases), a 7x7/2 stem, a dilation whose one channel just fits tiles.HALO_CAP (one channel
+# per slice) and one that does not (1-D tiles instead).
 HALO_CASES = [((2, 20, 16, 13), (16, 20, 3, 3), 1, 1, 1, True),
+              ((2, 20, 16, 16), (16, 20, 3, 3), 1, 1, 1, True),
+              ((1, 5, 12, 12), (8, 5, 5, 5), 1, 2, 1, True),
+              ((1, 3, 20, 20), (8, 3, 3, 3), 1, 1, 2, True),
               ((1, 6, 31, 30), (8, 6, 3, 3), 2, 1, 1, True),
               ((1, 3, 31, 30), (8, 3, 7, 7), 2, 3, 1, True),
-              ((1, 2, 48, 47), (8, 2, 3, 3), 1, 0, 20, True),
+              ((1, 2, 48, 47), (8, 2, 3, 3), 1, 0, 16, True),
               ((1, 2, 52, 52), (8, 2, 3, 3), 1, 0, 22, False)]
 
 
@@ -231,7 +236,7 @@ def test_halo_tiles_two_orders_and_checked(sim, xs, ws, stride, padding, dilatio
     """The 2-D tile path (metal/conv2d.metal MK_CONV_HALO) against float64, bit-identical in
     both fiber orders (float32) and clean under the checking mode (float16: every halo,
     staging and Bs access in bounds, no race)."""
-    cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2, tiles=2)
+    cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2, tiles=3)
     rng = np.random.default_rng(sum(xs) + dilation)
     bias = data(rng, (ws[0],), np.float32)
     args = make_args(np.zeros(xs), np.zeros(ws), bias, stride, padding, dilation, 1)
@@ -247,21 +252,33 @@ def test_halo_tiles_two_orders_and_checked(sim, xs, ws, stride, padding, dilatio
         check(got, *reference(x, w, bias, stride, padding, dilation, 1), what="float16 checked")
 
 
-def test_halo_tiles_only_when_asked_and_possible(sim):
-    """2-D tiles run when the configuration asks (tiles=2; default 1-D) and can run them:
-    not for 1x1 stride-1 unpadded calls (plain staging), nor when the staging leaves no room
-    for the halo; tiles=3 is refused."""
+def test_halo_tiles_by_default_where_possible(sim):
+    """2-D tiles run by default (tiles=2, also when a configuration does not say) where they
+    can and pay: not for 1x1 stride-1 unpadded calls (plain staging), nor when the staging
+    leaves no room for the halo, nor (2 only) where the halo stages more than
+    AUTO_HALO_PER_TAP elements per tap; tiles=1 asks for the 1-D gather, tiles=3 for 2-D
+    tiles wherever they run; tiles=4 is refused."""
     cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2)
     r56 = make_args(np.zeros((1, 4, 56, 56)), np.zeros((64, 4, 3, 3)), None, 1, 1, 1, 1)
-    assert not conv_op.uses_halo(r56, cfg)
+    assert conv_op.uses_halo(r56, cfg)
     assert conv_op.uses_halo(r56, dict(cfg, tiles=2))
+    assert conv_op.uses_halo(r56, dict(cfg, tiles=3))
+    assert not conv_op.uses_halo(r56, dict(cfg, tiles=1))
+    # 2: not where the halo costs more than the gather (3x3/2: 289 elements for 9 taps)
+    s2 = make_args(np.zeros((1, 4, 56, 56)), np.zeros((64, 4, 3, 3)), None, 2, 1, 1, 1)
+    assert not conv_op.uses_halo(s2, cfg) and conv_op.uses_halo(s2, dict(cfg, tiles=3))
+    stem = make_args(np.zeros((1, 3, 64, 64)), np.zeros((8, 3, 7, 7)), None, 2, 3, 1, 1)
+    assert conv_op.uses_halo(stem, cfg)
     one = make_args(np.zeros((1, 4, 9, 9)), np.zeros((8, 4, 1, 1)), np.zeros(8), 1, 0, 1, 1)
     assert not conv_op.uses_halo(one, dict(cfg, tiles=2))
     big = dict(cfg, BM=96, BN=96, BK=32, WM=2, WN=3, tiles=2)   # 26.6 KB of staging
     assert spaces.problems("conv2d", big, sim.info) == []
     assert not conv_op.uses_halo(r56, big)
-    assert any("tiles=3" in p for p in spaces.problems("conv2d", dict(cfg, tiles=3), sim.info))
+    assert any("tiles=4" in p for p in spaces.problems("conv2d", dict(cfg, tiles=4), sim.info))
     rng = np.random.default_rng(3)
     x, w = data(rng, (1, 2, 9, 10), np.float32), data(rng, (4, 2, 3, 3), np.float32)
     check(run(sim, x, w, None, 1, 1, 1, 1), *reference(x, w, None, 1, 1, 1, 1))
+    assert sim.last_config["tiles"] == 2
+    check(run(sim, x, w, None, 1, 1, 1, 1, config=dict(cfg, tiles=1)),
+          *reference(x, w, None, 1, 1, 1, 1))
     assert sim.last_config["tiles"] == 1

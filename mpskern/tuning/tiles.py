@@ -40,14 +40,18 @@ def operands(c):
     return (sm // 8 + sn // 8) * 2 if c["variant"] == "simd" else sm // 4 + sn // 8
 
 
-# conv2d's halo (metal/conv2d.metal MK_CONV_HALO; gpu/conv2d.py uses_halo): threadgroup
-# elements for the input rows and columns a 2-D output tile reads, per slice of input
-# channels (passed to the kernel as MK_CONV_HALO_CAP), with a configuration's tiles=2.
-# 2560 hold 12 channels of a 3x3 stride-1 tile of 8 x 8 outputs (10 rows of 20) and keep a
-# 64x64x16 float32 threadgroup at ~19.7 KB: 3 resident per core on Apple7 (60 KB), 12
-# SIMD-groups (float16: 10.5 KB, 20). A configuration whose staging leaves no room for it
-# runs with 1-D tiles.
-HALO_CAP = 2560
+# conv2d's halo (metal/conv2d.metal MK_CONV_HALO; gpu/conv2d.py uses_halo, halo_layout):
+# threadgroup elements for the input rows and columns a 2-D output tile reads, per slice of
+# input channels (passed to the kernel as MK_CONV_HALO_CAP). 1788 hold 12 channels of a 3x3
+# stride-1 tile of 8 x 8 outputs (10 rows of 10, pitch 122 against bank conflicts: 14 fit,
+# rounded down to 4 channels; float16 16, whole BK slices) and keep a 64x64x16 float32 simd
+# threadgroup at 12.3 KB: 5 resident per core on Apple7 (60 KB; 20 SIMD-groups, the
+# register limit). A configuration whose staging leaves no room for it runs with 1-D tiles.
+HALO_CAP = 1788
+# conv2d's tile layout when a configuration does not say (its runtime key `tiles`): 2: 2-D
+# tiles with the staged halo where they can run and pay (gpu/conv2d.py uses_halo), else
+# 1-D; 1: 1-D; 3: 2-D wherever they can run.
+DEFAULT_TILES = 2
 
 
 def _conv_rules(c):
@@ -55,8 +59,9 @@ def _conv_rules(c):
     threads per threadgroup and BN must divide one another, and when threads are a multiple
     of BN, the rows one pass covers (threads / BN) divide BK or cover it."""
     out = _rules(c)
-    if c.get("tiles", 1) not in (1, 2):
-        out.append(f"tiles={c['tiles']} is not 1 (1-D) or 2 (2-D with a staged halo)")
+    if c.get("tiles", DEFAULT_TILES) not in (1, 2, 3):
+        out.append(f"tiles={c['tiles']} is not 1 (1-D), 2 (2-D with a staged halo where it "
+                   "pays) or 3 (2-D wherever it runs)")
     nt, bn, bk = _threads(c), c["BN"], c["BK"]
     if nt % bn == 0:
         if nt // bn < bk and bk % (nt // bn):
@@ -118,11 +123,12 @@ SPACES = {
                   threads=_threads, tg_memory=_tg_memory, rules=_rules, defaults=_defaults,
                   shipped=_SHIPPED),
     "conv2d": Space("conv2d", "conv2d.metal", ("simd", "tiled"), _TILES,
-                    runtime=dict(tiles=(1, 2)),
+                    runtime=dict(tiles=(2, 1, 3)),
                     doc="implicit GEMM: Kg x N*P*Q output per group, K = Cg*R*S; the "
-                        "GEMM's tile parameters; tiles=2: 2-D output tiles built from a "
-                        "staged input halo (gpu/conv2d.py uses_halo; default 1: BN "
-                        "consecutive outputs, im2col gathered from x)",
+                        "GEMM's tile parameters; tiles=2 (the default): 2-D output tiles, "
+                        "fragments read from a staged input halo, where gpu/conv2d.py "
+                        "uses_halo says it pays, else 1; 1: BN consecutive outputs, im2col "
+                        "gathered from x; 3: 2-D wherever it runs",
                     threads=_threads, tg_memory=_tg_memory,
                     rules=_conv_rules, defaults=_defaults, shipped=_SHIPPED),
     "conv2d_depthwise": Space("conv2d", "conv2d.metal", ("depthwise",), {},

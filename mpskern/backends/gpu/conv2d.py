@@ -7,12 +7,17 @@ Three paths, by the problem (route() says which, and so which tuning space appli
   conv2d            everything else: implicit GEMM (conv2d_simd_* / conv2d_tiled_*) per
                     group with im2col gathered into threadgroup memory, never stored
 """
+import functools
+
+import numpy as np
+
 from mpskern import _native, structs
 from mpskern._errors import Unsupported
 from mpskern.backends.gpu import gemm as _gemm
 from mpskern.backends.gpu.context import (MAX_GRID_YZ, activation_macros, cdiv, configure,
                                           nothing, pipelines)
 from mpskern.tuning import spaces, tiles
+from mpskern.tuning.lookup import dtype_name
 
 FILE = "conv2d.metal"
 FLOAT_BYTES = 4
@@ -48,26 +53,140 @@ def key(args, op):
     return (g, a["K"] // g, a["N"] * a["P"] * a["Q"], a["C"] // g * a["R"] * a["S"])
 
 
+LAYOUT_FIELDS = ("HLD", "PL", "H2", "ES", "CB", "HR", "NV", "SPAN", "VEC")   # mk_conv_layout
+BANKS = 32                # the bank model the layout is chosen for: 32 x 4 bytes
+
+
+def _worst(words_sets):
+    """Under the bank model, the largest (cycles the most-loaded bank needs / the minimum)
+    over SIMD-group accesses given as sets of 4-byte words."""
+    worst = 1.0
+    for words in words_sets:
+        if words:
+            per = {}
+            for w in words:
+                per[w % BANKS] = per.get(w % BANKS, 0) + 1
+            worst = max(worst, max(per.values()) / -(-len(words) // BANKS))
+    return worst
+
+
+def _fragment_reads(rs, taps, hld, pl, h2, es, word):
+    """The word sets of mk_conv_halo_step's fragment reads: 8 consecutive im2col rows from
+    any start x 4 consecutive pixels (.x: pixels 0-3, .y: 4-7); `taps`: im2col row ->
+    (channel, halo row, tap column)."""
+    for k0 in range(2 * rs):
+        for e in (0, 4):
+            words = set()
+            for kd in range(k0, k0 + 8):
+                c, r, u = taps(kd)
+                col = (u & 1) * h2 + (u >> 1) if h2 else u
+                words.update((c * pl + r * hld + col + (q + e) * es) // word for q in range(4))
+            yield words
+
+
+def _stage_stores(hr, nv, hld, pl, word, cb):
+    """The word sets of VEC staging stores (mk_conv_halo_stage): 32 consecutive (row,
+    channel, chunk) items per SIMD-group (chunks fastest, then cb channels), each a 4-wide
+    store at its chunk's place."""
+    items = cb * hr * nv
+    for i0 in range(0, items, 32):
+        words = set()
+        for i in range(i0, min(i0 + 32, items)):
+            row, ch = divmod(i, nv)
+            r, cl = divmod(row, cb)
+            words.update((cl * pl + r * hld + 4 * ch + e) // word for e in range(4))
+        yield words
+
+
+def _channels(pl, cap, bk, cg):
+    """Channels per slice: whole BK slices of im2col rows where that fits, else a multiple
+    of 4 channels (so every slice of the weights starts 4-aligned)."""
+    cb = max(1, cap // pl)
+    return min(cb - cb % bk if cb >= bk else (cb & ~3 if cb >= 4 else cb), cg)
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(R, S, sh, sw, dh, dw, tp, cg, bk, elem, cap, vec):
+    hr = (tp - 1) * sh + (R - 1) * dh + 1
+    span = 7 * sw + (S - 1) * dw + 1
+    nv = (span + 6) >> 2
+    h2 = (span + 1) // 2 if sw == 2 and not vec else 0
+    width, es = (2 * h2, 1) if h2 else (4 * nv if vec else span, sw)
+    word = 4 // elem
+
+    def taps(kd):
+        c, rs = divmod(kd, R * S)
+        return c, (rs // S) * dh, (rs % S) * dw
+
+    def cost(hld, pl, ph):
+        reads = _worst(_fragment_reads(R * S, taps, hld, pl, ph, es, word))
+        stores = _channels(pl, cap, bk, cg)
+        return (reads, _worst(_stage_stores(hr, nv, hld, pl, word, stores)) if vec else 1.0)
+
+    # the first row pitch, channel pitch and phase offset (in that order) whose fragment
+    # reads (and VEC staging stores) are conflict-free, else the one with the fewest
+    # conflicts; within `cap` (VEC: pitches in whole chunks)
+    step = 4 if vec else 1
+    best = None
+    for hld in range(width, width + 9 * step, step):
+        for ph in ((0,) if not h2 else range(h2, h2 + (hld - width) // 2 + 1)):
+            for pl in range(-(-hr * hld // step) * step, hr * hld + 32, step):
+                if pl > cap and best is not None:
+                    break
+                c = cost(hld, pl, ph)
+                if best is None or c < best[0]:
+                    best = (c, hld, pl, ph)
+                if c == (1.0, 1.0):
+                    break
+            if best[0] == (1.0, 1.0):
+                break
+        if best[0] == (1.0, 1.0):
+            break
+    _, hld, pl, h2 = best
+    return dict(HLD=hld, PL=pl, H2=h2, ES=es, CB=_channels(pl, cap, bk, cg), HR=hr, NV=nv,
+                SPAN=span, VEC=int(vec))
+
+
+def halo_layout(args, cfg, dtype="float32"):
+    """The halo layout of a 2-D tile of BN/8 x 8 outputs (metal/conv2d.metal
+    mk_conv_layout, buffer 5): rows, row and channel pitches, stride-2 phase offset, pixel
+    step, channels per slice, chunks per row, columns, whether chunks are stored 4-wide in
+    place (stride 1 with W a multiple of 4: every row of x starts 4-aligned alike). The pitches are searched so that the simd
+    kernel's fragment reads and those stores have no bank conflict (32 x 4-byte banks)."""
+    a = args
+    return _layout(a["R"], a["S"], a["stride_h"], a["stride_w"], a["dil_h"], a["dil_w"],
+                   cfg["BN"] // 8, max(1, a["C"] // a["groups"]), cfg["BK"],
+                   int(np.dtype(dtype_name(dtype)).itemsize), tiles.HALO_CAP,
+                   a["stride_w"] == 1 and a["W"] % 4 == 0)
+
+
 def halo_plane(args, bn):
     """Threadgroup elements one input channel's halo takes for a 2-D tile of bn/8 x 8
-    outputs (metal/conv2d.metal mk_conv_halo_at: the same arithmetic)."""
+    outputs (the smallest plane: its rows x its columns)."""
     a = args
     rows = (bn // 8 - 1) * a["stride_h"] + (a["R"] - 1) * a["dil_h"] + 1
     span = 7 * a["stride_w"] + (a["S"] - 1) * a["dil_w"] + 1
-    chunks = (span + 6) >> 2
-    return rows * ((4 * chunks) | 4)
+    return rows * (span + (span & 1 if a["stride_w"] == 2 else 0))
+
+
+# tiles=2 (the default) takes 2-D tiles where one channel's halo is at most this many elements per
+# im2col row (tap) it serves: the staging then costs less than the gather it replaces (the
+# model: 3x3 stride 1 stages 11 per tap and is 1.2-1.45x faster; 7x7/2 9 per tap, 1.4x;
+# 3x3/2 32 per tap, 1.0-1.2x slower; docs/kernels-gemm-conv.md)
+AUTO_HALO_PER_TAP = 24
 
 
 def uses_halo(args, cfg, max_memory=32768):
-    """Whether an implicit-GEMM call takes 2-D tiles with the staged halo (MK_CONV_HALO 1):
-    when its configuration asks for them (tiles=2; the default is 1-D) and they can run it:
-    not a 1x1 stride-1 unpadded call (its im2col is x, staged 4-wide as it is), one
-    channel's halo fits in tiles.HALO_CAP, threads and BK*BN/8 divide one another, and the
-    staging (counted at float32, as conv2d.metal does) leaves room for the halo within
-    `max_memory` bytes. Not the default: the model puts them at 0.94-1.24x the time of the
-    1-D gather (docs/kernels-gemm-conv.md) until a Mac measures them."""
+    """Whether an implicit-GEMM call takes 2-D tiles with the staged halo (MK_CONV_HALO 1).
+    Its configuration's `tiles`: 1 never, 3 wherever they can run, 2 (the default) where
+    they can run and one channel's halo is at most AUTO_HALO_PER_TAP elements per tap.
+    They can run when the call is not 1x1 stride-1 unpadded (its im2col is x, staged 4-wide
+    as it is), one channel's halo fits in tiles.HALO_CAP, threads and BK*BN/8 divide one
+    another, and the staging (counted at float32, as conv2d.metal does) leaves room for the
+    halo within `max_memory` bytes."""
     a, bn = args, cfg["BN"]
-    if cfg.get("tiles", 1) != 2:
+    mode = cfg.get("tiles", tiles.DEFAULT_TILES)
+    if mode == 1:
         return False
     items, threads = cfg["BK"] * (bn // 8), spaces.threads("conv2d", cfg)
     if items % threads and threads % items:       # mk_conv_halo_slice's thread layout
@@ -78,7 +197,10 @@ def uses_halo(args, cfg, max_memory=32768):
         return False
     plain = (a["R"] == 1 and a["S"] == 1 and a["stride_h"] == 1 and a["stride_w"] == 1
              and a["pad_h"] == 0 and a["pad_w"] == 0)
-    return not plain and halo_plane(a, bn) <= tiles.HALO_CAP
+    plane = halo_plane(a, bn)
+    if mode == 2 and plane > AUTO_HALO_PER_TAP * a["R"] * a["S"]:
+        return False
+    return not plain and plane <= tiles.HALO_CAP
 
 
 def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
@@ -127,6 +249,9 @@ def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
     bx = ctx.buffer(x) if x.size else by
     bw = ctx.buffer(w) if w.size else by
     bb = ctx.buffer(bias) if bias is not None else by
-    packed = _native.pack_args("conv2d", args)
+    bindings = [bx, bw, bb, by, _native.pack_args("conv2d", args)]
+    if op == "conv2d":        # the halo layout (zeros without the halo: not read)
+        lay = halo_layout(a, cfg, dtype) if halo else dict.fromkeys(LAYOUT_FIELDS, 0)
+        bindings.append(np.array([lay[k] for k in LAYOUT_FIELDS], np.int32).tobytes())
     return ctx.submit([dict(pipeline=pipe, grid=grid, threadgroup=(threads, 1, 1),
-                         bindings=[bx, bw, bb, by, packed])], record, outputs=[by])
+                         bindings=bindings)], record, outputs=[by])

@@ -10,6 +10,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
+import foreground
 from mpskern.bench import schema
 from mpskern.cli.main import app
 from test_bench import FakeTarget, fake_make
@@ -370,27 +371,16 @@ def test_tune_ctrl_c_says_nothing_was_stored(monkeypatch, tmp_path):
 
 def test_bench_real_sigint_keeps_whole_rows(tmp_path):
     """A real SIGINT (what Ctrl-C sends) between cases of a real cpu bench."""
-    import signal
-    import subprocess
     import sys
     import time
     out = tmp_path / "bench.jsonl"
-    p = subprocess.Popen([sys.executable, "-m", "mpskern.cli.main", "bench", "softmax",
-                          "--backend", "cpu", "--budget", "0.3", "-o", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         # as Ctrl-C finds a foreground program (a background job of a shell
-                         # without job control inherits SIGINT ignored)
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
+    with foreground.child([sys.executable, "-m", "mpskern.cli.main", "bench", "softmax",
+                           "--backend", "cpu", "--budget", "0.3", "-o", str(out)]) as p:
         deadline = time.time() + 120
         while not (out.exists() and out.read_bytes().endswith(b"\n")):
             assert p.poll() is None and time.time() < deadline, p.communicate()
             time.sleep(0.05)
-        p.send_signal(signal.SIGINT)
-        _, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
+        _, err = foreground.interrupt(p, timeout=60)
     got = schema.read_jsonl([out])
     assert p.returncode == 130, err
     assert err.strip().splitlines()[-1] == (

@@ -4,8 +4,6 @@ GEMMs accumulated into their own output, max pools, bias fills), so a chunk lost
 its part of the output as it was, a chunk run twice adds its product twice, and either
 shows as a difference from numpy's exact result. Shapes are large enough to go on the pool
 (a GEMM of >= 4 MFLOP, fills of >= 2^17 floats); odd sizes leave short last chunks."""
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -14,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+import foreground
 import mpskern
 from mpskern import reference
 
@@ -143,16 +142,9 @@ def test_ctrl_c_during_calls_leaves_the_pool_usable(tmp_path, threads):
     raises KeyboardInterrupt after it, and the pool takes the next calls correctly."""
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    p = subprocess.Popen([sys.executable, str(script), str(threads)], cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
+    with foreground.child([sys.executable, str(script), str(threads)], cwd=tmp_path) as p:
         assert p.stdout.readline().strip() == "ready"
         time.sleep(0.5)
-        p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
+        out, err = foreground.interrupt(p, timeout=120)
     assert p.returncode == 0, err
     assert "interrupted ok" in out

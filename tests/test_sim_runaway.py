@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+import foreground
 import mpskern
 from mpskern import backends, sim
 
@@ -91,11 +92,7 @@ CHILD = textwrap.dedent(r'''
 
 
 def _start(name, mode, check):
-    # SIG_DFL as in a terminal's foreground program: a background job of a shell without job
-    # control inherits SIGINT ignored (and Python then installs no KeyboardInterrupt handler)
-    return subprocess.Popen([sys.executable, "-c", CHILD, SRC, name, mode, str(int(check))],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    return foreground.popen([sys.executable, "-c", CHILD, SRC, name, mode, str(int(check))])
 
 
 def _result(p, timeout):

@@ -77,7 +77,7 @@ def _run(console, tdb, op, backend, dtype, shape, budget, stride, padding, group
             n = tdb.merge(merge)
         except ValueError as e:
             tty.error(str(e))
-        console.print(f"merged {n} entries of {merge} into {tdb.user_path()}", overflow="fold")
+        console.print(f"merged {n} entries of {merge} into {tdb.user_path()}")
         return
     if list_db:
         _list(console, tdb)
@@ -205,18 +205,20 @@ def _summary(console, op, dtype, backend, reps, results):
 def _list(console, tdb):
     d = tdb.user_db()
     path = tdb.user_path()
+    # the problem is a message (one line, grepped); the listing's lines are read: they wrap
+    # at the terminal's width like the tables under them (a long path folds)
     if d.problem:
-        console.print(tty.styled(f"{path} is unusable: {d.problem}", "red"), overflow="fold")
+        console.print(tty.styled(f"{path} is unusable: {d.problem}", "red"))
         return
     if not len(d):
-        console.print(f"{path}: no entries yet (run mpskern tune OP)", overflow="fold")
+        console.print(f"{path}: no entries yet (run mpskern tune OP)", soft_wrap=False)
         return
     # one table per device (the device name as its title) and short cells kept whole, so
     # the listing stays readable in an 80-column terminal
     groups = {}
     for e in d.entries:
         groups.setdefault((e.device or e.architecture or "any device", e.backend), []).append(e)
-    console.print(f"{path}: {len(d)} entries", overflow="fold")
+    console.print(f"{path}: {len(d)} entries", soft_wrap=False)
     for (device, backend), entries in groups.items():
         t = Table(title=f"{device} ({backend})", title_justify="left", box=box.SIMPLE_HEAD,
                   show_edge=False, pad_edge=False, collapse_padding=True)

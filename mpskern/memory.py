@@ -43,7 +43,8 @@ def empty(shape, dtype=np.float32):
     Returns
     -------
     numpy.ndarray
-        Uninitialised, C order, page-aligned and writable.
+        Uninitialised, C order, page-aligned and writable. MemoryError (naming the shape
+        and bytes) where numpy.empty would refuse it too: the OS's overcommit policy.
 
     Example
     -------
@@ -68,8 +69,13 @@ def empty(shape, dtype=np.float32):
     try:
         raw = np.frombuffer(_native.GuardedMemory(nbytes, span), np.uint8)
         start = 0
-    except MemoryError:
-        raw = np.empty(span + page, dtype=np.uint8)    # one spare page to align within
+    except MemoryError:       # out of mappings, or more than the OS lends (as numpy.empty)
+        try:
+            raw = np.empty(span + page, dtype=np.uint8)    # one spare page to align within
+        except MemoryError:
+            raise MemoryError(f"mpskern.empty: cannot allocate shape {shape} of {dtype} "
+                              f"({nbytes:,} bytes): more than the OS will lend now; pass a "
+                              "smaller shape") from None
         start = (-raw.ctypes.data) % page
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 

@@ -53,6 +53,34 @@ def test_empty_of_more_bytes_than_any_allocation_is_a_memory_error(shape):
         mpskern.empty(shape)
 
 
+def _numpy_refuses(nbytes):
+    try:
+        np.empty(nbytes, np.uint8)
+    except MemoryError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("times", [1.5, 4, 2**20])
+def test_empty_refuses_what_numpy_refuses(times):
+    # mpskern.empty((2**40,)) handed out 4 TiB of a 23 GiB machine: the guarded mapping was
+    # reserved without accounting (MAP_NORESERVE) and made writable by mprotect, so the OS's
+    # overcommit check never ran and the array failed only when touched (SIGSEGV/OOM kill).
+    # The rule is numpy's (the OS's policy for one allocation), not a limit of our own
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    nbytes = int(ram * times) // 4 * 4
+    if not _numpy_refuses(nbytes):
+        pytest.skip(f"numpy.empty hands out {nbytes} bytes here too (overcommit policy)")
+    for shape, dtype in (((nbytes,), np.uint8), ((nbytes // 4,), np.float32),
+                         ((2, nbytes // 4), np.float16)):
+        with pytest.raises(MemoryError, match=r"mpskern.empty: cannot allocate shape .*"
+                                              r"bytes.*pass a smaller shape"):
+            mpskern.empty(shape, dtype)
+    a = mpskern.empty((1 << 20,))             # and allocating still works afterwards
+    a[...] = 1
+    assert is_page_aligned(a) and a.sum() == 1 << 20
+
+
 @pytest.mark.parametrize("shape", [True, (True, 3), (2, np.True_)])
 def test_empty_refuses_a_bool_as_a_size(shape):
     with pytest.raises(TypeError, match="shape must be an int or a sequence of ints"):

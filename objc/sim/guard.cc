@@ -51,13 +51,14 @@ static bool map_guarded(size_t body, size_t guard, GuardedMap *m, bool populate 
 #endif
                        , -1, 0);
         bool ok = p != MAP_FAILED;
+        // the body is a mapping of its own, without MAP_NORESERVE: the OS's overcommit
+        // policy refuses it as it refuses numpy.empty's malloc (an mprotect of the reserved
+        // range would hand out 4 TiB of a 16 GiB machine and fail only when touched)
+        int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
 #ifdef MAP_POPULATE
-        if (ok && populate)
-            ok = mmap((char *)p + g, body, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_POPULATE, -1, 0) != MAP_FAILED;
-        else
+        if (populate) flags |= MAP_POPULATE;
 #endif
-        if (ok) ok = mprotect((char *)p + g, body, PROT_READ | PROT_WRITE) == 0;
+        if (ok) ok = mmap((char *)p + g, body, PROT_READ | PROT_WRITE, flags, -1, 0) != MAP_FAILED;
         if (ok) {
             m->map = (unsigned char *)p;
             m->len = len;

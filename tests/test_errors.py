@@ -126,6 +126,34 @@ def test_huge_window_names_its_span_never_a_negative_output(fn, kw, must):
     assert not re.search(r"-\d", msg) and "output would be" not in msg, msg
 
 
+@pytest.mark.parametrize("size,shape", [
+    # output_size=2**31-1 gave numpy's "array is too big" (naming nothing of ours);
+    # (2**16, 2**15) allocated 8 GiB and ran a kernel that counts elements in int32
+    (2**31 - 1, r"\(1, 1, 2147483647, 2147483647\)"), ((2**31 - 1, 2**20), r"\(1, 1, 2147483647, 1048576\)"),
+    ((2**16, 2**15), r"\(1, 1, 65536, 32768\)"), ((None, 2**31 - 1), r"\(1, 1, 4, 2147483647\)")])
+def test_adaptive_pool_result_of_2_31_elements_is_named(size, shape):
+    bad(ValueError, mpskern.adaptive_avg_pool2d, np.zeros((1, 1, 4, 4), f32), size,
+        must=["adaptive_avg_pool2d: the result with shape " + shape, "2\\*\\*31 elements",
+              "smaller calls"])
+    bad(ValueError, mpskern.adaptive_avg_pool2d, np.zeros((4, 9, 9), f32), (1, 2**29),
+        must=[r"\(4, 1, 536870912\)"])           # the channels count too
+
+
+@pytest.mark.parametrize("fn,kw", [
+    (mpskern.max_pool2d, dict(kernel_size=2, stride=1, padding=1)),          # 9x9 -> 10x10
+    (mpskern.avg_pool2d, dict(kernel_size=2, stride=1, padding=1, ceil_mode=True)),
+    (mpskern.max_pool2d, dict(kernel_size=2, stride=1, padding=1, return_indices=True))])
+def test_pool_result_is_checked_against_the_int32_count(fn, kw, monkeypatch):
+    # a window pool's result can hold more elements than x (padding, ceil_mode); only the
+    # input was checked. The limit is lowered so that a 9x9 input reaches it
+    from mpskern import _args
+    x = np.zeros((1, 1, 9, 9), f32)
+    monkeypatch.setattr(_args, "INT32_LIMIT", 100)
+    bad(ValueError, fn, x, **kw, must=[rf"{fn.__name__}: the result with shape \(1, 1, 10, 10\)",
+                                       "2\\*\\*31 elements"])
+    fn(x[..., :8, :8], **kw, backend="cpu")       # a result under the limit still runs
+
+
 @pytest.mark.parametrize("fn,kw", [
     (mpskern.max_pool2d, dict(kernel_size=True)), (mpskern.max_pool2d, dict(kernel_size=2, stride=True)),
     (mpskern.max_pool2d, dict(kernel_size=2, padding=True)),

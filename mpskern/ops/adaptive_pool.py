@@ -43,6 +43,7 @@ def adaptive_avg_pool2d(x, output_size, *, backend="auto", out=None):
         raise ValueError(f"{OP}: x has shape {x.shape}: an empty plane ({H}x{W}) has no "
                          f"average; give H and W of at least 1")
     shape = (C, P, Q) if unbatched else (N, C, P, Q)
+    _args.check_size(shape, "the result", OP)     # output_size may be far larger than x
     be = _args.backend(backend)
     y, out = _args.output(out, shape, x.dtype, OP, (x,))
     if y.size == 0:

@@ -88,6 +88,7 @@ def _pool(op, mode, x, kernel_size, stride, padding, dilation, ceil_mode, count_
         div = _args.whole(divisor_override, "divisor_override", op, 1,
                           " (or None for the window size)")
     shape = (C, P, Q) if unbatched else (N, C, P, Q)
+    _args.check_size(shape, "the result", op)     # padding/ceil_mode: more rows than x
     be = _args.backend(backend)
     y, out = _args.output(out, shape, x.dtype, op, (x,))
     idx = np.empty(shape, np.int64) if indices else None

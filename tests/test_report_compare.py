@@ -170,3 +170,58 @@ def test_throughput_figure_draws_no_lines_between_shapes(tmp_path, monkeypatch):
               if len(ln.get_xdata()) > 1 and ln.get_linestyle() not in ("None", "none", "")]
     assert not joined, [ln.get_label() for ln in joined]       # points and bars only
     assert len(ax.containers) == 2                             # one errorbar set per backend
+
+
+def test_every_shape_field_shows_in_the_label():
+    # rows whose shapes differ in one field must not read alike in a report's tables and
+    # figures (attention's Ev and conv2d's bias did)
+    for name, sp in ops.TABLE.items():
+        _, base = sp.preset("tiny")[0]
+        for f in sp.fields:
+            v = base[f.name]
+            other = dict(base, **{f.name: (0 if v else 1) if f.name in sp.zero_ok else v + 1})
+            try:
+                other = sp.complete(other)
+            except ValueError:
+                continue                      # (group_norm: C + 1 is no multiple of G)
+            assert sp.label(other) != sp.label(base), (name, f.name, sp.label(base))
+
+
+def _attention_report(tmp_path, monkeypatch):
+    from mpskern.report import figures
+    sp = ops.get("scaled_dot_product_attention")
+    cases = [(sp.label(s), s) for s in (sp.parse(t) for t in ("1,2,16,16", "1,2,16,16,Ev=8"))]
+    rows = runner.run(sp.name, cases, ["float32"], [fake_make("cpu"), fake_make("metal")],
+                      budget=0.02)
+    saved = []
+    monkeypatch.setattr(figures, "_save", lambda fig, path: (fig.canvas.draw(), saved.append(fig)))
+    return figures, data.with_throughput(data.frame(rows)), saved
+
+
+def test_report_figures_of_attention_rows(tmp_path, monkeypatch):
+    figures, df, saved = _attention_report(tmp_path, monkeypatch)
+    op = "scaled_dot_product_attention"
+    assert figures.throughput(df, op, "float32", str(tmp_path / "t.png"))
+    assert figures.speedup(df, op, "float32", str(tmp_path / "s.png"))
+    for fig in saved:                       # the long op name: the title is inside the figure
+        title = fig.axes[0].title.get_window_extent()
+        assert title.x0 >= 0 and title.x1 <= fig.bbox.x1, fig.axes[0].get_title()
+    labels = [t.get_text() for t in saved[0].axes[0].get_xticklabels()]
+    assert len(set(labels)) == 2 and any("Ev=8" in t for t in labels), labels
+
+
+def test_roofline_marks_every_op_apart_and_keeps_its_legend_off_the_points(tmp_path, monkeypatch):
+    from mpskern.report import figures
+    assert set(ops.TABLE) <= set(figures.MARKERS)
+    assert len(set(figures.MARKERS.values())) == len(figures.MARKERS)
+    figures, df, saved = _attention_report(tmp_path, monkeypatch)
+    df = df.assign(peak_gflops=100.0, peak_gbps=50.0, device="cpu")
+    df.loc[df.index[0], "gflops"] = 1e-3              # a slow case: low on the plot
+    assert figures.roofline(df, "cpu", str(tmp_path / "r.png"))
+    ax = saved[0].axes[0]
+    legend = ax.get_legend().get_window_extent()
+    for pc in ax.collections:
+        for x, y in pc.get_offsets():
+            px, py = ax.transData.transform((x, y))
+            assert not (legend.x0 <= px <= legend.x1 and legend.y0 <= py <= legend.y1)
+    assert legend.x1 <= saved[0].bbox.x1              # and inside the figure

@@ -257,7 +257,8 @@ class Attention(Op):
     def label(self, s):
         kv = f"/{s['Hkv']}" if s["Hkv"] != s["Hq"] else ""
         extra = (" causal" if s["causal"] else "") + {0: "", 1: " bool mask", 2: " add mask"}[s["mask"]]
-        return f"{s['B']}x{s['Hq']}{kv}x{s['L']}x{s['S']}x{s['E']}{extra}"
+        ev = f" Ev={s['Ev']}" if s["Ev"] != s["E"] else ""
+        return f"{s['B']}x{s['Hq']}{kv}x{s['L']}x{s['S']}x{s['E']}{ev}{extra}"
 
     def inputs(self, s, dtype, rng):
         B, Hq, Hk, L, S, E, Ev = (s[n] for n in ("B", "Hq", "Hkv", "L", "S", "E", "Ev"))

@@ -217,7 +217,8 @@ class Conv2d(Op):
         g = f" g{s['groups']}" if s["groups"] > 1 else ""
         d = f" d{s['dil']}" if s["dil"] > 1 else ""
         return (f"{s['N']}x{s['C']}x{s['H']}x{s['W']} {s['R']}x{s['S']}->{s['K']} "
-                f"s{s['stride']}p{s['pad']}{d}{g}{act_label(s['act'])}")
+                f"s{s['stride']}p{s['pad']}{d}{g}{'' if s['bias'] else ' no bias'}"
+                f"{act_label(s['act'])}")
 
     def inputs(self, s, dtype, rng):
         fan = s["C"] // s["groups"] * s["R"] * s["S"]

@@ -2,6 +2,7 @@
 throughput per shape per backend (points with p10-p90 bars), speedup over cpu, roofline, and the
 comparison of two runs."""
 import math
+import textwrap
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -13,9 +14,11 @@ from mpskern.report.data import backend_sort_key, shape_order
 
 COLORS = {"cpu": "#1f77b4", "metal": "#ff7f0e", "mps": "#2ca02c", "sim": "#7f7f7f",
           "torch-cpu": "#d62728", "torch-mps": "#9467bd", "mlx": "#8c564b"}
+# the roofline's marker per op, one each (an op without one would share conv2d's circle)
 MARKERS = {"conv2d": "o", "matmul": "s", "gemm": "D", "max_pool2d": "v", "avg_pool2d": "^",
            "softmax": "<", "log_softmax": ">", "layer_norm": "P", "rms_norm": "X",
-           "batch_norm": "h", "group_norm": "*"}
+           "batch_norm": "h", "group_norm": "*", "linear": "d", "adaptive_avg_pool2d": "p",
+           "scaled_dot_product_attention": "H"}
 _TIMES = FuncFormatter(lambda v, _: f"{v:.3g}x")
 SIM_NOTE = "sim = CPU emulation of the Metal kernels: its speed says nothing about a GPU"
 
@@ -37,6 +40,13 @@ def _save(fig, path):
 
 def _wide(n):
     return max(6.5, min(16.0, 1.0 * n + 2.5))
+
+
+def _fit_title(text, fig):
+    """The title on two lines when one would be wider than the figure (long op names:
+    scaled_dot_product_attention's was cut off on a figure of few shapes)."""
+    per_line = int(fig.get_figwidth() * 11)          # characters of 10 pt per inch, about
+    return "\n".join(textwrap.wrap(text, per_line)) if len(text) > per_line else text
 
 
 def _log_if_wide(ax, values, axis="y"):
@@ -80,7 +90,8 @@ def throughput(df, op, dtype, path):
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(f"{unit} (higher is better)")
     ax.set_xlabel("shape (ordered by work)")
-    ax.set_title(f"{op} {dtype}: throughput per shape (point: median, bar: p10-p90)", fontsize=10)
+    ax.set_title(_fit_title(f"{op} {dtype}: throughput per shape (point: median, bar: p10-p90)",
+                            fig), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     h, lab = ax.get_legend_handles_labels()
     if d.unstable.fillna(False).astype(bool).any():
@@ -130,7 +141,8 @@ def speedup(df, op, dtype, path):
     narrow = bool(fin) and max(fin + [1.0]) / min(fin + [1.0]) < 30
     ax.yaxis.set_minor_formatter(_TIMES if narrow else NullFormatter())
     ax.set_ylabel("speedup over cpu (log scale; above 1x is faster)")
-    ax.set_title(f"{op} {dtype}: speedup over mpskern cpu (ratio of medians)", fontsize=10)
+    ax.set_title(_fit_title(f"{op} {dtype}: speedup over mpskern cpu (ratio of medians)", fig),
+                 fontsize=10)
     ax.grid(True, axis="y", which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -146,7 +158,7 @@ def roofline(df, device, path):
            & df.peak_gbps.notna() & ~df.simulated.fillna(False).astype(bool)]
     if d.empty:
         return False
-    fig = Figure(figsize=(8.5, 5.6))
+    fig = Figure(figsize=(10.5, 5.6))
     ax = fig.add_subplot()
     ai = d.intensity.astype(float)
     xs = np.logspace(math.log10(max(ai.min() / 4, 1e-3)), math.log10(ai.max() * 4), 200)
@@ -175,9 +187,9 @@ def roofline(df, device, path):
     h2 = [Line2D([], [], color="#555", marker=MARKERS.get(o, "o"), ls="", label=o)
           for o in sorted(d.op.unique())]
     h0, l0 = ax.get_legend_handles_labels()
-    leg = ax.legend(h0 + h1 + h2, l0 + [h.get_label() for h in h1 + h2], fontsize=7,
-                    loc="lower right", ncol=2)
-    leg.set_zorder(5)
+    # beside the axes, not on them: slow cases (low GFLOP/s) sit where "lower right" was
+    ax.legend(h0 + h1 + h2, l0 + [h.get_label() for h in h1 + h2], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.text(0.01, 0.01, f"peaks: {src}", fontsize=6.5, color="#555")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     _save(fig, path)

@@ -5,12 +5,18 @@ from the bias (beta 1) instead of adding it after, and small images' single im2c
 its rows on the pool. Both checked against the float64
 reference on each block plan (rows of one image, whole images per block, strides 2 and 3,
 dilation, asymmetric padding, groups), float16, a fused activation and non-finite inputs
-and biases, at 1 and 2 threads (conftest's threads fixture)."""
+and biases, at 1 and 2 threads (conftest's threads fixture). MPSKERN_CPU_CONV=gemm: with
+fewer than 8 input channels auto takes the direct kernel (test_cpu_conv_direct.py)."""
 import numpy as np
 import pytest
 
 import mpskern
 import refs
+
+
+@pytest.fixture(autouse=True)
+def im2col(monkeypatch):
+    monkeypatch.setenv("MPSKERN_CPU_CONV", "gemm")
 
 # (x shape, w shape, stride, padding, dilation, groups)
 CASES = [

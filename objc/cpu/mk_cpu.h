@@ -76,6 +76,14 @@ int mk_winograd_applies(const mk_conv2d_args *a);
 mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, const void *x,
                                  const void *w, const float *bias, void *y);
 
+/* ---- conv2d by a direct kernel for few input channels (mk_cpu_conv_direct.c: the 7x7/2
+   stem): for mk_conv_direct_applies() convolutions (groups 1, at most 7 input channels, a
+   window of 2+ taps, padding that does not dwarf the input); mk_cpu_conv2d chooses.
+   MK_ERR_NOMEM: its padded input copy did not fit; the caller runs the call another way. */
+int mk_conv_direct_applies(const mk_conv2d_args *a);
+mk_status mk_cpu_conv2d_direct(const mk_conv2d_args *a, int dtype, const void *x,
+                               const void *w, const float *bias, void *y);
+
 /* ---- the pool2d variants mk_cpu_pool2d routes to: adaptive_avg_pool2d (MK_POOL_ADAPTIVE_AVG,
    mk_cpu_adaptive_pool.c; checks its own arguments) and max with indices
    (mk_cpu_pool2d_indices.c; arguments checked by mk_cpu_pool2d, nothing empty). */

@@ -5,6 +5,9 @@
 //   3x3 stride-1 dilation-1 with enough channels: Winograd F(4x4, 3x3), mk_cpu_winograd.c;
 //     when its transformed operands do not fit in memory or it declines non-finite/huge
 //     values, the path below that applies
+//   at most 7 input channels (groups 1, the 7x7/2 stem): a direct register-blocked kernel
+//     over a padded copy of the input, mk_cpu_conv_direct.c (im2col when the copy does
+//     not fit in memory)
 //   small images (fewer images than threads, few pixels, float32): per image one im2col
 //     and one GEMM cut over output channels
 //   blocked (plan_blocks): tasks of (group, block of output pixels), each an im2col of its
@@ -15,8 +18,9 @@
 //     chunks. Scratch stays bounded whatever the shape.
 // float16: input rows and weights are converted to float32 (float32 accumulation).
 // MPSKERN_CPU_CONV (read per call) forces an algorithm, for tests and benchmarks: auto
-// (default), gemm (never Winograd), winograd / winograd2 (F(4x4) / F(2x2) wherever it
-// applies; the other convolutions still take the paths above).
+// (default), gemm (im2col + GEMM: never Winograd or the direct kernel), winograd /
+// winograd2 (F(4x4) / F(2x2) wherever it applies; the other convolutions still take the
+// paths above).
 #include "mk_cpu.h"
 #include <math.h>
 #include <stdlib.h>
@@ -353,22 +357,23 @@ done:
     if (wk != wf) mk_free(wk);
 }
 
-// Winograd tile size m (4 or 2) for this convolution, 0 for the paths above; -1 after
-// setting the error for an unknown MPSKERN_CPU_CONV
-static int winograd_choice(const mk_conv2d_args *a) {
+// MPSKERN_CPU_CONV: FORCE_NONE (auto), FORCE_GEMM, or the forced Winograd tile size
+// (4 or 2); -1 after setting the error for an unknown value
+enum { FORCE_NONE = 0, FORCE_GEMM = 1 };
+static int forced_algorithm(void) {
     const char *e = getenv("MPSKERN_CPU_CONV");
-    int forced = 0;
-    if (e && *e && strcmp(e, "auto") != 0) {
-        if (!strcmp(e, "gemm")) return 0;
-        else if (!strcmp(e, "winograd")) forced = 4;
-        else if (!strcmp(e, "winograd2")) forced = 2;
-        else {
-            mk_set_error(MK_ERR_INVALID, "MPSKERN_CPU_CONV=%s: expected auto, gemm, winograd "
-                         "or winograd2 (unset means auto)", e);
-            return -1;
-        }
-    }
-    if (!mk_winograd_applies(a)) return 0;
+    if (!e || !*e || !strcmp(e, "auto")) return FORCE_NONE;
+    if (!strcmp(e, "gemm")) return FORCE_GEMM;
+    if (!strcmp(e, "winograd")) return 4;
+    if (!strcmp(e, "winograd2")) return 2;
+    mk_set_error(MK_ERR_INVALID, "MPSKERN_CPU_CONV=%s: expected auto, gemm, winograd "
+                 "or winograd2 (unset means auto)", e);
+    return -1;
+}
+
+// Winograd tile size m (4 or 2) for this convolution, 0 for the other paths
+static int winograd_choice(const mk_conv2d_args *a, int forced) {
+    if (forced == FORCE_GEMM || !mk_winograd_applies(a)) return 0;
     if (forced) return forced;
     // Measured against im2col (docs/cpu-kernels.md): Winograd pays from 16 input channels
     // per group (the GEMMs' inner dimension), or 8 when there are at most 8x as many output
@@ -543,12 +548,14 @@ static mk_status bias_only(const mk_conv2d_args *a, int dtype, const float *bias
 }
 
 // The paths, in the order they are tried (mk_cpu_conv2d)
-enum { PATH_DEPTHWISE, PATH_BIAS_ONLY, PATH_WINOGRAD, PATH_SMALL_IMAGES, PATH_BLOCKED };
-static int choose_path(const mk_conv2d_args *a, int dtype, int wino, long threads) {
+enum { PATH_DEPTHWISE, PATH_BIAS_ONLY, PATH_WINOGRAD, PATH_DIRECT, PATH_SMALL_IMAGES,
+       PATH_BLOCKED };
+static int choose_path(const mk_conv2d_args *a, int dtype, int wino, int direct, long threads) {
     long Cg = a->C / a->groups, CRS = Cg * a->R * a->S, PQ = (long)a->P * a->Q;
     if (Cg == 1 && a->groups > 1) return PATH_DEPTHWISE;
     if (CRS == 0) return PATH_BIAS_ONLY;
     if (wino) return PATH_WINOGRAD;
+    if (direct) return PATH_DIRECT;
     if (dtype == MK_F32 && a->groups == 1 && threads > 1 && a->N < threads &&
         PQ < MIN_COLS * threads && CRS * PQ <= COL_BLOCK_FLOATS)
         return PATH_SMALL_IMAGES;
@@ -563,19 +570,26 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     MK_CHECK_PTR(y);
     if (a->C > 0) { MK_CHECK_PTR(x); MK_CHECK_PTR(w); }
     if (a->has_bias) MK_CHECK_PTR(bias); else bias = NULL;
-    int wino = winograd_choice(a);
-    if (wino < 0) return MK_ERR_INVALID;
+    int forced = forced_algorithm();
+    if (forced < 0) return MK_ERR_INVALID;
+    int wino = winograd_choice(a, forced);
+    int direct = forced != FORCE_GEMM && mk_conv_direct_applies(a);
     int pointwise = a->R == 1 && a->S == 1 && a->stride_h == 1 && a->stride_w == 1 &&
                     a->pad_h == 0 && a->pad_w == 0 && a->P == a->H && a->Q == a->W;
     long threads = mk_cpu_threads();
-    int path = choose_path(a, dtype, wino, threads);
+    int path = choose_path(a, dtype, wino, direct, threads);
     if (path == PATH_WINOGRAD) {
         // Winograd holds transformed operands (up to 4x the weights); when they do not fit
         // in memory, the other paths still do. Likewise when it declines non-finite or
         // huge values (its tiles would spread or overflow them)
         mk_status ws = mk_cpu_conv2d_winograd(a, wino, dtype, x, w, bias, y);
         if (ws != MK_ERR_NOMEM && ws != MK_ERR_UNSUPPORTED) return ws;
-        path = choose_path(a, dtype, 0, threads);
+        path = choose_path(a, dtype, 0, direct, threads);
+    }
+    if (path == PATH_DIRECT) {       // its padded input copy did not fit: im2col's blocks may
+        mk_status ds = mk_cpu_conv2d_direct(a, dtype, x, w, bias, y);
+        if (ds != MK_ERR_NOMEM) return ds;
+        path = choose_path(a, dtype, 0, 0, threads);
     }
     switch (path) {
     case PATH_DEPTHWISE: {

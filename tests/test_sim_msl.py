@@ -292,3 +292,103 @@ def test_writes_through_thread_elements_reach_the_fragment(write, check):
         check=check)
     np.testing.assert_array_equal(out[:64].reshape(8, 8), want)
     np.testing.assert_array_equal(out[64:].reshape(8, 8), want)
+
+
+UNIONS = HEAD + """
+union U { float4 v; float a[4]; };
+typedef union { half2 h; uint u; } H;
+template <typename T> union Pair { vec<T, 2> v; T e[2]; };
+struct S { union { float3 p; float q[4]; }; int k; };
+struct Outer { U u; S s; };
+union Own { float4 v; float a[4]; Own &operator=(const Own &o) { v = o.v.wzyx; return *this; } };
+kernel void unions(device const float4* x [[buffer(0)]], device U* ys [[buffer(1)]],
+                   device float4* out [[buffer(2)]], uint i [[thread_position_in_grid]],
+                   uint l [[thread_index_in_threadgroup]]) {
+    threadgroup U shared[4];
+    U a; a.v = x[i];
+    U b; b = a;                        // assignment (was "not valid MSL")
+    shared[l] = b;                     // into threadgroup memory
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    U c; c = shared[3 - l];
+    ys[i] = c;                         // into device memory
+    H h; h.h = half2(x[i].xy); H g; g = h;
+    Pair<float> p; p.v = x[i].zw; Pair<float> r; r = p;
+    S s; s.p = x[i].xyz; s.k = 7; S t; t = s;
+    Outer o; o.u = a; o.s = s; Outer w; w = o;
+    Own m; m.v = x[i]; Own n; n = m;   // its own operator= is kept
+    out[4 * i + 0] = c.v;
+    out[4 * i + 1] = float4(float2(g.h), r.e[0], r.v.y);
+    out[4 * i + 2] = float4(t.p, float(t.k));
+    out[4 * i + 3] = w.u.v + float4(w.s.q[0]) + n.v;
+}
+"""
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_unions_and_anonymous_unions_holding_vectors_are_assignable(check):
+    # MSL's vectors are trivially copyable, so `U b; b = a;` is MSL; the simulator refused it
+    # ("not valid MSL (Apple's compiler refuses it too)": the union's operator= was deleted)
+    x = np.arange(16, dtype=np.float32).reshape(4, 4) + 1
+    ys = np.zeros((4, 4), np.float32)
+    out = np.zeros((4, 4, 4), np.float32)
+    run(UNIONS, "unions", x, ys, out, grid=(4,), tg=(4,), check=check)
+    np.testing.assert_array_equal(out[:, 0], x[::-1])
+    np.testing.assert_array_equal(ys, x[::-1])
+    np.testing.assert_array_equal(out[:, 1], np.c_[x[:, :2], x[:, 2:]])
+    np.testing.assert_array_equal(out[:, 2], np.c_[x[:, :3], np.full(4, 7)])
+    np.testing.assert_array_equal(out[:, 3], x + x[:, :1] + x[:, ::-1])
+
+
+def test_assigning_a_const_union_is_still_refused():
+    src = HEAD + """
+union U { float4 v; float a[4]; };
+kernel void bad(device float4* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+    const U a = {float4(1.0f)};
+    U b; b.v = y[i];
+    a = b;
+    y[i] = a.v;
+}
+"""
+    with pytest.raises(mpskern.KernelCompileError, match=r"<metal_kernel bad>:9"):
+        run(src, "bad", np.zeros(4, np.float32), grid=(1,), tg=(1,))
+
+
+CONVERT = HEAD + """
+kernel void convert(device const float4* x [[buffer(0)]], device float4* y [[buffer(1)]],
+                    device half4* h [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+    half2 a = half2(x[i].xy);                  // a swizzle of another element type: ran
+    half3 b = half3(x[i].zyx);                 // into a stack overflow (packed_vec's and
+    int4 c = int4(x[i].wzyx);                  // vec's constructors called each other)
+    float2 d = float2(h[i].zw);
+    packed_half4 p = packed_half4(x[i]);
+    half4 e = half4(p);
+    y[4 * i + 0] = float4(float2(a), float(b.x), float(c.x));
+    y[4 * i + 1] = float4(d, float4(p).w, float(e.z));   // packed of another type
+    y[4 * i + 2] = float4(float3(b), float(c.w));
+    y[4 * i + 3] = float4(float2(half2(d.yx)), float2(c.yz));
+}
+"""
+
+
+def test_vector_conversions_from_swizzles_of_another_type():
+    x = (np.arange(16, dtype=np.float32) + 1).reshape(4, 4)
+    h = (np.arange(16, dtype=np.float16) + 100).reshape(4, 4)
+    y = np.zeros((4, 4, 4), np.float32)
+    run(CONVERT, "convert", x, y, h, grid=(4,), tg=(4,))
+    hf = h.astype(np.float32)
+    np.testing.assert_array_equal(y[:, 0], np.c_[x[:, :2], x[:, 2], x[:, 3]])
+    np.testing.assert_array_equal(y[:, 1], np.c_[hf[:, 2:], x[:, 3], x[:, 2]])
+    np.testing.assert_array_equal(y[:, 2], np.c_[x[:, 2::-1], x[:, 0]])
+    np.testing.assert_array_equal(y[:, 3], np.c_[hf[:, 3], hf[:, 2], x[:, 2], x[:, 1]])
+
+
+def test_a_vector_from_a_struct_is_a_compile_error_not_a_stack_overflow():
+    src = HEAD + """
+struct S { float a, b; };
+kernel void bad(device float2* y [[buffer(0)]], uint i [[thread_position_in_grid]]) {
+    S s = {1.0f, 2.0f};
+    y[i] = float2(half2(s));
+}
+"""
+    with pytest.raises(mpskern.KernelCompileError, match=r"<metal_kernel bad>:8"):
+        run(src, "bad", np.zeros(2, np.float32), grid=(1,), tg=(1,), check=False)

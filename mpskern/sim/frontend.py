@@ -26,7 +26,7 @@ from mpskern._native import MAX_BINDINGS
 from mpskern.sim.glue import ALIASES3, BUILTINS1, BUILTINS3, glue
 from mpskern.sim.msl_tokens import LineMap, blank
 
-FRONTEND_VERSION = 4
+FRONTEND_VERSION = 5
 MAX_BUFFER_INDEX = MAX_BINDINGS - 1     # Metal: [[buffer(0)]] .. [[buffer(30)]] (objc/mpskern.h)
 
 
@@ -259,11 +259,35 @@ def _rewrite_tg_decls(text):
     return _TG_DECL.sub(sub, text)
 
 
+_AGGREGATE = re.compile(r'\b(struct|class|union)\s+([A-Za-z_]\w*)\s*(?::[^{};()]*)?\{')
+_TYPEDEF_ANON = re.compile(r'\btypedef\s+(struct|union)\s*\{')
+_ANON_UNION = re.compile(r'\bunion\s*\{')
+
+
+def _union_assign(text):
+    """Every union, and every struct/class holding an anonymous union, gets a byte-copy
+    operator= (objc/sim/include/mk_sim_vec.h __mk_union_assign): MSL assigns them when they
+    hold vectors, C++ deletes their operator= (ours is user-provided). A `typedef union {`
+    gets a name to hang it on. Aggregates declaring their own operator= are left alone."""
+    n = iter(range(1 << 30))
+    text = _TYPEDEF_ANON.sub(lambda m: f"typedef {m.group(1)} __mk_anon{next(n)} {{", text)
+    at = []
+    for m in _AGGREGATE.finditer(text):
+        end = _match_close(text, m.end() - 1, "{", "}")
+        body = text[m.end():end - 1] if end > 0 else ""
+        if (m.group(1) == "union" or _ANON_UNION.search(body)) and \
+                not re.search(r"\boperator\s*=\s*\(", body):
+            at.append((m.end(), f" __mk_union_assign({m.group(2)}) "))
+    for pos, ins in reversed(at):
+        text = text[:pos] + ins + text[pos:]
+    return text
+
+
 def rewrite(pre, constant="const"):
     """The line-preserving rewrites C++ needs: attributes blanked, `1.0h` -> `half(1.0)`,
     the `constant` address space -> `constant` (None: kept), threadgroup variables in
-    kernel bodies -> references into the threadgroup arena."""
-    text = _ATTR.sub(lambda m: blank(m.group(0)), pre)
+    kernel bodies -> references into the threadgroup arena, unions given MSL's assignment."""
+    text = _union_assign(_ATTR.sub(lambda m: blank(m.group(0)), pre))
     text = _HALF_LIT.sub(lambda m: f"half({m.group(1)})", text)
     if constant is not None:
         text = _CONSTANT.sub(constant, text)

@@ -96,6 +96,14 @@ template <class T, int N> struct vec_base;
     MK_COPY_CTOR(vec, size)                                                                    \
     vec &operator=(const vec &o) { for (int i = 0; i < size; i++) v[i] = o.v[i]; return *this; }
 
+// MSL's vectors are trivially copyable, so a union (or a struct with an anonymous union)
+// holding one can be assigned: `U b; b = a;`. Ours need that operator= above (a defaulted
+// one would be deleted: the swizzle members' assignment writes only their components), and
+// a union member with a non-trivial operator= deletes the union's. The front-end
+// (mpskern/sim/frontend.py: _union_assign) puts this byte copy into each such aggregate.
+#define __mk_union_assign(U)                                                                   \
+    U &operator=(const U &o) { __builtin_memcpy((void *)this, (const void *)&o, sizeof(U)); return *this; }
+
 
 #define MK_VEC_COMMON(N_, S_)                                                                  \
     typedef T value_type;                                                                      \
@@ -109,7 +117,15 @@ template <class T, int N> struct vec_base;
                       "vector constructor: wrong number of components");                      \
         int k = 0; put(k, a); put(k, b); (put(k, r), ...);                                     \
     }                                                                                          \
-    template <class U> explicit vec(const vec<U, N_> &o) { for (int i = 0; i < N_; i++) v[i] = T(o.v[i]); } \
+    /* explicit conversion from any N_-vector of another element type (vector, packed,    \
+       swizzle: half2(x.xy)); the swizzle and packed ones recursed through packed_vec's   \
+       constructor forever (a stack overflow at run time) */                             \
+    template <class A, typename std::enable_if<vtraits_t<A>::is_vec && vtraits_t<A>::n == N_ && \
+        !std::is_same<typename vtraits_t<A>::elem, T>::value, int>::type = 0>              \
+    explicit vec(const A &a) {                                                                 \
+        typename vtraits_t<A>::type t = a;                                                     \
+        for (int i = 0; i < N_; i++) v[i] = T(t.v[i]);                                         \
+    }                                                                                          \
     vec(const packed_vec<T, N_> &o) { for (int i = 0; i < N_; i++) v[i] = o.v[i]; }            \
     template <int S2, int... I> vec(const swz<T, S2, I...> &o) {                               \
         static_assert(sizeof...(I) == N_, "swizzle size differs from the vector's");          \
@@ -146,12 +162,17 @@ template <class T> struct alignas(4 * sizeof(T)) vec<T, 4> {
 // packed_float3 etc.: element alignment, N elements, converts to and from vec<T,N> (one way
 // each: vec's constructor from packed_vec and packed_vec's from vec; a conversion operator
 // as well made `float4 v = packed` ambiguous, which MSL accepts).
+// packed_vec's element-wise constructor: several parts, or one scalar or vector (anything
+// else as one argument is no vector's constructor, as in MSL; taking it made vec's
+// constructor from packed_vec and this one call each other)
+#define MK_PACKED_ARGS(A, R) typename std::enable_if<(sizeof...(R) > 0) || is_mk_scalar<A>::value || \
+    vtraits_t<A>::is_vec, int>::type = 0
 template <class T, int N> struct packed_vec {
     union { T v[N]; struct { T x, y, z, w; } ; };
     packed_vec() = default;
     MK_PACKED_COPY(N)
     packed_vec(const vec<T, N> &o) { for (int i = 0; i < N; i++) v[i] = o.v[i]; }
-    template <class A, class... R> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, N>(a, r...)) {}
+    template <class A, class... R, MK_PACKED_ARGS(A, R)> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, N>(a, r...)) {}
     T &operator[](int i) { return v[i]; }
     const T &operator[](int i) const { return v[i]; }
 };
@@ -160,7 +181,7 @@ template <class T> struct packed_vec<T, 2> {
     packed_vec() = default;
     MK_PACKED_COPY(2)
     packed_vec(const vec<T, 2> &o) { v[0] = o.v[0]; v[1] = o.v[1]; }
-    template <class A, class... R> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, 2>(a, r...)) {}
+    template <class A, class... R, MK_PACKED_ARGS(A, R)> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, 2>(a, r...)) {}
     T &operator[](int i) { return v[i]; }
     const T &operator[](int i) const { return v[i]; }
 };
@@ -169,7 +190,7 @@ template <class T> struct packed_vec<T, 3> {
     packed_vec() = default;
     MK_PACKED_COPY(3)
     packed_vec(const vec<T, 3> &o) { for (int i = 0; i < 3; i++) v[i] = o.v[i]; }
-    template <class A, class... R> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, 3>(a, r...)) {}
+    template <class A, class... R, MK_PACKED_ARGS(A, R)> packed_vec(const A &a, const R &...r) : packed_vec(vec<T, 3>(a, r...)) {}
     T &operator[](int i) { return v[i]; }
     const T &operator[](int i) const { return v[i]; }
 };

@@ -25,19 +25,21 @@ static MPSGraphTensor *scale_shift(MPSGraph *G, MPSGraphTensor *v, MPSGraphTenso
 
 // Layer/rms/group norm: the graph (cached per args) of x (shape xs) and the weight and bias
 // that are present (shape ws, float32) whose output is body(G, x as float32, w, b) in x's
-// dtype, run on x, the weight and bias into y.
+// dtype, run on x, the weight and bias into y. The shapes come as dimensions (rank each):
+// MPSShape arrays are made only when the graph is built, not on every call.
 typedef MPSGraphTensor *(^affine_body)(MPSGraph *G, MPSGraphTensor *v, MPSGraphTensor *tw,
                                        MPSGraphTensor *tb);
 static mk_status run_affine(mk_device *d, const char *op, int dtype, const void *a, size_t nbytes,
-                            MPSShape *xs, MPSShape *ws, int has_weight, int has_bias, affine_body body,
+                            int rank, const int64_t *xs, const int64_t *ws, int has_weight, int has_bias, affine_body body,
                             mk_buffer *x, mk_buffer *weight, mk_buffer *bias, mk_buffer *y, mk_timing *t) {
     MKGraph *g = mk_mps_graph_get(d, op, dtype, a, nbytes, ^MKGraph *{
         MPSGraph *G = [MPSGraph new];
         MPSDataType dt = mk_mps_dtype(dtype);
-        MPSGraphTensor *tx = [G placeholderWithShape:xs dataType:dt name:@"x"];
+        MPSGraphTensor *tx = [G placeholderWithShape:mk_mps_shape(rank, xs) dataType:dt name:@"x"];
         NSMutableArray *ins = [NSMutableArray arrayWithObject:tx];
-        MPSGraphTensor *tw = optional_input(G, ins, has_weight, ws, @"w");
-        MPSGraphTensor *tb = optional_input(G, ins, has_bias, ws, @"b");
+        MPSShape *wshape = mk_mps_shape(rank, ws);
+        MPSGraphTensor *tw = optional_input(G, ins, has_weight, wshape, @"w");
+        MPSGraphTensor *tb = optional_input(G, ins, has_bias, wshape, @"b");
         return mk_mps_graph_of(G, ins, @[mk_mps_from32(G, body(G, mk_mps_to32(G, tx), tw, tb), dt)]);
     });
     if (!g) return MK_ERR_UNSUPPORTED;
@@ -54,7 +56,7 @@ mk_status mk_mps_rownorm(mk_device *d, const mk_rownorm_args *a, int dtype, mk_b
     return mk_mps_op(op, d, dtype, t, ^mk_status(int *empty) {
         return mk_mps_rownorm_check(a, weight, bias, empty);
     }, ^mk_status {
-        return run_affine(d, op, dtype, a, sizeof *a, MK_SHAPE(a->rows, a->n), MK_SHAPE(1, a->n),
+        return run_affine(d, op, dtype, a, sizeof *a, 2, (int64_t[]){a->rows, a->n}, (int64_t[]){1, a->n},
                           a->has_weight, a->has_bias,
                           ^MPSGraphTensor *(MPSGraph *G, MPSGraphTensor *v, MPSGraphTensor *tw, MPSGraphTensor *tb) {
             if (a->kind == MK_NORM_LAYER) {
@@ -81,7 +83,7 @@ mk_status mk_mps_group_norm(mk_device *d, const mk_group_norm_args *a, int dtype
     return mk_mps_op(op, d, dtype, t, ^mk_status(int *empty) {
         return mk_mps_group_norm_check(a, weight, bias, empty);
     }, ^mk_status {
-        return run_affine(d, op, dtype, a, sizeof *a, MK_SHAPE(a->N, a->C, a->HW), MK_SHAPE(1, a->C, 1),
+        return run_affine(d, op, dtype, a, sizeof *a, 3, (int64_t[]){a->N, a->C, a->HW}, (int64_t[]){1, a->C, 1},
                           a->has_weight, a->has_bias,
                           ^MPSGraphTensor *(MPSGraph *G, MPSGraphTensor *v, MPSGraphTensor *tw, MPSGraphTensor *tb) {
             v = [G reshapeTensor:v withShape:MK_SHAPE(a->N, a->groups, (int64_t)(a->C / a->groups) * a->HW) name:nil];

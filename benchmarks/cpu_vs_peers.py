@@ -29,8 +29,6 @@ import platform
 import statistics
 import sys
 import time
-from importlib.machinery import EXTENSION_SUFFIXES
-from pathlib import Path
 
 
 def threads_arg(argv):
@@ -50,11 +48,7 @@ if __name__ == "__main__" and threads_arg(sys.argv[1:]):
 
 import numpy as np  # noqa: E402
 
-# A checkout with an in-place build runs its own mpskern; otherwise the installed one (a
-# checkout without the extension on sys.path would shadow it and fail to import).
-_ROOT = Path(__file__).resolve().parent.parent
-if any((_ROOT / "mpskern" / f"_native{s}").exists() for s in EXTENSION_SUFFIXES):
-    sys.path.insert(0, str(_ROOT))
+import checkout_path  # noqa: E402,F401  (this checkout's mpskern if built, else the installed one)
 import mpskern  # noqa: E402
 
 try:

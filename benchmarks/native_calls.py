@@ -30,8 +30,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import checkout_path  # noqa: E402,F401  (this checkout's mpskern if built, else the installed one)
 
 import mpskern  # noqa: E402
 from mpskern import _native, backends  # noqa: E402
@@ -257,6 +256,8 @@ def load_other(path):
 
 if __name__ == "__main__":
     argv = sys.argv[1:]
+    if {"-h", "--help"} & set(argv):
+        sys.exit(print(__doc__))
     other = None
     if "--against" in argv:
         i = argv.index("--against")

@@ -22,8 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+import checkout_path  # noqa: E402,F401  (this checkout's mpskern if built, else the installed one)
 
 import mpskern  # noqa: E402
 from mpskern import backends  # noqa: E402
@@ -206,4 +205,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        sys.exit(print(__doc__))
     main(sys.argv[1:])

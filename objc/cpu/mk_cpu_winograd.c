@@ -36,6 +36,7 @@
 // transformed filters (512 KiB)
 #define BLOCK_BYTES (3L << 19)
 #define FILTER_BLOCK_BYTES (1L << 19)
+#define MIN_KB_PACKED 32         // output channels per channel block, threads permitting
 #define V_LIMIT (6L << 20)
 #define U_LIMIT (8L << 20)
 #define X_LIMIT 0x1p48f          // inputs beyond (2.8e14) go to im2col; weights: w_limit
@@ -486,7 +487,15 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
         ub = (t.units + nb - 1) / nb;
         nblocks = (t.units + ub - 1) / ub;
     }
+    // A channel block's 36 GEMMs each pack all of V[pos] again: blocks of 8 channels (GEMMs
+    // 8 rows tall, what FILTER_BLOCK_BYTES gives from 256 channels up) spent their time
+    // packing. So at least MIN_KB_PACKED channels where that still leaves a block per
+    // thread (AMD EPYC, 1 thread, CPU time, min of 25: 256@14 b8 25.6 ms at 8, 18.7 at 16,
+    // 17.4 at 32, 16.9 at 64; 512@7 b8 20.4 / 18.2 / 17.7 / 20.6; 256@14 b1 2.97 -> 2.50)
     long kb = FILTER_BLOCK_BYTES / (A2 * Cg * 4) / 8 * 8;
+    long kb_packed = (long)Kg * G / mk_cpu_threads() / 8 * 8;
+    if (kb_packed > MIN_KB_PACKED) kb_packed = MIN_KB_PACKED;
+    if (kb < kb_packed) kb = kb_packed;
     if (kb < 8) kb = 8;
     if (kb > Kg) kb = Kg;
     long nkb = (Kg + kb - 1) / kb;

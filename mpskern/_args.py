@@ -9,6 +9,7 @@ from mpskern import backends, shapes, structs
 from mpskern._native import F16, F32
 
 _CODES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16}
+_F32_DTYPE = np.dtype(np.float32)
 _ndarray = np.ndarray
 _empty = np.empty
 INT32_LIMIT = 2 ** 31  # counts are int32 in metal/mk_args.h
@@ -19,9 +20,13 @@ def array(x, name, op):
     arrays are fine (copied to C order); other dtypes raise TypeError with the fix."""
     if type(x) is not _ndarray:
         x = _as_array(x, name, op)
-    code = _CODES.get(x.dtype)
-    if code is None:
-        _bad_dtype(x, name, op)
+    dt = x.dtype
+    if dt is _F32_DTYPE:        # numpy's own float32 dtype object: no hashing of a dtype
+        code = F32
+    else:
+        code = _CODES.get(dt)
+        if code is None:
+            _bad_dtype(x, name, op)
     if x.size >= INT32_LIMIT:  # before the copy: a broadcast view may be huge
         too_big(name, x.shape, op)
     if not x.flags.c_contiguous:

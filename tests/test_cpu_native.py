@@ -53,6 +53,34 @@ def test_gemm(dtype, M, N, K, ta, tb, threads):
     close(out, ref, dtype, scale=max(1.0, np.sqrt(K)))
 
 
+def _gemm_args_as_written_out(M, N, K, *, batch=1, trans_a=0, trans_b=0, lda=None, ldb=None,
+                              ldc=None, stride_a=0, stride_b=0, stride_c=0, stride_out=None,
+                              has_c=0, alpha=1.0, beta=0.0, split_k=0, activation=0):
+    # structs.gemm_args before it copied a template (its definition, one literal)
+    return {"batch": batch, "M": M, "N": N, "K": K,
+            "lda": (M if trans_a else K) if lda is None else lda,
+            "ldb": (K if trans_b else N) if ldb is None else ldb,
+            "ldc": N if ldc is None else ldc, "stride_a": stride_a, "stride_b": stride_b,
+            "stride_c": stride_c, "stride_out": M * N if stride_out is None else stride_out,
+            "trans_a": trans_a, "trans_b": trans_b, "has_c": has_c, "alpha": alpha,
+            "beta": beta, "split_k": split_k, "activation": activation}
+
+
+@pytest.mark.parametrize("kw", [{}, dict(batch=3), dict(trans_a=True), dict(trans_b=1),
+                                dict(lda=99, ldb=98, ldc=97, stride_out=5), dict(stride_b=7),
+                                dict(stride_a=1, stride_c=2), dict(has_c=True, beta=-0.5),
+                                dict(alpha=0.0), dict(alpha=float("nan")), dict(activation=2),
+                                dict(split_k=4), dict(batch=2, trans_a=1, trans_b=1, has_c=1,
+                                                      alpha=2.0, beta=3.0, stride_c=6)])
+def test_gemm_args_builders_agree(kw):
+    """gemm_args (a copy of defaults, only non-default fields set) and plain_gemm_args build
+    the struct the written-out definition does, in the struct's field order."""
+    got, want = structs.gemm_args(5, 6, 7, **kw), _gemm_args_as_written_out(5, 6, 7, **kw)
+    assert list(got) == list(want) == list(_native.OPS["gemm"].fields)
+    assert _native.pack_args("gemm", got) == _native.pack_args("gemm", want)
+    assert structs.plain_gemm_args(5, 6, 7) == structs.gemm_args(5, 6, 7)
+
+
 def test_gemm_c_aliases_out_and_no_c():
     A, B = rnd((20, 30), np.float32, 1), rnd((30, 10), np.float32, 2)
     C = rnd((20, 10), np.float32, 3)

@@ -71,6 +71,32 @@ def test_pack_args_is_the_struct_the_kernels_get():
     assert np.frombuffer(raw[20:], np.float32).tolist() == [0.5]
 
 
+@pytest.mark.parametrize("order", ["struct", "reversed", "extra first", "extra between",
+                                   "copy of a builder's"])
+def test_the_struct_is_the_same_whatever_the_dict_order(order):
+    """fill() reads a dict in the struct's order without lookups while its keys are the
+    struct's fields in order, then by name: the bytes may not depend on the path taken."""
+    fields = _native.OPS["gemm"].fields
+    want = {f: i + 1 for i, f in enumerate(fields)}
+    want.update(alpha=0.5, beta=-2.0)
+    items = list(want.items())
+    args = {"struct": lambda: dict(items), "reversed": lambda: dict(items[::-1]),
+            "extra first": lambda: dict([("zz", 9)] + items),
+            "extra between": lambda: dict(items[:5] + [("zz", 9)] + items[5:]),
+            "copy of a builder's": lambda: dict(want)}[order]()
+    raw = _native.pack_args("gemm", args)
+    i32, f32 = np.frombuffer(raw, np.int32), np.frombuffer(raw, np.float32)
+    for k, f in enumerate(fields):
+        assert (f32[k] if f in ("alpha", "beta") else i32[k]) == want[f], (order, f)
+    del args["ldc"]                        # a field missing after the in-order prefix
+    with pytest.raises(ValueError, match=r"args has no value for field 'ldc'"):
+        _native.pack_args("gemm", args)
+    with pytest.raises(OverflowError):     # range checks on the in-order path too
+        _native.pack_args("gemm", dict(items, M=2 ** 31))
+    with pytest.raises(TypeError):
+        _native.pack_args("gemm", dict(items, N="7"))
+
+
 def test_every_argument_struct_is_a_row_and_cpu_execute_is_the_table():
     """Each mk_*_args struct of _abi.pxd is a row; the cpu backend's one entry is cpu_run
     itself (no Python frame between a public op and the table)."""

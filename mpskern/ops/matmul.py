@@ -39,6 +39,11 @@ def matmul(a, b, *, backend="auto", out=None):
     op = "matmul"
     a, code = _args.array(a, "a", op)
     b = _args.same_dtype(b, "b", a, "a", op)
+    if a.ndim == 2 == b.ndim and out is None:   # the common call first, without the batch logic
+        M, K = a.shape
+        K2, N = b.shape
+        if K == K2 and M and N and K:
+            return _plain(M, N, K, code, a, b, backend)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(f"{op}: a has shape {a.shape} and b has shape {b.shape}; matmul needs "
                          "at least 1 dimension on each side (use np.multiply for scalars)")
@@ -46,8 +51,6 @@ def matmul(a, b, *, backend="auto", out=None):
     b2 = b.reshape(-1, 1) if b.ndim == 1 else b
     M, K = a2.shape[-2:]
     K2, N = b2.shape[-2:]
-    if a.ndim == 2 and b.ndim == 2 and K == K2 and M * N * K and out is None:
-        return _plain(M, N, K, code, a, b, backend)
     if K != K2:
         raise ValueError(f"{op}: the inner dimensions differ: a has shape {a.shape} (K={K}) and "
                          f"b has shape {b.shape} (K={K2}); a.shape[-1] must equal "
@@ -84,7 +87,7 @@ def _plain(M, N, K, code, a, b, backend):
         _args.too_big("the result", (M, N), "matmul")
     be = _args.backend(backend)
     y = np.empty((M, N), a.dtype)
-    be.execute("gemm", structs.gemm_args(M, N, K), code, a, b, None, y)
+    be.execute("gemm", structs.plain_gemm_args(M, N, K), code, a, b, None, y)
     return y
 
 

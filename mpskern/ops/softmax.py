@@ -74,15 +74,19 @@ def _softmax(x, axis, backend, out, log, op, dim):
         ax = axis + nd if axis < 0 else axis
     else:  # a 0-d x is one element along axis 0 / -1, as torch treats it
         ax = _args.axis(axis, nd or 1, "axis", shape, op)
-    n = shape[ax] if nd else 1
-    inner = prod(shape[ax + 1:]) if ax < nd - 1 else 1
+    if ax == nd - 1:
+        n, inner = shape[ax], 1
+    else:
+        n = shape[ax] if nd else 1
+        inner = prod(shape[ax + 1:])
     be = _args.backend(backend)
     if out is None:
         y = empty(shape, x.dtype)
     else:
         y, out = _args.output(out, shape, x.dtype, op, (x,))
-    if n and inner and x.size:
-        be.execute("softmax", softmax_args(x.size // (n * inner), n, inner, log), code, x, y)
+    size = x.size
+    if size:                    # (n and inner: no empty axis then)
+        be.execute("softmax", softmax_args(size // (n * inner), n, inner, log), code, x, y)
     return y if out is None else _args.finish(y, out)
 
 

@@ -187,7 +187,8 @@ inline mk_conv_tap mk_conv_tap_next(mk_conv_tap t, thread const mk_conv_tap& ste
 // (mk_conv_halo_step), and with VEC the staging stores, use every bank alike.
 struct mk_conv_layout {
     int HLD, PL, H2, ES, CB, HR, NV, SPAN, VEC;   // NV: 4-wide chunks per staged row
-};
+    int WLD, BLD;                 // the weights' row pitch, the biases' group pitch (every
+};                                // call, halo or not: gpu/conv2d.py weight_rows, bias_rows)
 
 inline int mk_conv_col(int u, constant mk_conv_layout& L)
 {
@@ -488,11 +489,12 @@ inline mk_conv_out mk_conv_pixel(thread const mk_conv_tile& t, int jj, mk_conv_o
     return o;
 }
 
-// The bias of GEMM row m (output channel g*Kg + m; 0 without bias or past Kg).
+// The bias of GEMM row m (output channel g*Kg + m, at bias[g*BLD + m]; 0 without bias or
+// past Kg).
 inline float mk_conv_bias(int m, const device float* bias, constant mk_conv2d_args& a,
-                          thread const mk_conv_view& v)
+                          thread const mk_conv_view& v, constant mk_conv_layout& L)
 {
-    return a.has_bias != 0 && m < v.Kg ? bias[v.g * v.Kg + m] : 0.0f;
+    return a.has_bias != 0 && m < v.Kg ? bias[v.g * L.BLD + m] : 0.0f;
 }
 
 // Output element (m, o) of group g's GEMM: channel g*Kg + m of image o.n at pixel o.pq;
@@ -550,12 +552,14 @@ inline void mk_conv_load_b(threadgroup T* Bs, thread mk_conv_gather& g, mk_conv_
     }
 }
 
-// Whether the weight slice at k0 can take unchecked vector loads (mk_stage): whole rows of
-// the tile, 4-aligned; the columns from its channel slice's end kend (a multiple of 4
-// then, like Kd) read as 0 and are not loaded past it.
-inline bool mk_conv_vec_a(int m0, int k0, int kend, thread const mk_conv_view& v)
+// Whether the weight slice at k0 can take unchecked vector loads (mk_stage): 4-aligned
+// rows and slice. The host pads each weight row to a multiple of 4 (L.WLD, gpu/conv2d.py
+// weight_rows: Kd = 147 or an odd C), so a vector holding the channel slice's end kend
+// stays inside its row; columns from kend on and rows from Kg on read as 0 (rows past Kg
+// and vectors wholly past kend are not loaded).
+inline bool mk_conv_vec_a(int k0, constant mk_conv_layout& L)
 {
-    return MK_VEC_LOADS && m0 + MK_BM <= v.Kg && ((v.Kd | k0 | kend) & 3) == 0;
+    return MK_VEC_LOADS && ((L.WLD | k0) & 3) == 0;
 }
 
 // The K loop both variants share: per channel slice [c0, c0 + CB) (one slice of all Cg
@@ -617,13 +621,13 @@ kernel void conv2d_tiled(const device T* x [[buffer(0)]],
     const mk_conv_view v = mk_conv_locate(tgp.z, a);
     const mk_conv_tile t = mk_conv_tile_at(tgp.x, a);
     const int m0 = int(tgp.y) * MK_BM;
-    const device T* wg = w + v.g * v.Kg * v.Kd;
+    const device T* wg = w + v.g * v.Kg * L.WLD;
     const int tr = int(sg) / MK_WN * MK_SG_M + int(lane) / 8;
     const int tc = int(sg) % MK_WN * MK_SG_N + int(lane) % 8;
 
     mk_acc_tiled acc;
     mk_tiled_zero(acc);
-    MK_CONV_K_LOOP((mk_stage<MK_BM, MK_BK, 1, MK_TLDA(T)>(As, wg, v.Kd, false, false, m0, k0,
+    MK_CONV_K_LOOP((mk_stage<MK_BM, MK_BK, 1, MK_TLDA(T)>(As, wg, L.WLD, false, false, m0, k0,
                                                           v.Kg, kend, int(tid))),
                    MK_CONV_LOAD_B, mk_tiled_step(As, Bs, acc, tr, tc), (void)0)
     mk_conv_out o = mk_conv_out_at(MK_CONV_HALO ? 0 : t.j0 + tc, v);
@@ -631,7 +635,7 @@ kernel void conv2d_tiled(const device T* x [[buffer(0)]],
         const mk_conv_out oj = mk_conv_pixel(t, tc + 8 * j, o, a, v);
         for (int i = 0; i < MK_TM; ++i) {
             const int m = m0 + tr + 4 * i;
-            mk_conv_store(acc.v[i][j], mk_conv_bias(m, bias, a, v), m, oj, y, a, v);
+            mk_conv_store(acc.v[i][j], mk_conv_bias(m, bias, a, v, L), m, oj, y, a, v);
         }
         if (!MK_CONV_HALO) {
             o = mk_conv_out_next(o, 8, v);
@@ -766,6 +770,28 @@ inline void mk_conv_halo_step(const threadgroup T* As, const threadgroup T* Hs,
     }
 }
 
+// The biases of the lane's fragment rows sm + 8i + fr (sm = m0 + sr: its SIMD-group's first
+// row; 0 without bias or from Kg on): the SIMD-group's MK_SG_M rows read once, 4 a lane as
+// one float4 (lanes past MK_SG_M/4 read the same again), handed to the lanes that hold them
+// by shuffles (was MK_FM scalar loads a lane). Each group's biases start 4-aligned and are
+// padded to a multiple of 4 (L.BLD), so every vector holding a row below Kg is whole.
+static_assert(MK_SG_M <= 4 * MK_SIMD_WIDTH, "conv2d: a SIMD-group's rows exceed 4 per lane");
+inline void mk_conv_biases(thread float* b, int sm, int fr, uint lane,
+                           const device float* bias, constant mk_conv2d_args& a,
+                           thread const mk_conv_view& v, constant mk_conv_layout& L)
+{
+    const int r4 = sm + 4 * (int(lane) % (MK_SG_M / 4));
+    float4 q = float4(0.0f);
+    if (a.has_bias != 0 && r4 < v.Kg) {
+        q = *reinterpret_cast<const device float4*>(bias + v.g * L.BLD + r4);
+    }
+    for (int i = 0; i < MK_FM; ++i) {
+        const int row = fr + 8 * i;
+        const float4 t = simd_shuffle(q, ushort(row >> 2));
+        b[i] = t[row & 3];
+    }
+}
+
 template <typename T>
 [[max_total_threads_per_threadgroup(MK_NT)]]
 kernel void conv2d_simd(const device T* x [[buffer(0)]],
@@ -786,7 +812,7 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
     const mk_conv_view v = mk_conv_locate(tgp.z, a);
     const mk_conv_tile t = mk_conv_tile_at(tgp.x, a);
     const int m0 = int(tgp.y) * MK_BM;
-    const device T* wg = w + v.g * v.Kg * v.Kd;
+    const device T* wg = w + v.g * v.Kg * L.WLD;
     const int sr = int(sg) / MK_WN * MK_SG_M;
     const int sc = int(sg) % MK_WN * MK_SG_N;
     const mk_frag_pos f = mk_frag_coord(lane);
@@ -794,9 +820,9 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
 
     mk_acc_simd acc;
     mk_simd_zero(acc);
-    MK_CONV_K_LOOP((mk_stage<MK_BM, MK_BK, MK_LDA(T), 1>(As, wg, v.Kd, false,
-                                                         mk_conv_vec_a(m0, k0, kend, v), m0,
-                                                         k0, v.Kg, kend, int(tid))),
+    MK_CONV_K_LOOP((mk_stage<MK_BM, MK_BK, MK_LDA(T), 1>(As, wg, L.WLD, false,
+                                                         mk_conv_vec_a(k0, L), m0, k0, v.Kg,
+                                                         kend, int(tid))),
                    if (!MK_CONV_HALO) { MK_CONV_LOAD_B; },
                    if (MK_CONV_HALO) {
                        mk_conv_halo_step(As, Hs, ln, acc, sr, k0, kend, L, a);
@@ -807,9 +833,7 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
     // fragments straight to device memory, each lane its two elements per fragment; the
     // lane's rows' biases read once
     float b[MK_FM];
-    for (int i = 0; i < MK_FM; ++i) {
-        b[i] = mk_conv_bias(m0 + sr + 8 * i + f.fr, bias, a, v);
-    }
+    mk_conv_biases(b, m0 + sr, f.fr, lane, bias, a, v, L);
     const int jc = sc + f.fc;
     mk_conv_out o = mk_conv_out_at(MK_CONV_HALO ? 0 : t.j0 + jc, v);
     for (int j = 0; j < MK_FN; ++j) {

@@ -70,9 +70,10 @@ template <> struct mk_vec<half> { typedef half2 v2; typedef half4 v4; };
 // Matrix element (r, c) lives at src[r*ld + c], or src[c*ld + r] when `trans`; the tile
 // starts at (r0, c0). `vec` (the caller's per-tile test: the whole tile's memory inside the
 // source, not transposed, ld and the tile's start multiples of 4, CS == 1) takes unchecked
-// 4-wide loads and stores; columns from C on still read as 0 (conv2d's channel slices: a
-// logical edge inside memory; with C a multiple of 4, vectors wholly past C are not read,
-// so a slice may also reach past the end of its rows). Otherwise every element is checked and reads 0 outside the R x C
+// 4-wide loads and stores; columns from C on and rows from R on still read as 0 (conv2d's
+// channel slices and output channels: logical edges inside memory; vectors wholly past C
+// and rows past R are not read, so a slice may reach past the end of its rows when ld
+// leaves room for the vector holding column C-1). Otherwise every element is checked and reads 0 outside the R x C
 // matrix (edge tiles), one element per thread per step along the source's contiguous
 // dimension (rows when transposed), so loads still coalesce. All MK_NT threads take part
 // (thread `tid`).
@@ -103,8 +104,8 @@ inline void mk_stage(threadgroup T* dst, const device T* src, int ld, bool trans
             const int r = i / CV;
             const int c = (i - r * CV) * 4;
             typename mk_vec<T>::v4 val = typename mk_vec<T>::v4(T(0));
-            if (cut && c0 + c >= C) {
-                // wholly past C: not loaded (with 4-aligned C it may lie past the memory)
+            if ((cut && c0 + c >= C) || r0 + r >= R) {
+                // wholly past C or past R: not loaded (it may lie past the memory)
             } else {
                 val = *reinterpret_cast<const device typename mk_vec<T>::v4*>(
                     src + (r0 + r) * ld + c0 + c);

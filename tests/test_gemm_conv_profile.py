@@ -110,3 +110,24 @@ def test_halo_tiles_load_x_at_vector_width(packaged_defaults, shape, family, dty
     (est,) = prun.model_of(prof, info).dispatches
     if family in (7, 8):
         assert est.simdgroups_per_core >= 8, (where, est)
+
+
+ODD = [(shape, fam, dt) for shape in ("1,3,40,40,64,7,stride=2,pad=3", "1,5,29,29,24,3,pad=1",
+                                      "1,8,29,29,32,5,pad=2", "1,8,29,29,32,3,pad=2,dil=2")
+       for fam in (7, 9) for dt in ("float32", "float16")]
+
+
+@pytest.mark.parametrize("shape,family,dtype", ODD, ids=[f"{s}-apple{f}-{d}" for s, f, d in ODD])
+def test_odd_weights_and_biases_load_at_vector_width(packaged_defaults, shape, family, dtype):
+    """The shipped default where Kd = C*R*S is not a multiple of 4 (the 7x7/2 stem's 147, C=5
+    at 3x3: 45) or the output channels fill no whole row tile (K=24, 32 < BM=64): weight rows
+    padded to a multiple of 4 on the host (gpu/conv2d.py weight_rows) and rows past K not
+    loaded, so the weight slices load 4-wide (they loaded scalar: 3-9% vector in all); the
+    biases one float4 a lane (conv2d.metal mk_conv_biases, was one scalar per fragment row)."""
+    prof, info = prun.profile_op("conv2d", shape, dtype, family=family, max_groups=0)
+    assert info["config"]["tiles"] == 2, info["config"]
+    (d,) = prof.dispatches
+    where = f"conv2d {shape} apple{family} {dtype}"
+    assert d["device"]["interior"]["loads"] > 0, where
+    assert d["device"]["interior"]["vector"] >= 0.9, (where, d["device"]["interior"])
+    assert d["int_div"]["in_loops"] == 0, (where, d["int_div"])

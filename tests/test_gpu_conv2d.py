@@ -282,3 +282,42 @@ def test_halo_tiles_by_default_where_possible(sim):
     check(run(sim, x, w, None, 1, 1, 1, 1, config=dict(cfg, tiles=1)),
           *reference(x, w, None, 1, 1, 1, 1))
     assert sim.last_config["tiles"] == 1
+
+
+# ----------------------------------------------------------------------- weight rows and biases
+# Kd = Cg*R*S not a multiple of 4 (27): each weight row padded to 28 on the host
+# (conv_op.weight_rows) so slices load 4-wide; Kg = 35 per group (not a multiple of 4: an
+# edge tile of rows past Kg, each group's biases padded to 36 by conv_op.bias_rows for the
+# simd kernel's float4 bias reads); both variants, 1-D and 2-D tiles.
+WROWS = [dict(variant=v, BM=32, BN=32, BK=16, WM=1, WN=1, tiles=t)
+         for v, t in (("simd", 3), ("simd", 1), ("tiled", 1))]
+
+
+def test_weight_rows_are_padded_to_4():
+    w = np.arange(2 * 3 * 3 * 3, dtype=np.float32).reshape(2, 3, 3, 3)
+    rows, pitch = conv_op.weight_rows(w, None)
+    assert pitch == 28 and rows.shape == (2, 28)
+    assert np.array_equal(rows[:, :27], w.reshape(2, 27)) and not rows[:, 27:].any()
+    w4 = np.zeros((5, 4, 1, 1), np.float16)
+    assert conv_op.weight_rows(w4, None)[0] is w4 and conv_op.weight_rows(w4, None)[1] == 4
+    b = np.arange(1, 71, dtype=np.float32)          # 2 groups of 35 -> pitch 36
+    rows, pitch = conv_op.bias_rows(b, 2)
+    assert pitch == 36 and rows.shape == (2, 36) and not rows[:, 35:].any()
+    assert np.array_equal(rows[:, :35].ravel(), b)
+    b8 = np.ones(8, np.float32)
+    got, pitch = conv_op.bias_rows(b8, 2)
+    assert got is b8 and pitch == 4
+
+
+@pytest.mark.parametrize("cfg", WROWS, ids=lambda c: f"{c['variant']}-tiles{c['tiles']}")
+def test_padded_weight_rows_and_bias_rows_two_orders_and_checked(sim, cfg):
+    rng = np.random.default_rng(7)
+    x, w = data(rng, (1, 6, 11, 10), np.float32), data(rng, (70, 3, 3, 3), np.float32)
+    bias = data(rng, (70,), np.float32)
+    got = two_orders(sim, x, w, bias, 1, 1, 1, 2, config=cfg)
+    assert sim.last_config["tiles"] == (2 if cfg["tiles"] == 3 else 1)
+    check(got, *reference(x, w, bias, 1, 1, 1, 2), what=f"{cfg} float32")
+    for dtype in checked(sim, [np.float16]):
+        x, w = data(rng, x.shape, dtype), data(rng, w.shape, dtype)
+        got = run(sim, x, w, bias, 1, 1, 1, 2, config=cfg)
+        check(got, *reference(x, w, bias, 1, 1, 1, 2), what=f"{cfg} float16 checked")

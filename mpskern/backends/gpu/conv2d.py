@@ -53,7 +53,8 @@ def key(args, op):
     return (g, a["K"] // g, a["N"] * a["P"] * a["Q"], a["C"] // g * a["R"] * a["S"])
 
 
-LAYOUT_FIELDS = ("HLD", "PL", "H2", "ES", "CB", "HR", "NV", "SPAN", "VEC")   # mk_conv_layout
+# mk_conv_layout: the halo's (halo_layout), then the weights' and biases' pitches
+LAYOUT_FIELDS = ("HLD", "PL", "H2", "ES", "CB", "HR", "NV", "SPAN", "VEC", "WLD", "BLD")
 BANKS = 32                # the bank model the layout is chosen for: 32 x 4 bytes
 
 
@@ -160,6 +161,33 @@ def halo_layout(args, cfg, dtype="float32"):
                    a["stride_w"] == 1 and a["W"] % 4 == 0)
 
 
+def weight_rows(w, args):
+    """The weights as the implicit-GEMM kernels read them: K rows of Kd = Cg*R*S, each
+    padded with zeros to a multiple of 4 elements (packed per call when Kd is not one: the
+    stem's 147, an odd C), so every weight slice loads 4-wide (conv2d.metal mk_conv_vec_a).
+    Returns (array, row pitch)."""
+    K = w.shape[0]
+    kd = w.size // K if K else 0
+    pitch = -(-kd // 4) * 4
+    if pitch == kd:
+        return w, kd
+    rows = np.zeros((K, pitch), w.dtype)
+    rows[:, :kd] = w.reshape(K, kd)
+    return rows, pitch
+
+
+def bias_rows(bias, groups):
+    """The biases as conv2d_simd reads them (mk_conv_biases: one float4 a lane): each
+    group's Kg padded with zeros to a multiple of 4. Returns (array, group pitch)."""
+    kg = bias.size // groups
+    pitch = -(-kg // 4) * 4
+    if pitch == kg:
+        return bias, kg
+    rows = np.zeros((groups, pitch), bias.dtype)
+    rows[:, :kg] = bias.reshape(groups, kg)
+    return rows, pitch
+
+
 def halo_plane(args, bn):
     """Threadgroup elements one input channel's halo takes for a 2-D tile of bn/8 x 8
     outputs (the smallest plane: its rows x its columns)."""
@@ -243,6 +271,11 @@ def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
     record = dict(cfg, kernel=pipe.name, level=level)
     if op == "conv2d":
         record["tiles"] = 2 if halo else 1    # what ran (uses_halo)
+    wld = bld = 0
+    if op == "conv2d":
+        w, wld = weight_rows(w, a)
+        if bias is not None:
+            bias, bld = bias_rows(bias, a["groups"])
     by = ctx.buffer(y, writable=True)
     # C == 0 leaves x and w empty (never read; Metal has no zero-length buffers); a
     # missing bias is never read either
@@ -250,8 +283,9 @@ def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
     bw = ctx.buffer(w) if w.size else by
     bb = ctx.buffer(bias) if bias is not None else by
     bindings = [bx, bw, bb, by, _native.pack_args("conv2d", args)]
-    if op == "conv2d":        # the halo layout (zeros without the halo: not read)
+    if op == "conv2d":        # the halo layout (zeros without the halo: not read), WLD
         lay = halo_layout(a, cfg, dtype) if halo else dict.fromkeys(LAYOUT_FIELDS, 0)
+        lay = dict(lay, WLD=wld, BLD=bld)
         bindings.append(np.array([lay[k] for k in LAYOUT_FIELDS], np.int32).tobytes())
     return ctx.submit([dict(pipeline=pipe, grid=grid, threadgroup=(threads, 1, 1),
                          bindings=bindings)], record, outputs=[by])

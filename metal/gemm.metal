@@ -94,7 +94,8 @@ inline void mk_gemm_store2(float2 v, int m, int n, bool vec, thread const mk_gem
 }
 
 // Whether this threadgroup's slices of A and B at k0 can take unchecked vector loads
-// (mk_stage): the whole slice inside the matrix, not transposed, 4-aligned rows.
+// (mk_stage): the whole slice inside the matrix, 4-aligned rows; transposed operands too
+// (4-wide along their own rows, m for A^T, k for B^T: mk_stage_trans_vec).
 struct mk_gemm_vec {
     bool a, b;
 };
@@ -104,9 +105,9 @@ inline mk_gemm_vec mk_gemm_vec_at(int m0, int n0, int k0, thread const mk_gemm_p
 {
     mk_gemm_vec v;
     const bool k_full = k0 + MK_BK <= p.k_end;
-    v.a = MK_VEC_LOADS && k_full && args.trans_a == 0 && m0 + MK_BM <= args.M
+    v.a = MK_VEC_LOADS && k_full && m0 + MK_BM <= args.M
           && ((args.lda | args.stride_a) & 3) == 0;
-    v.b = MK_VEC_LOADS && k_full && args.trans_b == 0 && n0 + MK_BN <= args.N
+    v.b = MK_VEC_LOADS && k_full && n0 + MK_BN <= args.N
           && ((args.ldb | args.stride_b) & 3) == 0;
     return v;
 }

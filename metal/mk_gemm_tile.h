@@ -69,8 +69,9 @@ template <> struct mk_vec<half> { typedef half2 v2; typedef half4 v4; };
 // Copy a ROWS x COLS tile of a logical matrix into threadgroup memory as dst[r*RS + c*CS].
 // Matrix element (r, c) lives at src[r*ld + c], or src[c*ld + r] when `trans`; the tile
 // starts at (r0, c0). `vec` (the caller's per-tile test: the whole tile's memory inside the
-// source, not transposed, ld and the tile's start multiples of 4, CS == 1) takes unchecked
-// 4-wide loads and stores; columns from C on and rows from R on still read as 0 (conv2d's
+// source, ld and the tile's start multiples of 4, CS == 1) takes unchecked 4-wide loads
+// (transposed: mk_stage_trans_vec, whole tiles only); not transposed, 4-wide stores too,
+// and columns from C on and rows from R on still read as 0 (conv2d's
 // channel slices and output channels: logical edges inside memory; vectors wholly past C
 // and rows past R are not read, so a slice may reach past the end of its rows when ld
 // leaves room for the vector holding column C-1). Otherwise every element is checked and reads 0 outside the R x C
@@ -93,11 +94,34 @@ inline void mk_stage_checked(threadgroup T* dst, const device T* src, int ld, in
     }
 }
 
+// The vector path of a transposed source (element (r, c) at src[c*ld + r]; the whole tile
+// inside it, ld and r0 multiples of 4): 4-wide loads along r, the source's contiguous
+// dimension, each stored as 4 elements of one column of dst. Consecutive lanes take
+// consecutive columns c (dst's contiguous dimension), so each of the 4 stores of an
+// instruction touches 32 consecutive words of dst (COLS >= 32), or 16 of two rows 4*RS
+// apart (COLS = 16: RS = BK + 4 floats / + 8 halves, 16 banks apart): no bank conflict.
+template <int ROWS, int COLS, int RS, typename T>
+inline void mk_stage_trans_vec(threadgroup T* dst, const device T* src, int ld, int r0,
+                               int c0, int tid)
+{
+    typedef typename mk_vec<T>::v4 V;
+    for (int i = tid; i < ROWS / 4 * COLS; i += MK_NT) {
+        const int r = i / COLS * 4;
+        const int c = i - i / COLS * COLS;
+        const V val = *reinterpret_cast<const device V*>(src + (c0 + c) * ld + r0 + r);
+        for (int e = 0; e < 4; ++e) {
+            dst[(r + e) * RS + c] = val[e];
+        }
+    }
+}
+
 template <int ROWS, int COLS, int RS, int CS, typename T>
 inline void mk_stage(threadgroup T* dst, const device T* src, int ld, bool trans, bool vec,
                      int r0, int c0, int R, int C, int tid)
 {
-    if (vec && CS == 1) {
+    if (vec && CS == 1 && trans) {
+        mk_stage_trans_vec<ROWS, COLS, RS>(dst, src, ld, r0, c0, tid);
+    } else if (vec && CS == 1) {
         constexpr int CV = COLS / 4;                  // 4-wide vectors per row
         const bool cut = c0 + COLS > C;
         for (int i = tid; i < ROWS * CV; i += MK_NT) {

@@ -145,7 +145,7 @@ def test_transposed_operands_load_at_vector_width(packaged_defaults, ta, tb, fam
     columns (mk_gemm_tile.h mk_stage_trans_vec), so interior loads stay >= 90% vectors
     (they were checked scalar loads: 0-22%) and those stores have no bank conflict (were
     1.5-3.0x)."""
-    shape = f"M=192,N=192,K=256,ta={ta},tb={tb}"
+    shape = f"M=320,N=320,K=1024,ta={ta},tb={tb}"    # (as CASES: no split-K)
     prof, info = prun.profile_op("gemm", shape, dtype, family=family, max_groups=0)
     assert info["config"]["variant"] == "simd", info["config"]
     (d,) = prof.dispatches

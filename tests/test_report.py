@@ -101,6 +101,21 @@ def test_report_errors(tmp_path, monkeypatch):
     assert r.exit_code == 2 and "bad.jsonl:1" in r.stderr
 
 
+def test_report_of_an_empty_folder_or_file_names_it(tmp_path, monkeypatch):
+    # an empty folder said "no result rows in " (the folder expanded to no files, and the
+    # message named the expansion)
+    monkeypatch.chdir(tmp_path)
+    empty = tmp_path / "empty_dir"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("x")
+    (tmp_path / "none.jsonl").write_text("")
+    for args, want in (([str(empty)], f"{empty} (no .jsonl files in the folder)"),
+                       ([str(tmp_path / "none.jsonl")], "none.jsonl"),
+                       ([str(empty), str(tmp_path / "none.jsonl")], f"{empty} (no .jsonl")):
+        r = CliRunner().invoke(app, ["report", *args, "-o", str(tmp_path / "out")])
+        assert r.exit_code == 2 and "no result rows in" in r.stderr and want in r.stderr, r.stderr
+
+
 def test_kernel_column_names_the_kernel_and_copies():
     from mpskern.report.render import _config
     assert _config({"kernel": "gemm_simd_f32", "level": "family"}, True) == "gemm_simd_f32 (family)"

@@ -12,8 +12,11 @@ def load(paths, skipped=None):
     """DataFrame of every row in the JSON Lines files / folders `paths` (torn lines are
     skipped: see schema.read_jsonl)."""
     rows = schema.read_jsonl(paths, skipped)
-    if not rows:
-        raise ValueError(f"no result rows in {', '.join(map(str, schema.expand(paths)))}")
+    if not rows:   # named as given: a folder without .jsonl files expands to nothing
+        given = [paths] if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__") else paths
+        raise ValueError("no result rows in " + ", ".join(
+            f"{p} (no .jsonl files in the folder)" if not schema.expand([p]) else str(p)
+            for p in given))
     return frame(rows)
 
 

@@ -177,6 +177,13 @@ def test_empty_kernel_is_refused_before_the_kernel():
             must=[r"weight has shape \(6, 4, \d, \d\)", "empty kernel", ">= 1"])
 
 
+@pytest.mark.parametrize("ws,groups", [((0, 4, 3, 3), 1), ((0, 2, 3, 3), 2), ((0, 4, 1, 1), 1)])
+def test_no_output_channels_is_refused_as_torch_does(ws, groups):
+    # torch: "expected weight to be at least <groups> at dimension 0"; it returned (N, 0, P, Q)
+    bad(ValueError, mpskern.conv2d, X, np.zeros(ws, f32), groups=groups,
+        must=[r"weight has shape \(0, \d, \d, \d\)", "no output channels", f"groups={groups}"])
+
+
 @pytest.mark.parametrize("fn,kw,must", [
     (mpskern.conv2d, dict(padding=-1), ["padding must be >= 0", "-1"]),
     (mpskern.max_pool2d, dict(kernel_size=3, padding=2), ["padding=2", "more than half",

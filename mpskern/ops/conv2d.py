@@ -67,6 +67,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, a
                          "each kernel dimension must be >= 1")
     g = _args.whole(groups, "groups", op, 1)
     act = _args.activation(activation, op)
+    if K == 0:   # torch refuses it too (weight.shape[0] must be >= groups)
+        raise ValueError(f"{op}: weight has shape {w.shape}: no output channels "
+                         f"(weight.shape[0] = 0); conv2d needs at least groups={g}")
     if C % g or K % g:
         raise ValueError(f"{op}: groups={g} must divide both the input channels "
                          f"(x.shape[1]={C}) and the output channels (weight.shape[0]={K}); "

@@ -207,6 +207,16 @@ def test_bench_existing_csv_survives_the_check(fakes, tmp_path):
     assert problem is None and out.read_text() == "keep"
     assert schema.unwritable(tmp_path / "new.csv") is None
     assert not (tmp_path / "new.csv").exists()
+    assert schema.unwritable(tmp_path / "a" / "b" / "new.csv") is None
+    assert not (tmp_path / "a").exists()      # nor the folders it made to check
+
+
+def test_report_without_inputs_leaves_no_out_folder(tmp_path):
+    # the --out check made OUT (and its parents) before the inputs were found missing
+    out = tmp_path / "new" / "report"
+    r = cli("report", str(tmp_path / "missing.jsonl"), "--out", str(out))
+    assert r.exit_code != 0 and "missing.jsonl" in r.output
+    assert not (tmp_path / "new").exists()
 
 
 @pytest.fixture

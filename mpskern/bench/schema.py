@@ -105,20 +105,31 @@ def validate(row):
 
 def unwritable(path, make_folder=True):
     """None when `path` can be written (its folder made, the file opened for appending; a
-    file this check creates is removed again), else why not: checked before a run so that
+    file or folder this check creates is removed again), else why not: checked before a run so that
     an unwritable output fails at once, not after every case was measured. make_folder=False:
     a missing folder is a reason (for outputs whose writer makes no folder: selftest --json)."""
     p = os.path.abspath(os.fspath(path))
     existed = os.path.lexists(p)
+    made = []       # folders this check creates, removed again: a run that fails later
+    d = os.path.dirname(p)   # (no inputs, a bad argument) leaves no empty folders behind
+    while make_folder and not os.path.lexists(d):
+        made.append(d)
+        d = os.path.dirname(d)
     try:
-        if make_folder:
-            os.makedirs(os.path.dirname(p), exist_ok=True)
+        if made:
+            os.makedirs(made[0])
         with open(p, "a", encoding="utf-8"):
             pass
         if not existed:
             os.unlink(p)
     except OSError as e:
         return e.strerror or str(e)
+    finally:
+        for d in made:              # deepest first; the writer makes them again
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
     return None
 
 

@@ -166,25 +166,24 @@ def weight_rows(w, args):
     padded with zeros to a multiple of 4 elements (packed per call when Kd is not one: the
     stem's 147, an odd C), so every weight slice loads 4-wide (conv2d.metal mk_conv_vec_a).
     Returns (array, row pitch)."""
-    K = w.shape[0]
-    kd = w.size // K if K else 0
-    pitch = -(-kd // 4) * 4
-    if pitch == kd:
-        return w, kd
-    rows = np.zeros((K, pitch), w.dtype)
-    rows[:, :kd] = w.reshape(K, kd)
-    return rows, pitch
+    return _rows_of_4(w, w.shape[0])
 
 
 def bias_rows(bias, groups):
     """The biases as conv2d_simd reads them (mk_conv_biases: one float4 a lane): each
     group's Kg padded with zeros to a multiple of 4. Returns (array, group pitch)."""
-    kg = bias.size // groups
-    pitch = -(-kg // 4) * 4
-    if pitch == kg:
-        return bias, kg
-    rows = np.zeros((groups, pitch), bias.dtype)
-    rows[:, :kg] = bias.reshape(groups, kg)
+    return _rows_of_4(bias, groups)
+
+
+def _rows_of_4(a, n):
+    """a's elements as n rows, each padded with zeros to a multiple of 4 (a itself when its
+    rows already are). Returns (array, row pitch)."""
+    width = a.size // n if n else 0
+    pitch = -(-width // 4) * 4
+    if pitch == width:
+        return a, width
+    rows = np.zeros((n, pitch), a.dtype)
+    rows[:, :width] = a.reshape(n, width)
     return rows, pitch
 
 

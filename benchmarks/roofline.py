@@ -194,6 +194,7 @@ def main(argv=None):
     if any(f not in FAMILIES for f in fams):
         p.error(f"--families: each of {', '.join(map(str, FAMILIES))}")
     try:
+        import checkout_path  # noqa: F401  (this checkout's mpskern if built, else the installed one)
         from mpskern import sim
         from mpskern.sim import profile_build
     except ImportError as e:

@@ -1,10 +1,8 @@
 """conv2d (torch.nn.functional.conv2d semantics, NCHW) on the backend's conv2d
 (mk_conv2d_args), and its entry in the op table (CONV2D: shape fields, inputs, reference,
 cost, bench presets, tune shapes, selftest cases)."""
-import numpy as np
 
 from mpskern import _args
-from mpskern import reference as ref
 from mpskern import structs
 from mpskern.backends.family import Family
 from mpskern.ops.op import (ACT_FIELD, ACT_NAMES, Check, Field, Op, act_label, normal,
@@ -39,7 +37,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, a
     -------
     numpy.ndarray
         (N, K, P, Q) (or (K, P, Q) for a 3-D x) in x's dtype, P = (H + 2 pad - dil (R - 1)
-        - 1) // stride + 1 and Q likewise.
+        - 1) // stride + 1 and Q likewise; (N, 0, P, Q) when x has no channels (C = 0),
+        as torch.
 
     Example
     -------
@@ -85,12 +84,12 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, a
     (ph, pw), (P, Q) = conv_padding(padding, (H, W), (R, S), s, d, op)
     _args.window(op, (H, W), (R, S), s, (ph, pw), d, (P, Q))
     b = _args.vector(bias, "bias", K, f"weight has {K} output channels", op)
-    shape = (N, K, P, Q)
+    # C == 0: torch's result has no channels either, (N, 0, P, Q), whatever K and the bias
+    shape = (N, K if C else 0, P, Q)
     _args.check_size(shape, "the result", op)
     be = _args.backend(backend)
     y, out = _args.output(out, shape[1:] if unbatched else shape, x.dtype, op, (x, w, b))
-    if y.size == 0 or C == 0:   # C == 0: an empty sum, activation(bias)
-        y[...] = ref.activate(np.zeros(K) if b is None else b, activation).reshape(-1, 1, 1)
+    if y.size == 0:
         return _args.finish(y, out)
     args = structs.conv2d_args(N, C, H, W, K, R, S, P, Q, stride_h=s[0], stride_w=s[1],
                                pad_h=ph, pad_w=pw, dil_h=d[0], dil_w=d[1], groups=g,

@@ -38,7 +38,12 @@ def tune(
         None, help="The op's shape, repeatable, in the grammar of `mpskern bench --shape` "
                    "(e.g. gemm 512x512x256, conv2d 8x64x56x56x64x3x3,pad=1; bench --help "
                    "lists every op's fields). Default: one typical shape."),
-    budget: float = typer.Option(30.0, help="Seconds of search per shape."),
+    budget: float = typer.Option(30.0, help="Seconds per shape, everything included (inputs, "
+                                            "reference, compiles, timed runs): a candidate "
+                                            "whose compile would not fit is left unrun; the "
+                                            "default configuration is always compiled and "
+                                            "timed (the summary says when that alone took "
+                                            "longer)."),
     stride: int = typer.Option(1, help="conv2d stride (the shape's stride field)."),
     padding: int = typer.Option(0, help="conv2d padding (the shape's pad field)."),
     groups: Optional[int] = typer.Option(None, help="conv2d groups (groups = C: the depthwise "
@@ -174,8 +179,11 @@ def _tune(console, op, shape, dtype, backend, budget, reps, verbose):
                       f"{tr.error:.2g}" if tr.error is not None else "-", tr.reason)
         console.print(tty.fit(console, t))
     counts = ", ".join(f"{v} {k}" for k, v in sorted(res.counts().items()))
+    over = r.over_budget()
     console.print(tty.line(f"{'x'.join(map(str, r.key.shape))}: {res.elapsed_s:.1f} s of a "
-                           f"{res.budget_s:g} s budget; candidates: {counts}",
+                           f"{res.budget_s:g} s budget",
+                           (f" (over: {over})", "yellow") if over else "",
+                           f"; candidates: {counts}",
                            f"; stored in {r.path}" if r.path else
                            ("; nothing stored: no candidate matched the reference", "red")))
     return r

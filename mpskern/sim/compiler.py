@@ -265,19 +265,32 @@ def build(source, macros, check=False, origin=None, profile=False):
         raise ValueError("a kernel library is built for checking or for profiling, not both")
     if profile and profile_build.clang()[0] is None:
         raise KernelCompileError("simulator: " + profile_build.clang()[1])
-    if not source.lstrip().startswith("#line") and not source.lstrip().startswith("# "):
-        source = f'#line 1 "{origin or "kernel.metal"}"\n' + source
-    macros = {str(k): str(v) for k, v in (macros or {}).items()}
-    key = key_of(source, macros, check, profile)
+    source, macros, key, out = _entry(source, macros, check, origin, profile)
     if key in _built:
         return _built[key]
-    out = os.path.join(_cache_subdir(), key + ".so")
     if not _whole(out, profile):
         with _key_lock(out):
             if not _whole(out, profile):    # another process may have built it meanwhile
                 _compile(source, macros, check, key, out, profile)
     _built[key] = out
     return out
+
+
+def _entry(source, macros, check, origin, profile):
+    """(source, macros, cache key, library path) of a build, as build() names them."""
+    if not source.lstrip().startswith("#line") and not source.lstrip().startswith("# "):
+        source = f'#line 1 "{origin or "kernel.metal"}"\n' + source
+    macros = {str(k): str(v) for k, v in (macros or {}).items()}
+    key = key_of(source, macros, check, profile)
+    return source, macros, key, os.path.join(_cache_subdir(), key + ".so")
+
+
+def is_built(source, macros, check=False, origin=None, profile=False):
+    """Whether build() of these would load a library already built (no compile)."""
+    if profile and profile_build.clang()[0] is None:
+        return False
+    _, _, key, out = _entry(source, macros, check, origin, profile)
+    return key in _built or _whole(out, profile)
 
 
 def _whole(out, profile):

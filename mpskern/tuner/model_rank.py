@@ -10,8 +10,10 @@ on the simulator and checked against the float64 reference when the problem is s
 enough to simulate (`VERIFY_MACS`); a wrong one never wins. Scores are modelled, never
 measured: the stored entry says so in its provenance.
 """
+import contextlib
 import time
 
+from mpskern.backends.gpu import compile_budget
 from mpskern.profiling import model as _model
 from mpskern.profiling.collect import profiling
 from mpskern.profiling.run import as_family
@@ -41,15 +43,17 @@ def modelled_ms(prob, key_op, config, chip, max_groups=MAX_GROUPS):
 
 
 def rank(prob, key, chip, candidates, *, default=None, budget_s=60.0, progress=None,
-         clock=time.perf_counter, max_groups=MAX_GROUPS):
+         clock=time.perf_counter, max_groups=MAX_GROUPS, started=None):
     """A search.SearchResult whose times are modelled: candidates in order (the default
-    first), each scored once, within `budget_s` seconds (the default is always scored)."""
+    first), each scored once, within `budget_s` seconds from `started` (a clock() time;
+    default now; the default is always scored, a candidate whose profiling build would not
+    fit is left unrun, as search.py's)."""
     order = [dict(c) for c in candidates]
     if default is not None:
         order = [dict(default)] + [c for c in order if c != dict(default)]
     trials = [_search.Trial(c, is_default=(i == 0 and default is not None))
               for i, c in enumerate(order)]
-    start = clock()
+    start = clock() if started is None else started
     best = None
     for i, t in enumerate(trials):
         if not t.is_default and clock() - start >= budget_s:
@@ -60,8 +64,12 @@ def rank(prob, key, chip, candidates, *, default=None, budget_s=60.0, progress=N
                 t.status, t.reason = _search.INVALID, why
             else:
                 try:
-                    t.times_ms = [modelled_ms(prob, key.op, t.config, chip, max_groups)]
+                    with (contextlib.nullcontext() if t.is_default else
+                          compile_budget.deadline(start + budget_s, clock)):
+                        t.times_ms = [modelled_ms(prob, key.op, t.config, chip, max_groups)]
                     t.status, t.reason = _search.OK, "modelled, not measured"
+                except compile_budget.CompileOverBudget as e:
+                    t.reason = str(e)
                 except Exception as e:  # noqa: BLE001 - a candidate that fails just loses
                     t.status, t.reason = _search.ERROR, f"{type(e).__name__}: {e}"
             if t.status == _search.OK and (best is None or t.median_ms < best.median_ms):
@@ -97,12 +105,13 @@ def _verify(res, prob, key):
     res.best = None
 
 
-def prerank(prob, key, family, candidates, top, *, budget_s, default=None):
+def prerank(prob, key, family, candidates, top, *, budget_s, default=None, started=None):
     """The `top` candidates the model ranks best on `family` (the default kept), for a
     timed search on the GPU to finish."""
     from mpskern import peaks
     with as_family(family):
-        res = rank(prob, key, peaks.chip(family), candidates, default=default, budget_s=budget_s)
+        res = rank(prob, key, peaks.chip(family), candidates, default=default, budget_s=budget_s,
+                   started=started)
     scored = sorted((t for t in res.trials if t.status == _search.OK), key=lambda t: t.median_ms)
     keep = [t.config for t in scored[:top]]
     if default is not None and dict(default) not in keep:

@@ -9,13 +9,18 @@ For each candidate (the default first, so every result has a baseline):
   3. time real dispatches (GPU timestamps on Metal, the simulator's CPU time on sim), and
      stop early once even its fastest of at least two runs is `prune_ratio` times slower
      than the best median so far: it cannot win.
-The whole search is bounded by `budget_s` seconds of wall time; the default and the
+The whole search is bounded by `budget_s` seconds of wall time from `started` (tune():
+the start of the whole tune, inputs and the reference included): a candidate whose kernels
+are not compiled yet is left unrun when the compile would not fit in what is left
+(mpskern/backends/gpu/compile_budget.py); the default (always compiled and timed) and the
 candidate in progress still complete `min_reps` timed runs.
 """
+import contextlib
 import statistics
 import time
 from dataclasses import dataclass, field
 
+from mpskern.backends.gpu import compile_budget
 from mpskern.tuning.lookup import invalid_reason
 
 OK, INVALID, WRONG, ERROR, PRUNED, UNRUN = "ok", "invalid", "wrong", "error", "pruned", "unrun"
@@ -69,7 +74,8 @@ MAX_WARMUP = 8      # warm-up runs at most, however unsettled the times
 
 
 def search(candidates, run, check, *, default=None, valid=None, budget_s=10.0, warmup=2,
-           reps=5, min_reps=2, prune_ratio=1.25, clock=time.perf_counter, progress=None):
+           reps=5, min_reps=2, prune_ratio=1.25, clock=time.perf_counter, progress=None,
+           started=None):
     """Time `candidates` (config dicts) and return a SearchResult.
 
     run(config) -> (output, ms)   one real dispatch with that configuration, its time
@@ -77,6 +83,7 @@ def search(candidates, run, check, *, default=None, valid=None, budget_s=10.0, w
     default                       the configuration dispatch would use untuned: timed first
     valid(config)                 None/True if usable on this device, else a reason
     progress                      None, or a callable(done, total, trial, best) per candidate
+    started                       clock() time the budget started (default: now)
     """
     if budget_s is None or not 0 < budget_s < float("inf"):     # (also refuses nan)
         raise ValueError(f"budget_s must be a finite, positive number of seconds, got "
@@ -88,7 +95,7 @@ def search(candidates, run, check, *, default=None, valid=None, budget_s=10.0, w
     if default is not None:
         order = [dict(default)] + [c for c in order if not _same(c, default)]
     trials = [Trial(c, is_default=(i == 0 and default is not None)) for i, c in enumerate(order)]
-    start = clock()
+    start = clock() if started is None else started
     best = None
 
     def out_of_budget():
@@ -98,8 +105,10 @@ def search(candidates, run, check, *, default=None, valid=None, budget_s=10.0, w
         if not t.is_default and out_of_budget():
             t.reason = f"budget of {budget_s:g} s spent"
         else:
-            _try(t, run, check, valid, warmup, reps, min_reps, prune_ratio, best,
-                 out_of_budget)
+            with (contextlib.nullcontext() if t.is_default else
+                  compile_budget.deadline(start + budget_s, clock)):
+                _try(t, run, check, valid, warmup, reps, min_reps, prune_ratio, best,
+                     out_of_budget)
             if t.status == OK and (best is None or t.median_ms < best.median_ms):
                 best = t
         if progress is not None:
@@ -119,7 +128,7 @@ def _try(t, run, check, valid, warmup, reps, min_reps, prune_ratio, best, out_of
             out, ms = run(t.config)
             settled = prev is not None and ms > prev / 1.5
             prev = ms
-            if w + 1 >= warmup and settled:
+            if w + 1 >= warmup and (settled or out_of_budget()):
                 break
         ok, err = check(out)
         t.error = err
@@ -135,8 +144,11 @@ def _try(t, run, check, valid, warmup, reps, min_reps, prune_ratio, best, out_of
                 t.reason = (f"fastest run {t.min_ms:.4g} ms > {prune_ratio:g} x best "
                             f"{best.median_ms:.4g} ms")
                 return
-            if r + 1 >= min_reps and out_of_budget() and not t.is_default:
+            if r + 1 >= min_reps and out_of_budget():
                 break
+    except compile_budget.CompileOverBudget as e:
+        t.status, t.reason = UNRUN, str(e)
+        return
     except Exception as e:     # a candidate that fails to compile or run just loses
         t.status, t.reason = ERROR, f"{type(e).__name__}: {e}"
         return

@@ -22,8 +22,10 @@ maximum the choice assumed. Then, for any pipeline limit >= 32:
 import collections
 import hashlib
 import threading
+import time
 
 from mpskern import _native
+from mpskern.backends.gpu import compile_budget
 from mpskern.backends.base import device_info
 from mpskern.paths import metal_source
 from mpskern.tuning import spaces
@@ -100,13 +102,7 @@ class Context:
         with self._lock:
             entry = self._libraries.get(lkey)
             if entry is None:
-                if self.kind == "sim":
-                    from mpskern import sim
-                    lib = self.native.library_load(
-                        sim.build_library(source, macros, check=check, origin=file,
-                                          profile=profile))
-                else:
-                    lib = self.native.library_from_source(source, macros)
+                lib = self._build(source, macros, check, profile, file)
                 entry = self._libraries[lkey] = (lib, {})
                 while len(self._libraries) > MAX_LIBRARIES:
                     # unloaded once the pipelines callers still hold are gone
@@ -117,6 +113,25 @@ class Context:
             if p is None:
                 p = entry[1][kernel] = entry[0].pipeline(kernel)
         return p
+
+    def _build(self, source, macros, check, profile, file):
+        """The library of `source`; a compile is timed for compile_budget (a tune's
+        deadline may refuse it: CompileOverBudget)."""
+        fresh = True
+        if self.kind == "sim":
+            from mpskern import sim
+            fresh = not sim.compiler.is_built(source, macros, check, file, profile)
+        if fresh:
+            compile_budget.admit(self.kind, profile)
+        t0 = time.perf_counter()
+        if self.kind == "sim":
+            lib = self.native.library_load(
+                sim.build_library(source, macros, check=check, origin=file, profile=profile))
+        else:
+            lib = self.native.library_from_source(source, macros)
+        if fresh:
+            compile_budget.built(self.kind, profile, time.perf_counter() - t0)
+        return lib
 
     def buffer(self, array, writable=False):
         """A device buffer over a C-contiguous numpy array (zero-copy where possible)."""

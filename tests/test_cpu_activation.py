@@ -50,6 +50,28 @@ def test_against_torch_formulas(act, name):
     assert np.isfinite(got).all() and err.max() <= TOL[name], (name, err.max(), x[err.argmax()])
 
 
+def _floats_between(lo, hi, step):
+    """every `step`-th float32 from lo to hi (both > 0), and their negatives"""
+    bits = np.arange(np.float32(lo).view(np.uint32), np.float32(hi).view(np.uint32), step,
+                     dtype=np.uint32)
+    x = bits.view(np.float32)
+    return np.concatenate([x, -x])
+
+
+# where the exp's argument is clamped and 2^w underflows (silu |x| ~ 88-104, gelu_tanh's
+# |t| there at |x| ~ 10.6-11.3) and where gelu's polynomial hands over to 0.5 |x| (5.09)
+BANDS = {"silu": (80.0, 112.0, 7), "gelu_tanh": (9.0, 12.5, 7), "gelu": (4.5, 5.7, 3),
+         "relu": (1e-45, 1e-37, 101)}
+
+
+@pytest.mark.parametrize("name", sorted(CODES))
+def test_densely_where_the_formulas_clamp(act, name):
+    x = _floats_between(*BANDS[name])
+    got = act(x, name).astype(np.float64)
+    err = np.abs(got - activation(x, name)) / np.maximum(1.0, np.abs(x.astype(np.float64)))
+    assert np.isfinite(got).all() and err.max() <= TOL[name], (name, err.max(), x[err.argmax()])
+
+
 @pytest.mark.parametrize("name", sorted(CODES))
 def test_non_finite_as_torch(act, name):
     """NaN stays NaN (relu too); +inf -> +inf; -inf -> 0 for relu and NaN for the smooth ones

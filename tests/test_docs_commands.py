@@ -325,8 +325,9 @@ BENCHMARKS = {"cpu_vs_peers.py": (["--quick"] + _ONE_ROUND, "tiny"),
               "attention.py": (_ONE_ROUND, "attention"),
               "activations.py": (["--quick", "--acts", "relu"] + _ONE_ROUND, None),
               "networks.py": (["--small"] + _ONE_ROUND, "gpt2"),
-              "roofline.py": (["--quick"], None)}
-NO_PEERS = {"roofline.py"}     # benchmark scripts that need no peer library
+              "roofline.py": (["--quick"], None),
+              "activation_cost.py": (["--rounds", "1"], None)}
+NO_PEERS = {"roofline.py", "activation_cost.py"}     # benchmark scripts that need no peer library
 
 
 def _pytest_args_exist(doc, args):

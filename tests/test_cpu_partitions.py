@@ -22,9 +22,10 @@ def threads(request):
 
 # ------------------------------------------------------------------------------ GEMM grid
 # each >= 4 MFLOP (smaller GEMMs run as one call): square, tall, wide, a vector, sizes that
-# are no multiple of the 8-row / 16-column units, fewer units than threads
+# are no multiple of the 8-row / 16-column units, fewer units than threads; the last two
+# large enough (40+ MFLOP) for grids of more tiles than threads, with ragged edge tiles
 GEMM_SHAPES = [(128, 128, 128), (257, 263, 61), (1000, 33, 70), (9, 3000, 90), (1, 5000, 400),
-               (5000, 1, 400), (520, 49, 200), (70, 700, 50)]
+               (5000, 1, 400), (520, 49, 200), (70, 700, 50), (250, 1001, 97), (33, 4100, 150)]
 
 
 @pytest.mark.parametrize("M,N,K", GEMM_SHAPES)

@@ -16,22 +16,21 @@
 #define MIN_PAR_OUT (1L << 17)  // ...unless it writes this many floats (small K: memory-bound)
 #define ALIGN_M 8           // tile rows: whole register blocks of the BLAS kernels
 #define ALIGN_N 16          // tile columns: whole 16-float vectors
-#define MAX_PARTS 64        // per dimension (the search is over pm x pn <= 3 x threads)
+#define MAX_PARTS 64        // per dimension (the search is over pm x pn <= 2 x threads)
 
-/* Cost model of a pm x pn grid, in seconds. Constants chosen (least squares on log time,
-   then refined to minimise the chosen grid's loss against the best measured one) on a
-   sweep of every grid of T/2..3T tiles, 8 shapes (512-2048^2, GPT-2's linears, 128^3) at 2,
-   8 and 16 threads on a 16-core Xeon VM with no other library in the loop (docs/cpu-kernels.md;
-   results/cpu-threads-xeon16/gemm_grids_s6.txt). Only their ratios matter: TILE_FLOPS is
-   one thread's sgemm rate, the others are relative to it. */
+/* Cost model of a pm x pn grid, in seconds. Constants fitted (least squares on log time)
+   to 24 shapes x 6-16 grids measured at 8 and 16 threads on a 16-core Xeon (Sapphire
+   Rapids) VM, square 128-4096 and transformer/conv shapes. A refit to a later sweep (S 1.1
+   ms, up to 3 tiles a thread: smaller tiles) lost in a same-build A/B on that VM: GPT-2
+   small 1.34x, ResNet-50 1.14x slower at 16 threads, 512^2 1.11-1.26x (docs/cpu-kernels.md). */
 #define TILE_FLOPS 9.6e10   // one thread's sgemm rate on a tile (FLOP/s)
-#define TILE_PACK 8.0e-10   // per float a tile packs: its rows of A and its columns of B, x K
-#define PER_THREAD 1.1e-6   // per thread taking part
-#define SKEW 1.1e-3         // per doubling of the threads, at most one tile: the last tile
-                            // claimed ends up to a tile after the rest (smaller tiles: less)
-#define TILE_OUT 1.5e-9     // per float a tile writes (and reads, with C): what a K = 1..64
+#define TILE_PACK 3.9e-10   // per float a tile packs: its rows of A and its columns of B, x K
+#define PER_THREAD 1.2e-6   // per thread taking part
+#define SKEW 1.6e-5         // per doubling of the threads: the latest thread's late start
+#define TILE_OUT 5e-10      // per float a tile writes (and reads, with C): what a K = 1..64
                             // GEMM (a bias or residual update, a 1x1 conv) is bound by
-#define TILES_PER_THREAD 3  // at most: GPT-2's linears at 16 threads ran best in 48 tiles
+#define TILES_PER_THREAD 2  // at most (more tiles than threads let early threads take the
+                            // late ones' share)
 
 typedef struct {
     int ta, tb, M, N, K, lda, ldb, ldc, pm, pn;
@@ -86,8 +85,8 @@ static double grid_cost(int batch, int M, int N, int K, int threads, int pm, int
 }
 
 // The grid for each of `batch` equal GEMMs on `threads` threads: *pm row parts by *pn column
-// parts, at most TILES_PER_THREAD x threads tiles in all (more tiles than threads let early
-// threads take the late ones' share), or one per item when the batch alone has that many.
+// parts, at most TILES_PER_THREAD x threads tiles in all, or one per item when the batch
+// alone has that many.
 // Ties go to more row parts: on 2 threads row panels ran 0-3% faster than column panels.
 static void gemm_grid(int batch, int M, int N, int K, int threads, int *pm, int *pn) {
     long um = (M + ALIGN_M - 1) / ALIGN_M, un = (N + ALIGN_N - 1) / ALIGN_N;

@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from ab_timing import sample
+
 RowMajor, NoTrans = 101, 111
 
 
@@ -40,46 +42,35 @@ def load(label, path, coretype=None):
         os.environ["OPENBLAS_CORETYPE"] = old
     elif "OPENBLAS_CORETYPE" in os.environ:
         del os.environ["OPENBLAS_CORETYPE"]
-    lib.scipy_openblas_set_num_threads(1)
+    return bind(lib, "", ctypes.c_int)
+
+
+def bind(lib, sfx, I):
+    """(cblas_sgemm, (config, core name), int type) of one scipy-openblas build at 1 thread;
+    sfx: the symbol suffix ("64_" for numpy's 64-bit-int build)."""
+    getattr(lib, "scipy_openblas_set_num_threads" + sfx)(I(1))
+    info = []
     for f in ("scipy_openblas_get_config", "scipy_openblas_get_corename"):
-        getattr(lib, f).restype = ctypes.c_char_p
-    info = (lib.scipy_openblas_get_config().decode(), lib.scipy_openblas_get_corename().decode())
-    f = lib.scipy_cblas_sgemm
+        g = getattr(lib, f + sfx)
+        g.restype = ctypes.c_char_p
+        info.append(g().decode())
+    f = getattr(lib, "scipy_cblas_sgemm" + sfx)
     f.restype = None
-    I, F, P = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
-    f.argtypes = [I, I, I, I, I, I, F, P, I, P, I, F, P, I]
-    return f, info, I
+    E, F, P = ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+    f.argtypes = [E, E, E, I, I, I, F, P, I, P, I, F, P, I]
+    return f, tuple(info), I
 
 
 def numpy_lib():
     d = os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs")
     path = sorted(glob.glob(os.path.join(d, "libscipy_openblas64_*.so")))[0]
     lib = ctypes.CDLL(path)   # already loaded by numpy: the same handle
-    lib.scipy_openblas_set_num_threads64_(ctypes.c_int64(1))
-    for f in ("scipy_openblas_get_config64_", "scipy_openblas_get_corename64_"):
-        getattr(lib, f).restype = ctypes.c_char_p
-    info = (lib.scipy_openblas_get_config64_().decode(), lib.scipy_openblas_get_corename64_().decode())
-    f = lib.scipy_cblas_sgemm64_
-    f.restype = None
-    I, F, P = ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
-    f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, I, I, I, F, P, I, P, I, F, P, I]
-    return f, info, I
+    return bind(lib, "64_", ctypes.c_int64)
 
 
 def caller(f, A, B, C, M, N, K, lda, ldb, ldc):
     a, b, c = A.ctypes.data, B.ctypes.data, C.ctypes.data
     return lambda: f(RowMajor, NoTrans, NoTrans, M, N, K, 1.0, a, lda, b, ldb, 0.0, c, ldc)
-
-
-def sample(fn, target):
-    fn()
-    n, t0 = 0, time.perf_counter()
-    while True:
-        fn()
-        n += 1
-        t = time.perf_counter() - t0
-        if t >= target:
-            return t / n
 
 
 def main():

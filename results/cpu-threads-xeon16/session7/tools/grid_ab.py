@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 import mpskern as mk
+from ab_timing import sample
 
 # (label, kind, shape, extra forced grids)
 SQUARE = [("matmul 512^2", "mm", (512, 512, 512)), ("matmul 1024^2", "mm", (1024, 1024, 1024)),
@@ -25,17 +26,6 @@ CONV = [("conv gemm 256x3136x64 (64->256 1x1@56, per image)", "mm", (256, 3136, 
         ("conv gemm 64x3136x256 (256->64 1x1@56, per image)", "mm", (64, 3136, 256)),
         ("conv2d 64->256 1x1 @56 b8", "conv", (8, 64, 256, 56)),
         ("conv2d 256->64 1x1 @56 b8", "conv", (8, 256, 64, 56))]
-
-
-def sample(fn, target):
-    fn()
-    n, t0 = 0, time.perf_counter()
-    while True:
-        fn()
-        n += 1
-        t = time.perf_counter() - t0
-        if t >= target:
-            return t / n
 
 
 def case(kind, shape, rng):

@@ -12,22 +12,13 @@ import torch
 import torch.nn.functional as F
 
 import mpskern as mk
+from ab_timing import sample
 
 T = int(sys.argv[1]) if len(sys.argv) > 1 else 16
 mk.set_num_threads(T)
 torch.set_num_threads(T)
 rng = np.random.default_rng(0)
 L = 12
-
-
-def sample(fn, target=0.1):
-    fn()
-    n, t0 = 0, time.perf_counter()
-    while True:
-        fn()
-        n += 1
-        if time.perf_counter() - t0 >= target:
-            return (time.perf_counter() - t0) / n
 
 
 for M, K, N, form in ((256, 768, 3072, "gelu"), (256, 3072, 768, "add"), (256, 768, 768, "add")):

@@ -7,6 +7,9 @@ from mpskern._version import __version__
 from mpskern._errors import (BackendUnavailable, KernelCheckError, KernelCompileError,
                              KernelError, MpskernError, Unsupported)
 from mpskern import _blas_preload  # noqa: F401  (loads OpenBLAS before _native)
+from mpskern import _unbuilt
+
+_unbuilt.require_native()     # a source checkout without its extension: one error saying why
 from mpskern.ops import *  # noqa: F401,F403  (the public ops: mpskern/ops/__init__.py's __all__)
 from mpskern.memory import empty  # (page-aligned arrays: zero-copy on Metal)
 from mpskern.threads import get_num_threads, set_num_threads  # noqa: F401

@@ -54,3 +54,25 @@ def test_script_runs_from_a_fresh_clone(script, clone, tmp_path):
     if r.returncode and len(lines) == 1 and "pip install" in lines[0]:
         pytest.skip(f"{script}: {lines[0]}")          # a peer library missing: said in one line
     assert r.returncode == 0, f"{script} --help: exit {r.returncode}\n{out[-2000:]}"
+
+
+def test_import_from_the_clone_root_says_why_and_what_to_do(clone):
+    """Python started in a fresh clone's root after `pip install .` (the README's examples
+    typed there) imports the clone's unbuilt mpskern/ first (sys.path starts with the
+    current folder): one ImportError naming the folder, the cause and both fixes, not
+    "No module named 'mpskern._native'"."""
+    home = os.path.dirname(os.path.dirname(os.path.abspath(mpskern.__file__)))
+    r = subprocess.run([sys.executable, "-c", "import mpskern"], cwd=clone,
+                       env=dict(os.environ, PYTHONPATH=home), capture_output=True, text=True,
+                       timeout=300)
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode != 0 and last.startswith("ImportError: mpskern: "), r.stderr[-2000:]
+    for want in (str(clone / "mpskern"), "without its compiled extension",
+                 "in the current folder", "run Python from another folder",
+                 "python setup.py build_ext --inplace"):
+        assert want in last, last
+    # from any other folder the same interpreter imports the tested (built) mpskern
+    r = subprocess.run([sys.executable, "-c", "import mpskern; print(mpskern.__file__)"],
+                       cwd=clone / "docs", env=dict(os.environ, PYTHONPATH=home),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == os.path.abspath(mpskern.__file__), r.stderr

@@ -83,6 +83,12 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
 int mk_conv_direct_applies(const mk_conv2d_args *a);
 mk_status mk_cpu_conv2d_direct(const mk_conv2d_args *a, int dtype, const void *x,
                                const void *w, const float *bias, void *y);
+// The same tiles for mk_conv_pointwise_applies() convolutions (1x1, stride 1, no padding,
+// groups 1, float32, at most 512 input channels, many threads and pixels), reading the
+// input in place.
+int mk_conv_pointwise_applies(const mk_conv2d_args *a, int dtype);
+mk_status mk_cpu_conv2d_pointwise(const mk_conv2d_args *a, const void *x, const void *w,
+                                  const float *bias, void *y);
 
 /* ---- the pool2d variants mk_cpu_pool2d routes to: adaptive_avg_pool2d (MK_POOL_ADAPTIVE_AVG,
    mk_cpu_adaptive_pool.c; checks its own arguments) and max with indices

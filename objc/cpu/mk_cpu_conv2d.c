@@ -8,6 +8,9 @@
 //   at most 7 input channels (groups 1, the 7x7/2 stem): a direct register-blocked kernel
 //     over a padded copy of the input, mk_cpu_conv_direct.c (im2col when the copy does
 //     not fit in memory)
+//   1x1 stride-1 unpadded float32 on >= 8 threads with >= 384 pixels a thread and at most
+//     512 input channels (ResNet's 1x1 layers at batch 8): the same register tiles reading
+//     the input in place, mk_cpu_conv_direct.c (pointwise)
 //   small images (fewer images than threads, few pixels, float32): per image one im2col
 //     and one GEMM cut over output channels
 //   blocked (plan_blocks): tasks of (group, block of output pixels), each an im2col of its
@@ -18,7 +21,7 @@
 //     chunks. Scratch stays bounded whatever the shape.
 // float16: input rows and weights are converted to float32 (float32 accumulation).
 // MPSKERN_CPU_CONV (read per call) forces an algorithm, for tests and benchmarks: auto
-// (default), gemm (im2col + GEMM: never Winograd or the direct kernel), winograd /
+// (default), gemm (im2col + GEMM: never Winograd or the direct kernels), winograd /
 // winograd2 (F(4x4) / F(2x2) wherever it applies; the other convolutions still take the
 // paths above).
 #include "mk_cpu.h"
@@ -548,14 +551,16 @@ static mk_status bias_only(const mk_conv2d_args *a, int dtype, const float *bias
 }
 
 // The paths, in the order they are tried (mk_cpu_conv2d)
-enum { PATH_DEPTHWISE, PATH_BIAS_ONLY, PATH_WINOGRAD, PATH_DIRECT, PATH_SMALL_IMAGES,
-       PATH_BLOCKED };
-static int choose_path(const mk_conv2d_args *a, int dtype, int wino, int direct, long threads) {
+enum { PATH_DEPTHWISE, PATH_BIAS_ONLY, PATH_WINOGRAD, PATH_DIRECT, PATH_POINTWISE,
+       PATH_SMALL_IMAGES, PATH_BLOCKED };
+static int choose_path(const mk_conv2d_args *a, int dtype, int wino, int direct, int pw,
+                       long threads) {
     long Cg = a->C / a->groups, CRS = Cg * a->R * a->S, PQ = (long)a->P * a->Q;
     if (Cg == 1 && a->groups > 1) return PATH_DEPTHWISE;
     if (CRS == 0) return PATH_BIAS_ONLY;
     if (wino) return PATH_WINOGRAD;
     if (direct) return PATH_DIRECT;
+    if (pw) return PATH_POINTWISE;
     if (dtype == MK_F32 && a->groups == 1 && threads > 1 && a->N < threads &&
         PQ < MIN_COLS * threads && CRS * PQ <= COL_BLOCK_FLOATS)
         return PATH_SMALL_IMAGES;
@@ -574,22 +579,23 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     if (forced < 0) return MK_ERR_INVALID;
     int wino = winograd_choice(a, forced);
     int direct = forced != FORCE_GEMM && mk_conv_direct_applies(a);
+    int pw = forced != FORCE_GEMM && mk_conv_pointwise_applies(a, dtype);
     int pointwise = a->R == 1 && a->S == 1 && a->stride_h == 1 && a->stride_w == 1 &&
                     a->pad_h == 0 && a->pad_w == 0 && a->P == a->H && a->Q == a->W;
     long threads = mk_cpu_threads();
-    int path = choose_path(a, dtype, wino, direct, threads);
+    int path = choose_path(a, dtype, wino, direct, pw, threads);
     if (path == PATH_WINOGRAD) {
         // Winograd holds transformed operands (up to 4x the weights); when they do not fit
         // in memory, the other paths still do. Likewise when it declines non-finite or
         // huge values (its tiles would spread or overflow them)
         mk_status ws = mk_cpu_conv2d_winograd(a, wino, dtype, x, w, bias, y);
         if (ws != MK_ERR_NOMEM && ws != MK_ERR_UNSUPPORTED) return ws;
-        path = choose_path(a, dtype, 0, direct, threads);
+        path = choose_path(a, dtype, 0, direct, pw, threads);
     }
     if (path == PATH_DIRECT) {       // its padded input copy did not fit: im2col's blocks may
         mk_status ds = mk_cpu_conv2d_direct(a, dtype, x, w, bias, y);
         if (ds != MK_ERR_NOMEM) return ds;
-        path = choose_path(a, dtype, 0, 0, threads);
+        path = choose_path(a, dtype, 0, 0, pw, threads);
     }
     switch (path) {
     case PATH_DEPTHWISE: {
@@ -599,6 +605,8 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     }
     case PATH_BIAS_ONLY:
         return bias_only(a, dtype, bias, y);
+    case PATH_POINTWISE:
+        return mk_cpu_conv2d_pointwise(a, x, w, bias, y);
     case PATH_SMALL_IMAGES:
         return small_images(a, pointwise, x, w, bias, y);
     default:

@@ -102,7 +102,7 @@ RV_ATTR static void RV_NAME(dc_run)(const mk_dc_geom *g, const float *wp, const 
 #undef DC_CALL
 #undef DC_NVS
 
-static const mk_dc_kernel RV_NAME(dc_kernel) = {RV_NAME(dc_run), DC_MR, RV_W};
+static const mk_dc_kernel RV_NAME(dc_kernel) = {RV_NAME(dc_run), DC_MR, DC_NV, RV_W};
 #undef DC_MR
 #undef DC_NV
 #undef DC_BCAST

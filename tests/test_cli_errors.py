@@ -256,6 +256,21 @@ def test_report_row_without_op_is_an_error(rows, tmp_path):
     assert not (tmp_path / "rep" / "index.html").exists()
 
 
+@pytest.mark.parametrize("column, value", [("median_ms", "fast"), ("flops", [1, 2]),
+                                           ("p10_ms", True), ("bytes", {"a": 1})])
+def test_report_row_with_a_non_number_time_or_count_names_it(rows, tmp_path, column, value):
+    """A hand-edited or damaged row with text where a number belongs was a pandas
+    traceback from deep inside the report (could not convert string to float)."""
+    p = tmp_path / "bench.jsonl"
+    bad = dict(rows[0], **{column: value})
+    schema.append_jsonl(p, rows[:1])
+    with open(p, "a") as f:
+        f.write(json.dumps(bad) + "\n")
+    _clean_failure(cli("report", str(p), "-o", str(tmp_path / "rep")), f"{p}:2",
+                   f"{column} is {value!r}")
+    assert not (tmp_path / "rep" / "index.html").exists()
+
+
 def test_report_row_without_schema_version_is_not_told_to_upgrade(tmp_path):
     p = tmp_path / "other.jsonl"
     p.write_text('{"name": "something else"}\n')

@@ -154,6 +154,17 @@ def append_jsonl(path, rows):
 
 # columns every version of the schema has, without which a row is no benchmark result
 REQUIRED = ("op", "shape_key", "dtype", "backend")
+# columns that hold a number or None (a report computes with them)
+NUMERIC = tuple(c for c in COLUMNS if c.endswith("_ms") and c != "samples_ms") + (
+    "flops", "bytes", "intensity", "gflops", "gbps", "pct_peak", "peak_gflops", "peak_gbps",
+    "speedup_vs_cpu", "max_err", "tolerance", "budget_s", "n_samples", "inner_loop",
+    "n_outliers", "threads", "load_avg")
+
+
+def _not_numbers(r):
+    """The NUMERIC columns of row `r` holding something else than a number or None."""
+    return [c for c in NUMERIC if r.get(c) is not None and
+            (isinstance(r[c], bool) or not isinstance(r[c], (int, float)))]
 
 
 _OUTSIDE_STRINGS = set("{}[],:0123456789+-.eE \t\r\ntruefalsn")
@@ -191,7 +202,8 @@ def read_jsonl(paths, skipped=None):
     """Rows from JSON Lines files and folders (every *.jsonl inside, sorted). Torn lines
     (a run killed while appending) are skipped, their 'file:line' added to the list
     `skipped` (a warning without one); other bad lines, rows lacking REQUIRED columns, non
-    UTF-8 (binary) files and newer schema versions raise ValueError naming file and line."""
+    UTF-8 (binary) files, newer schema versions and NUMERIC columns holding anything but a
+    number or null raise ValueError naming file and line."""
     rows = []
     for p in expand(paths):
         with open(p, "rb") as f:
@@ -226,6 +238,11 @@ def read_jsonl(paths, skipped=None):
                 if missing:
                     raise ValueError(f"{p}:{i}: the row lacks {', '.join(missing)} (every "
                                      "`mpskern bench` row has them)")
+                wrong = _not_numbers(r)
+                if wrong:
+                    raise ValueError(f"{p}:{i}: " + ", ".join(f"{c} is {r[c]!r}" for c in wrong)
+                                     + ": a results row holds a number or null there (an "
+                                     "edited or damaged row?)")
                 rows.append(r)
     return rows
 

@@ -40,10 +40,11 @@ def fresh_sim(monkeypatch, tmp_path):
 
 
 def test_a_compile_that_does_not_fit_is_not_started(fresh_sim):
-    """The default's compile (a fresh cache: seconds) already spends a 0.5 s budget: no
-    candidate is compiled after it, and the result says the compile alone took longer."""
+    """The default's compile (a fresh cache: a second or more) already spends a 0.05 s
+    budget: no candidate is compiled after it, and the result says the compile alone took
+    longer."""
     t0 = time.perf_counter()
-    r = tuner.tune("softmax", "8x64", backend="sim", budget_s=0.5, candidates=OTHER,
+    r = tuner.tune("softmax", "8x64", backend="sim", budget_s=0.05, candidates=OTHER,
                    save=False)
     wall = time.perf_counter() - t0
     assert len(fresh_sim) == 1, f"{len(fresh_sim)} libraries compiled; only the default's may be"
@@ -52,7 +53,7 @@ def test_a_compile_that_does_not_fit_is_not_started(fresh_sim):
         [(t.status, t.reason) for t in others]
     assert r.result.default.status == search.OK
     # the budget's clock started with the tune: the default's compile is inside it
-    assert r.result.elapsed_s >= compile_budget.longest_s() > 0.5
+    assert r.result.elapsed_s >= compile_budget.longest_s() > 0.05
     assert r.result.elapsed_s <= wall
     assert "one compile alone took" in r.over_budget()
 

@@ -94,8 +94,12 @@ inline void mk_gemm_store2(float2 v, int m, int n, bool vec, thread const mk_gem
 }
 
 // Whether this threadgroup's slices of A and B at k0 can take unchecked vector loads
-// (mk_stage): the whole slice inside the matrix, 4-aligned rows; transposed operands too
-// (4-wide along their own rows, m for A^T, k for B^T: mk_stage_trans_vec).
+// (mk_stage): the slice's rows inside the matrix, 4-aligned rows; transposed operands too
+// (4-wide along their own rows, m for A^T, k for B^T: mk_stage_trans_vec, whole slices
+// only). The last, partial K slice loads 4-wide as well where its cut is whole vectors: A
+// (columns k) when K's end is 4-aligned (vectors wholly past it are not loaded, so none
+// reaches past a row), B (rows k) always (rows past it are not loaded); it was staged
+// element by element, two 16-element rows of A per store instruction sharing banks.
 struct mk_gemm_vec {
     bool a, b;
 };
@@ -105,10 +109,10 @@ inline mk_gemm_vec mk_gemm_vec_at(int m0, int n0, int k0, thread const mk_gemm_p
 {
     mk_gemm_vec v;
     const bool k_full = k0 + MK_BK <= p.k_end;
-    v.a = MK_VEC_LOADS && k_full && m0 + MK_BM <= args.M
-          && ((args.lda | args.stride_a) & 3) == 0;
-    v.b = MK_VEC_LOADS && k_full && n0 + MK_BN <= args.N
-          && ((args.ldb | args.stride_b) & 3) == 0;
+    v.a = MK_VEC_LOADS && m0 + MK_BM <= args.M && ((args.lda | args.stride_a) & 3) == 0
+          && (k_full || (args.trans_a == 0 && (p.k_end & 3) == 0));
+    v.b = MK_VEC_LOADS && n0 + MK_BN <= args.N && ((args.ldb | args.stride_b) & 3) == 0
+          && (k_full || args.trans_b == 0);
     return v;
 }
 

@@ -235,6 +235,41 @@ def test_transposed_operands_whole_tiles_two_orders_and_checked(sim, tiles):
                                   config=c), ref, bound, what + " checked")
 
 
+@pytest.mark.parametrize("tiles", shipped_tiles("gemm"), ids=tiles_id)
+def test_partial_last_k_slice_two_orders_and_checked(sim, tiles):
+    """The last, partial K slice of interior tiles: 4-wide with the cut where K's end is
+    4-aligned (A's vectors wholly past K not loaded, B's rows past K not loaded; metal/
+    gemm.metal mk_gemm_vec_at), element by element where it is not (K = 4 mod 8 and 3 mod
+    4 past whole slices), split-K with an uneven last chunk too: against float64,
+    bit-identical in both fiber orders (float32) and clean under the checking mode
+    (float16, which reports reads past a buffer)."""
+    bm, bn, bk = tiles[:3]
+    M, N = 2 * bm + 3, 2 * bn + 5
+    rng = np.random.default_rng(sum(tiles) + 7)
+    for cfg in variants_of(tiles):
+        for K, split in ((3 * bk + 4, 1), (3 * bk + 3, 1), (5 * bk + 4, 2)):
+            for dtype in DTYPES:
+                A, B = data(rng, (2, M, K), dtype), data(rng, (2, K, N), dtype)
+                C = data(rng, (2, M, N), dtype)
+                ref, bound = reference(A, B, C, 1.5, -0.5, False, False)
+                c = dict(cfg, split_k=split)
+                what = f"{c} K={K} {np.dtype(dtype).name}"
+                if dtype == np.float32:
+                    outs = []
+                    try:
+                        for order in ("forward", "reverse"):
+                            sim.set_sim_options(order=order)
+                            outs.append(run(sim, A, B, C, alpha=1.5, beta=-0.5, config=c))
+                    finally:
+                        sim.set_sim_options()
+                    assert np.array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8)), what
+                    check(outs[0], ref, bound, what)
+                else:
+                    for _ in checked(sim, [dtype]):
+                        check(run(sim, A, B, C, alpha=1.5, beta=-0.5, config=c), ref, bound,
+                              what + " checked")
+
+
 @pytest.mark.parametrize("variant", ["simd", "tiled"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_split_k(sim, variant, dtype):

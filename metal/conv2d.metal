@@ -67,21 +67,43 @@ MK_PER_DTYPE(conv2d_depthwise)
 #if defined(MK_BM)   // the implicit-GEMM kernels need the GEMM tile macros
 #include "mk_gemm_tile.h"
 
-// The GEMM view of group g.
-struct mk_conv_view {
-    int g, Cg, Kg, RS, PQ, Kd, Ncol;
+// What the host decides once per call (gpu/conv2d.py, constant buffer 5): the halo's
+// layout (halo_layout; zeros without the halo; its fields: "The halo of a 2-D tile"
+// below), the weights' row pitch and the biases' group pitch (weight_rows, bias_rows), and
+// split-K (split_k):
+// SPLIT > 1 threadgroups per output tile, split s summing input channels [s*CHUNK,
+// (s+1)*CHUNK) of its group into float partials (conv2d_splitk_reduce adds them, the bias
+// and the activation).
+struct mk_conv_layout {
+    int HLD, PL, H2, ES, CB, HR, NV, SPAN, VEC;   // NV: 4-wide chunks per staged row
+    int WLD, BLD;
+    int SPLIT, CHUNK;
 };
 
-inline mk_conv_view mk_conv_locate(uint z, constant mk_conv2d_args& a)
+// The GEMM view of group g, and the input channels [c0, c1) this threadgroup sums.
+struct mk_conv_view {
+    int g, Cg, Kg, RS, PQ, Kd, Ncol;
+    int s, c0, c1;                // split s (grid z = g*SPLIT + s) and its channels
+};
+
+inline mk_conv_view mk_conv_locate(uint z, constant mk_conv2d_args& a,
+                                   constant mk_conv_layout& L)
 {
     mk_conv_view v;
     v.g = int(z);
+    v.s = 0;
+    if (L.SPLIT > 1) {
+        v.g = int(z) / L.SPLIT;
+        v.s = int(z) - v.g * L.SPLIT;
+    }
     v.Cg = a.C / a.groups;
     v.Kg = a.K / a.groups;
     v.RS = a.R * a.S;
     v.PQ = a.P * a.Q;
     v.Kd = v.Cg * v.RS;
     v.Ncol = a.N * v.PQ;
+    v.c0 = L.SPLIT > 1 ? min(v.s * L.CHUNK, v.Cg) : 0;
+    v.c1 = L.SPLIT > 1 ? min(v.c0 + L.CHUNK, v.Cg) : v.Cg;
     return v;
 }
 
@@ -185,10 +207,6 @@ inline mk_conv_tap mk_conv_tap_next(mk_conv_tap t, thread const mk_conv_tap& ste
 // tap column u0 is at col(u0) + q*ES (ES: 1 at strides 1 and 2, else the stride). HLD and PL
 // are chosen there so that the 8 im2col rows x 4 pixels a fragment load reads
 // (mk_conv_halo_step), and with VEC the staging stores, use every bank alike.
-struct mk_conv_layout {
-    int HLD, PL, H2, ES, CB, HR, NV, SPAN, VEC;   // NV: 4-wide chunks per staged row
-    int WLD, BLD;                 // the weights' row pitch, the biases' group pitch (every
-};                                // call, halo or not: gpu/conv2d.py weight_rows, bias_rows)
 
 inline int mk_conv_col(int u, constant mk_conv_layout& L)
 {
@@ -293,7 +311,7 @@ inline void mk_conv_halo_stage(threadgroup T* Hs, thread const mk_conv_halo& h,
                                thread const mk_conv_view& v, int tid)
 {
     typedef typename mk_vec<T>::v4 V;
-    const int nch = min(L.CB, v.Cg - c0);
+    const int nch = min(L.CB, v.c1 - c0);
     int cl = h.cl0, hr = h.hr0, ch = h.ch0;
     for (int i = tid; i < L.HR * L.CB * L.NV; i += MK_NT) {
         const int ih = h.hlo + hr;
@@ -489,22 +507,30 @@ inline mk_conv_out mk_conv_pixel(thread const mk_conv_tile& t, int jj, mk_conv_o
     return o;
 }
 
-// The bias of GEMM row m (output channel g*Kg + m, at bias[g*BLD + m]; 0 without bias or
-// past Kg).
+// The bias of GEMM row m (output channel g*Kg + m, at bias[g*BLD + m]; 0 without bias, past
+// Kg, or split: the reduction adds it).
 inline float mk_conv_bias(int m, const device float* bias, constant mk_conv2d_args& a,
                           thread const mk_conv_view& v, constant mk_conv_layout& L)
 {
-    return a.has_bias != 0 && m < v.Kg ? bias[v.g * L.BLD + m] : 0.0f;
+    return a.has_bias != 0 && L.SPLIT <= 1 && m < v.Kg ? bias[v.g * L.BLD + m] : 0.0f;
 }
 
 // Output element (m, o) of group g's GEMM: channel g*Kg + m of image o.n at pixel o.pq;
-// the bias b and the activation are the GEMM's epilogue.
+// the bias b and the activation are the GEMM's epilogue. Split (L.SPLIT > 1): the float
+// partial sum of split s at partial[s][n][k][pq] instead (no bias, no activation: the
+// reduction applies them once, after the whole sum).
 template <typename T>
 inline void mk_conv_store(float acc, float b, int m, mk_conv_out o, device T* y,
-                          constant mk_conv2d_args& a, thread const mk_conv_view& v)
+                          device float* partial, constant mk_conv2d_args& a,
+                          thread const mk_conv_view& v, constant mk_conv_layout& L)
 {
     if (m < v.Kg && o.pq >= 0) {
-        y[(o.n * a.K + v.g * v.Kg + m) * v.PQ + o.pq] = T(mk_act(acc + b));
+        const int e = (o.n * a.K + v.g * v.Kg + m) * v.PQ + o.pq;
+        if (L.SPLIT > 1) {
+            partial[v.s * a.N * a.K * v.PQ + e] = acc;
+        } else {
+            y[e] = T(mk_act(acc + b));
+        }
     }
 }
 
@@ -543,9 +569,10 @@ inline void mk_conv_load_b(threadgroup T* Bs, thread mk_conv_gather& g, mk_conv_
     if (MK_CONV_HALO) {
         mk_conv_halo_slice(Bs, it, Hs, L, al, c0, kend, a);
     } else if (pl.on) {
-        const bool vec = MK_VEC_LOADS && k0 + MK_BK <= v.Kd && pl.q0 + MK_BN <= v.PQ
+        // (rows from kend on, the next split's channels, read as 0: 0 * Inf would be NaN)
+        const bool vec = MK_VEC_LOADS && k0 + MK_BK <= kend && pl.q0 + MK_BN <= v.PQ
                          && (v.PQ & 3) == 0;
-        mk_stage<MK_BK, MK_BN, MK_LDB(T), 1>(Bs, pl.xp, v.PQ, false, vec, k0, pl.q0, v.Kd,
+        mk_stage<MK_BK, MK_BN, MK_LDB(T), 1>(Bs, pl.xp, v.PQ, false, vec, k0, pl.q0, kend,
                                              v.PQ, tid);
     } else {
         mk_conv_gather_slice(Bs, g, x, kend, a, v);
@@ -562,18 +589,19 @@ inline bool mk_conv_vec_a(int k0, constant mk_conv_layout& L)
     return MK_VEC_LOADS && ((L.WLD | k0) & 3) == 0;
 }
 
-// The K loop both variants share: per channel slice [c0, c0 + CB) (one slice of all Cg
-// channels without the halo), the halo staged once, then BK-deep slices of the weights
-// (As, staged by STAGE_A), of im2col (LOAD_B: into Bs) and the variant's STEP over them;
+// The K loop both variants share: per channel slice [c0, c0 + CB) of the threadgroup's
+// channels [v.c0, v.c1) (one slice of them all without the halo), the halo staged once,
+// then BK-deep slices of the weights (As, staged by STAGE_A), of im2col (LOAD_B: into Bs)
+// and the variant's STEP over them;
 // RESTART: the variant's own state back to the channel slice's first row.
 #define MK_CONV_K_LOOP(STAGE_A, LOAD_B, STEP, RESTART)                                      \
     const mk_conv_halo hl = mk_conv_halo_at(a, L, t, int(tid));                             \
     mk_conv_gather g = mk_conv_gather_begin(a, v, t, int(tid));                             \
     mk_conv_hitems it = mk_conv_hitems_at(a, v, int(tid));                                  \
     const mk_conv_plain<T> pl = mk_conv_plain_at(x, a, v, t.j0);                            \
-    const int cb = MK_CONV_HALO ? L.CB : max(v.Cg, 1);                                      \
-    for (int c0 = 0; c0 < v.Cg; c0 += cb) {                                                 \
-        const int kend = min(c0 + cb, v.Cg) * v.RS;                                         \
+    const int cb = MK_CONV_HALO ? L.CB : max(v.c1 - v.c0, 1);                               \
+    for (int c0 = v.c0; c0 < v.c1; c0 += cb) {                                              \
+        const int kend = min(c0 + cb, v.c1) * v.RS;                                         \
         mk_conv_gather_restart(g, c0, v);                                                   \
         mk_conv_hitems_restart(it, c0, v);                                                  \
         RESTART;                                                                            \
@@ -609,6 +637,7 @@ kernel void conv2d_tiled(const device T* x [[buffer(0)]],
                          device T* y [[buffer(3)]],
                          constant mk_conv2d_args& a [[buffer(4)]],
                          constant mk_conv_layout& L [[buffer(5)]],
+                         device float* partial [[buffer(6)]],
                          uint3 tgp [[threadgroup_position_in_grid]],
                          uint tid [[thread_index_in_threadgroup]],
                          uint sg [[simdgroup_index_in_threadgroup]],
@@ -618,7 +647,7 @@ kernel void conv2d_tiled(const device T* x [[buffer(0)]],
     threadgroup T Bs[MK_SIMD_B(T)];
     threadgroup T Hs[MK_CONV_HALO_ELEMS];
 
-    const mk_conv_view v = mk_conv_locate(tgp.z, a);
+    const mk_conv_view v = mk_conv_locate(tgp.z, a, L);
     const mk_conv_tile t = mk_conv_tile_at(tgp.x, a);
     const int m0 = int(tgp.y) * MK_BM;
     const device T* wg = w + v.g * v.Kg * L.WLD;
@@ -635,7 +664,8 @@ kernel void conv2d_tiled(const device T* x [[buffer(0)]],
         const mk_conv_out oj = mk_conv_pixel(t, tc + 8 * j, o, a, v);
         for (int i = 0; i < MK_TM; ++i) {
             const int m = m0 + tr + 4 * i;
-            mk_conv_store(acc.v[i][j], mk_conv_bias(m, bias, a, v, L), m, oj, y, a, v);
+            mk_conv_store(acc.v[i][j], mk_conv_bias(m, bias, a, v, L), m, oj, y, partial, a,
+                          v, L);
         }
         if (!MK_CONV_HALO) {
             o = mk_conv_out_next(o, 8, v);
@@ -782,7 +812,7 @@ inline void mk_conv_biases(thread float* b, int sm, int fr, uint lane,
 {
     const int r4 = sm + 4 * (int(lane) % (MK_SG_M / 4));
     float4 q = float4(0.0f);
-    if (a.has_bias != 0 && r4 < v.Kg) {
+    if (a.has_bias != 0 && L.SPLIT <= 1 && r4 < v.Kg) {
         q = *reinterpret_cast<const device float4*>(bias + v.g * L.BLD + r4);
     }
     for (int i = 0; i < MK_FM; ++i) {
@@ -800,6 +830,7 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
                         device T* y [[buffer(3)]],
                         constant mk_conv2d_args& a [[buffer(4)]],
                         constant mk_conv_layout& L [[buffer(5)]],
+                        device float* partial [[buffer(6)]],
                         uint3 tgp [[threadgroup_position_in_grid]],
                         uint tid [[thread_index_in_threadgroup]],
                         uint sg [[simdgroup_index_in_threadgroup]],
@@ -809,7 +840,7 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
     threadgroup T Bs[MK_CONV_SIMD_B(T)];             // Bs[k*LDB + j] (1-D tiles)
     threadgroup T Hs[MK_CONV_HALO_ELEMS];            // the halo (MK_CONV_HALO 1)
 
-    const mk_conv_view v = mk_conv_locate(tgp.z, a);
+    const mk_conv_view v = mk_conv_locate(tgp.z, a, L);
     const mk_conv_tile t = mk_conv_tile_at(tgp.x, a);
     const int m0 = int(tgp.y) * MK_BM;
     const device T* wg = w + v.g * v.Kg * L.WLD;
@@ -846,8 +877,8 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
         for (int i = 0; i < MK_FM; ++i) {
             const float2 e = float2(acc.v[i][j].thread_elements());
             const int m = m0 + sr + 8 * i + f.fr;
-            mk_conv_store(e.x, b[i], m, o0, y, a, v);
-            mk_conv_store(e.y, b[i], m, o1, y, a, v);
+            mk_conv_store(e.x, b[i], m, o0, y, partial, a, v, L);
+            mk_conv_store(e.y, b[i], m, o1, y, partial, a, v, L);
         }
         if (!MK_CONV_HALO) {
             o = mk_conv_out_next(o, 8, v);
@@ -856,7 +887,37 @@ kernel void conv2d_simd(const device T* x [[buffer(0)]],
 }
 #endif
 
+// Split-K second pass (L.SPLIT > 1): one thread per output element (grid: ceil(N*K*P*Q /
+// threads)) sums the SPLIT float partials, then adds the bias once and applies the
+// activation once (both after the whole sum), rounding to T once. `bias` is the unpadded
+// bias[K].
+template <typename T>
+[[max_total_threads_per_threadgroup(256)]]   // gpu/conv2d.py's REDUCE_THREADS
+kernel void conv2d_splitk_reduce(const device float* partial [[buffer(0)]],
+                                 const device float* bias [[buffer(1)]],
+                                 device T* y [[buffer(2)]],
+                                 constant mk_conv2d_args& a [[buffer(3)]],
+                                 constant mk_conv_layout& L [[buffer(4)]],
+                                 uint gid [[thread_position_in_grid]])
+{
+    const int PQ = a.P * a.Q;
+    const int total = a.N * a.K * PQ;
+    const int i = int(gid);
+    if (i < total) {
+        float v = 0.0f;
+        for (int s = 0; s < L.SPLIT; ++s) {
+            v += partial[s * total + i];
+        }
+        if (a.has_bias != 0) {
+            const int nk = i / PQ;
+            v += bias[nk - nk / a.K * a.K];
+        }
+        y[i] = T(mk_act(v));
+    }
+}
+
 // The kernels, one per dtype (mk_common.h): <name>_f32, <name>_f16.
+MK_PER_DTYPE(conv2d_splitk_reduce)
 MK_PER_DTYPE(conv2d_tiled)
 #if MK_CONV_SIMD_FITS
 MK_PER_DTYPE(conv2d_simd)

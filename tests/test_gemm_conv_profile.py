@@ -155,3 +155,48 @@ def test_transposed_operands_load_at_vector_width(packaged_defaults, ta, tb, fam
     for kind in ("load", "store"):
         assert d["threadgroup"][kind]["bank_factor"] == pytest.approx(1.0), (where, kind)
     assert d["int_div"]["in_loops"] == 0, (where, d["int_div"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_partial_k_slice_stages_at_vector_width(packaged_defaults, dtype):
+    """gemm whose K (1000) ends in a partial 8-deep slice of the 16-deep default: that
+    slice of A loads and stores 4-wide with the cut (metal/gemm.metal mk_gemm_vec_at),
+    so its staging stores have no bank conflict (they were element by element, two
+    16-element rows of A per instruction: 1.50x at those stores, 1.01x over the dispatch)."""
+    shape = "M=320,N=320,K=1000"
+    prof, info = prun.profile_op("gemm", shape, dtype, family=7, max_groups=0)
+    assert info["config"]["level"] == "family", info["config"]
+    (d,) = prof.dispatches
+    where = f"gemm {shape} apple7 {dtype}"
+    for kind in ("load", "store"):
+        assert d["threadgroup"][kind]["bank_factor"] == pytest.approx(1.0), (where, kind)
+    assert d["device"]["interior"]["vector"] >= 0.9, (where, d["device"]["interior"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_conv2d_split_k_fills_the_cores(packaged_defaults, dtype):
+    """A deep convolution with a small output (3x3 256->256 at 7x7: 4 threadgroups of 64x64
+    for 8 Apple7 cores) splits its input channels by the core count (gpu/conv2d.py
+    split_k): >= 8 resident SIMD-groups per core on Apple7 (it had 4: one threadgroup on
+    half the cores), no division in a loop, the partials summed by conv2d_splitk_reduce_*,
+    and modelled faster than the same tiles unsplit on Apple7 and Apple9."""
+    shape = "1,256,7,7,256,3,pad=1"
+    prof, info = prun.profile_op("conv2d", shape, dtype, family=7, max_groups=0)
+    cfg = info["config"]
+    assert cfg["level"] == "family" and cfg["split_k"] > 1, cfg
+    sfx = "f32" if dtype == "float32" else "f16"
+    assert [d["kernel"] for d in prof.dispatches] == [f"conv2d_simd_{sfx}",
+                                                      f"conv2d_splitk_reduce_{sfx}"]
+    for d in prof.dispatches:
+        assert d["int_div"]["in_loops"] == 0, (d["kernel"], d["int_div"])
+    est = prun.model_of(prof, info).dispatches[0]
+    assert est.simdgroups_per_core >= 8, est
+    pinned = {k: cfg[k] for k in ("variant", "BM", "BN", "BK", "WM", "WN", "tiles")}
+    prof1, info1 = prun.profile_op("conv2d", shape, dtype, config=dict(pinned, split_k=1),
+                                   family=7, max_groups=0)
+    assert info1["config"]["split_k"] == 1 and len(prof1.dispatches) == 1
+    assert prun.model_of(prof1, info1).dispatches[0].simdgroups_per_core < 8
+    for fam in (7, 9):
+        split = prun.model_of(prof, dict(info, family=fam)).estimate_ms
+        whole = prun.model_of(prof1, dict(info1, family=fam)).estimate_ms
+        assert split < whole, (dtype, fam, split, whole)

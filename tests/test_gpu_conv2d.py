@@ -321,3 +321,94 @@ def test_padded_weight_rows_and_bias_rows_two_orders_and_checked(sim, cfg):
         x, w = data(rng, x.shape, dtype), data(rng, w.shape, dtype)
         got = run(sim, x, w, bias, 1, 1, 1, 2, config=cfg)
         check(got, *reference(x, w, bias, 1, 1, 1, 2), what=f"{cfg} float16 checked")
+
+
+# ------------------------------------------------------------------------------ split-K
+# Input channels split over threadgroups (conv_op.split_k: float partials, then
+# conv2d_splitk_reduce_* adds them, the bias once and the activation once, after the whole
+# sum): C = 13 (chunks of 4: 4 + 4 + 4 + 1, an odd last one), a stride, padding and two
+# groups; 2-D tiles from the halo and the 1-D gather, both variants.
+SPLITS = [dict(variant=v, BM=32, BN=32, BK=16, WM=2, WN=2, tiles=t, split_k=4)
+          for v, t in (("simd", 3), ("simd", 1), ("tiled", 3), ("tiled", 1))]
+ACT = {"relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}     # metal/mk_args.h MK_ACT_*
+
+
+def run_act(be, x, w, bias, act, config, **kw):
+    args = make_args(x, w, bias, kw.get("stride", 1), kw.get("padding", 0),
+                     kw.get("dilation", 1), kw.get("groups", 1))
+    args["activation"] = ACT.get(act, 0)
+    y = np.full((args["N"], args["K"], args["P"], args["Q"]), np.nan, x.dtype)
+    be.execute("conv2d", args, CODE[x.dtype], x, w, bias, y, config=config)
+    return y
+
+
+@pytest.mark.parametrize("cfg", SPLITS, ids=lambda c: f"{c['variant']}-tiles{c['tiles']}")
+def test_split_k_two_orders_and_checked(sim, cfg):
+    """Split-K against float64: every activation (applied after the full sum: relu of a
+    sum of split sums differs from the sum of their relus), the bias once; bit-identical
+    in both fiber orders (float32); float16 accumulates the partials in float (its bound
+    allows one rounding of the result) and is clean under the checking mode."""
+    from mpskern.reference import activate
+    rng = np.random.default_rng(41)
+    kw = dict(stride=(1, 2), padding=1, groups=2)
+    x, w = data(rng, (2, 26, 9, 11), np.float32), data(rng, (10, 13, 3, 3), np.float32)
+    bias = (4 * data(rng, (10,), np.float32)).astype(np.float32)   # visible if added per split
+    ref, bound = reference(x, w, bias, kw["stride"], 1, 1, 2)
+    for act in (None, "relu", "gelu", "gelu_tanh", "silu"):
+        outs = []
+        try:
+            for order in ("forward", "reverse"):
+                sim.set_sim_options(order=order)
+                outs.append(run_act(sim, x, w, bias, act, cfg, **kw))
+        finally:
+            sim.set_sim_options()
+        assert sim.last_config["split_k"] == 4, sim.last_config
+        assert np.array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8)), act
+        want = activate(ref, act) if act else ref
+        check(outs[0], want, bound, f"{cfg} {act}")
+    for dtype in checked(sim, [np.float16]):
+        x16, w16 = data(rng, x.shape, dtype), data(rng, w.shape, dtype)
+        ref16, bound16 = reference(x16, w16, bias, kw["stride"], 1, 1, 2)
+        got = run_act(sim, x16, w16, bias, "relu", cfg, **kw)
+        check(got, activate(ref16, "relu"), bound16, f"{cfg} float16 checked")
+
+
+def test_split_k_rows_past_a_split_read_as_zero(sim):
+    """A 1x1 convolution with bias (the plain staging of x) split into chunks of 20
+    channels inside 16-deep slices: the slice reaching past a split's last channel must
+    read those rows as 0, not as the next split's x (an Inf there gave NaN where torch
+    gives Inf)."""
+    rng = np.random.default_rng(43)
+    x, w = data(rng, (1, 40, 8, 8), np.float32), data(rng, (8, 40, 1, 1), np.float32)
+    w = np.abs(w) + 0.1                           # every product with the Inf is +Inf
+    x[0, 25, 3, 5] = np.inf                       # in the second split's channels
+    bias = data(rng, (8,), np.float32)
+    for variant in ("simd", "tiled"):
+        cfg = dict(variant=variant, BM=32, BN=32, BK=16, WM=2, WN=2, tiles=1, split_k=2)
+        got = run(sim, x, w, bias, config=cfg)
+        assert sim.last_config["split_k"] == 2, sim.last_config
+        ref, bound = reference(x, w, bias, 1, 0, 1, 1)
+        fin = np.isfinite(ref)
+        assert np.array_equal(got[~fin], ref[~fin]), (variant, got[~fin])
+        assert not np.isnan(got).any(), variant
+        check(np.where(fin, got, 0), np.where(fin, ref, 0), bound, variant)
+
+
+def test_split_k_rule_follows_the_core_count():
+    """Unpinned, conv2d splits its channels like gemm (tiles.split_k) when the grid leaves
+    GPU cores idle and K = Cg*R*S is long: 512->512 3x3 at 7x7 (8 threadgroups of 64x64)
+    in 2 on an 8-core GPU (16 threadgroups: 2 per core), 4 on 16 cores; a grid that fills
+    the cores (3x3 64->64 at 56x56) or a short K (20 -> 24 channels at 13x13: K = 180)
+    not; chunks are whole channel slices (multiples of 4 channels), none empty; a pinned
+    split_k is kept (up to one split per 4-channel chunk)."""
+    cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2)
+    a512 = make_args(np.zeros((1, 512, 7, 7)), np.zeros((512, 512, 3, 3)), None, 1, 1, 1, 1)
+    assert conv_op.split_k(a512, cfg, 8, 12, cores=8) == (2, 264)
+    assert conv_op.split_k(a512, cfg, 8, 12, cores=16) == (4, 132)
+    assert conv_op.split_k(a512, cfg, 8, 0, cores=8) == (2, 256)
+    a56 = make_args(np.zeros((1, 64, 56, 56)), np.zeros((64, 64, 3, 3)), None, 1, 1, 1, 1)
+    assert conv_op.split_k(a56, cfg, 49, 12, cores=8)[0] == 1
+    odd = make_args(np.zeros((1, 20, 13, 13)), np.zeros((24, 20, 3, 3)), None, 1, 1, 1, 1)
+    assert conv_op.split_k(odd, cfg, 4, 20, cores=8)[0] == 1
+    assert conv_op.split_k(odd, dict(cfg, split_k=16), 4, 20, cores=8) == (5, 4)
+    assert conv_op.split_k(odd, dict(cfg, split_k=2), 4, 20, cores=8) == (2, 12)

@@ -123,12 +123,13 @@ SPACES = {
                   threads=_threads, tg_memory=_tg_memory, rules=_rules, defaults=_defaults,
                   shipped=_SHIPPED),
     "conv2d": Space("conv2d", "conv2d.metal", ("simd", "tiled"), _TILES,
-                    runtime=dict(tiles=(2, 1, 3)),
+                    runtime=dict(tiles=(2, 1, 3), split_k=(1, 2, 4, 8, 16)),
                     doc="implicit GEMM: Kg x N*P*Q output per group, K = Cg*R*S; the "
                         "GEMM's tile parameters; tiles=2 (the default): 2-D output tiles, "
                         "fragments read from a staged input halo, where gpu/conv2d.py "
                         "uses_halo says it pays, else 1; 1: BN consecutive outputs, im2col "
-                        "gathered from x; 3: 2-D wherever it runs",
+                        "gathered from x; 3: 2-D wherever it runs; split_k > 1 sums input "
+                        "channel chunks in a second pass (unpinned: tiles.split_k's rule)",
                     threads=_threads, tg_memory=_tg_memory,
                     rules=_conv_rules, defaults=_defaults, shipped=_SHIPPED),
     "conv2d_depthwise": Space("conv2d", "conv2d.metal", ("depthwise",), {},
@@ -140,16 +141,18 @@ SPACES = {
 }
 
 
-def split_k(config, batch, M, N, K, cores=8):
-    """How many K chunks a gemm of this shape sums in parallel: the configuration's
-    `split_k` when it has one, else a rule (mpskern's own, not measured; like MLX it splits
-    only when the output has few tiles and K is at least max(M, N)): when the grid has fewer
-    than 2 threadgroups per GPU core (`cores`: gpu/context.py's gpu_cores) and K is at least
-    max(M, N) and 512, double the chunks while each keeps at least 256 of K, up to 16 chunks
-    or 2 threadgroups per core."""
+def split_k(config, batch, M, N, K, cores=8, groups=None):
+    """How many K chunks a gemm of this shape (or conv2d's implicit GEMM: M = Kg, N =
+    N*P*Q, K = Cg*R*S, batch = groups) sums in parallel: the configuration's `split_k` when
+    it has one, else a rule (mpskern's own, not measured; like MLX it splits only when the
+    output has few tiles and K is at least max(M, N)): when the grid has fewer than 2
+    threadgroups per GPU core (`cores`: gpu/context.py's gpu_cores; `groups`: the grid's
+    threadgroups when they are not ceil(M/BM)*ceil(N/BN)*batch, as conv2d's 2-D tiles) and
+    K is at least max(M, N) and 512, double the chunks while each keeps at least 256 of K,
+    up to 16 chunks or 2 threadgroups per core."""
     if "split_k" in config:
         return int(config["split_k"])
-    tiles = -(-M // config["BM"]) * -(-N // config["BN"]) * batch
+    tiles = groups or -(-M // config["BM"]) * -(-N // config["BN"]) * batch
     target = 2 * max(1, int(cores))
     if tiles >= target or K < max(M, N) or K < 512:
         return 1

@@ -15,12 +15,14 @@ from mpskern import _native, structs
 from mpskern._errors import Unsupported
 from mpskern.backends.gpu import gemm as _gemm
 from mpskern.backends.gpu.context import (MAX_GRID_YZ, activation_macros, cdiv, configure,
-                                          nothing, pipelines)
+                                          gpu_cores, helper_threads, nothing, pipelines)
 from mpskern.tuning import spaces, tiles
 from mpskern.tuning.lookup import dtype_name
 
 FILE = "conv2d.metal"
 FLOAT_BYTES = 4
+REDUCE_THREADS = 256       # conv2d_splitk_reduce's threadgroup (fewer if its pipeline says so)
+INT32_LIMIT = 2 ** 31      # the kernels index in int32
 
 
 def route(args):
@@ -53,8 +55,9 @@ def key(args, op):
     return (g, a["K"] // g, a["N"] * a["P"] * a["Q"], a["C"] // g * a["R"] * a["S"])
 
 
-# mk_conv_layout: the halo's (halo_layout), then the weights' and biases' pitches
-LAYOUT_FIELDS = ("HLD", "PL", "H2", "ES", "CB", "HR", "NV", "SPAN", "VEC", "WLD", "BLD")
+# mk_conv_layout: the halo's (halo_layout), the weights' and biases' pitches, split-K
+LAYOUT_FIELDS = ("HLD", "PL", "H2", "ES", "CB", "HR", "NV", "SPAN", "VEC", "WLD", "BLD",
+                 "SPLIT", "CHUNK")
 BANKS = 32                # the bank model the layout is chosen for: 32 x 4 bytes
 
 
@@ -187,6 +190,27 @@ def _rows_of_4(a, n):
     return rows, pitch
 
 
+def split_k(args, cfg, groups, slice_channels, cores):
+    """(splits, input channels per split) of an implicit-GEMM call whose grid has `groups`
+    threadgroups: the configuration's `split_k` or tiles.split_k's core-count rule over the
+    GEMM view (M = Kg, N = N*P*Q, K = Cg*R*S). Chunks are whole halo channel slices
+    (`slice_channels`, 0 without the halo) where a split holds one and they are multiples
+    of 4, else multiples of 4 channels (so each split's first weight column stays
+    4-aligned: mk_conv_vec_a); every split non-empty; 1 where the float partials would
+    pass int32 indexing."""
+    a = args
+    cg, kg = a["C"] // a["groups"], a["K"] // a["groups"]
+    want = max(1, tiles.split_k(cfg, a["groups"], kg, a["N"] * a["P"] * a["Q"],
+                                cg * a["R"] * a["S"], cores=cores, groups=groups))
+    cb = slice_channels
+    unit = cb if cb and cb % 4 == 0 and cdiv(cg, want) >= cb else 4
+    chunk = cdiv(cdiv(cg, unit), want) * unit
+    split = cdiv(cg, chunk) if cg else 1
+    if split * a["N"] * a["K"] * a["P"] * a["Q"] >= INT32_LIMIT:
+        return 1, chunk
+    return split, chunk
+
+
 def halo_plane(args, bn):
     """Threadgroup elements one input channel's halo takes for a 2-D tile of bn/8 x 8
     outputs (the smallest plane: its rows x its columns)."""
@@ -264,13 +288,19 @@ def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
         cols = (a["N"] * cdiv(a["P"], bn // 8) * cdiv(a["Q"], 8) if halo
                 else cdiv(a["N"] * a["P"] * a["Q"], bn))
         grid = (cols, cdiv(a["K"] // a["groups"], cfg["BM"]), a["groups"])
+        lay = halo_layout(a, cfg, dtype) if halo else dict.fromkeys(LAYOUT_FIELDS, 0)
+        split, chunk = split_k(a, cfg, grid[0] * grid[1] * grid[2], lay["CB"] if halo else 0,
+                               gpu_cores(ctx.limits))
+        grid = grid[:2] + (grid[2] * split,)
         if grid[1] > MAX_GRID_YZ or grid[2] > MAX_GRID_YZ:
             raise Unsupported(f"conv2d: grid {grid} exceeds {MAX_GRID_YZ} threadgroups along "
                               "y or z; split the channels into smaller calls")
     record = dict(cfg, kernel=pipe.name, level=level)
     if op == "conv2d":
         record["tiles"] = 2 if halo else 1    # what ran (uses_halo)
+        record["split_k"] = split
     wld = bld = 0
+    unpadded_bias = bias
     if op == "conv2d":
         w, wld = weight_rows(w, a)
         if bias is not None:
@@ -281,10 +311,21 @@ def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
     bx = ctx.buffer(x) if x.size else by
     bw = ctx.buffer(w) if w.size else by
     bb = ctx.buffer(bias) if bias is not None else by
-    bindings = [bx, bw, bb, by, _native.pack_args("conv2d", args)]
-    if op == "conv2d":        # the halo layout (zeros without the halo: not read), WLD
-        lay = halo_layout(a, cfg, dtype) if halo else dict.fromkeys(LAYOUT_FIELDS, 0)
-        lay = dict(lay, WLD=wld, BLD=bld)
-        bindings.append(np.array([lay[k] for k in LAYOUT_FIELDS], np.int32).tobytes())
-    return ctx.submit([dict(pipeline=pipe, grid=grid, threadgroup=(threads, 1, 1),
-                         bindings=bindings)], record, outputs=[by])
+    packed = _native.pack_args("conv2d", args)
+    bindings = [bx, bw, bb, by, packed]
+    run = [dict(pipeline=pipe, grid=grid, threadgroup=(threads, 1, 1), bindings=bindings)]
+    if op == "conv2d":        # the halo layout (zeros without the halo: not read), WLD, split
+        lay = dict(lay, WLD=wld, BLD=bld, SPLIT=split, CHUNK=chunk)
+        layout = np.array([lay[k] for k in LAYOUT_FIELDS], np.int32).tobytes()
+        # split: float partials [split][N][K][P][Q], then conv2d_splitk_reduce_* adds them,
+        # the bias and the activation in the same command buffer
+        partial = ctx.scratch(FLOAT_BYTES * split * total) if split > 1 else by
+        bindings += [layout, partial]
+        if split > 1:
+            red = ctx.compiled(spaces.SPACES[op].kernel(cfg, dtype, variant="splitk_reduce"),
+                               FILE, dict(spaces.macros(op, cfg), **extra))
+            t = helper_threads(red, REDUCE_THREADS)
+            bb0 = ctx.buffer(unpadded_bias) if unpadded_bias is not None else by
+            run.append(dict(pipeline=red, grid=(cdiv(total, t), 1, 1), threadgroup=(t, 1, 1),
+                            bindings=[partial, bb0, by, packed, layout]))
+    return ctx.submit(run, record, outputs=[by])

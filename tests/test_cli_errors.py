@@ -394,6 +394,39 @@ def test_tune_ctrl_c_says_nothing_was_stored(monkeypatch, tmp_path):
     assert not db.exists()
 
 
+def _ctrl_c(*a, **k):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("command", ["devices", "report", "selftest"])
+def test_every_command_ends_ctrl_c_with_one_line_and_130(monkeypatch, tmp_path, rows, command):
+    """Commands without their own Ctrl-C handling (devices, report, selftest, profile,
+    check-msl) exited 130 saying nothing (typer's handler): now the one 'interrupted:' line."""
+    import mpskern
+    from mpskern.report import render
+    if command == "devices":
+        monkeypatch.setattr(mpskern, "devices", _ctrl_c)
+        args = ["devices"]
+    elif command == "report":
+        p = tmp_path / "bench.jsonl"
+        schema.append_jsonl(p, rows[:2])
+        monkeypatch.setattr(render, "build", _ctrl_c)
+        args = ["report", str(p), "-o", str(tmp_path / "rep")]
+    else:
+        from mpskern.cli import selftest
+        monkeypatch.setattr(selftest, "run", _ctrl_c)
+        monkeypatch.setattr(selftest, "run_isolated", _ctrl_c)
+        args = ["selftest", "--op", "softmax", "--backend", "cpu",
+                "--json", str(tmp_path / "st.json")]
+    r = cli(*args)
+    assert r.exit_code == 130, r.output
+    assert "Traceback" not in r.output
+    assert r.stderr.strip().splitlines()[-1] == (
+        "interrupted: stopped before the end; its output files are written whole or not at "
+        "all, so none is partial"), r.stderr
+    assert not (tmp_path / "st.json").exists() and not (tmp_path / "rep" / "index.html").exists()
+
+
 def test_bench_real_sigint_keeps_whole_rows(tmp_path):
     """A real SIGINT (what Ctrl-C sends) between cases of a real cpu bench."""
     import sys

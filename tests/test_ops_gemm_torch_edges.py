@@ -1,8 +1,8 @@
 """gemm at torch.addmm's edges, against torch itself: a 0-d c (torch broadcasts it; mpskern
 raised IndexError from inside its own code), and alpha=0 with NaN/inf in a or b (torch and
 BLAS do not compute the product then: beta*c, no NaN; mpskern's cpu agreed, sim returned
-NaN rows). Found by qa7 in session 7; the fixes are in mpskern/ops/matmul.py (mm7's file
-this session): strict xfails naming the owner, to flip with the fix."""
+NaN rows). Found by qa7 in session 7; fixed in mpskern/ops/matmul.py (the 0-d c takes
+the broadcast path; alpha == 0 takes the no-product path of K == 0)."""
 import numpy as np
 import pytest
 
@@ -14,9 +14,6 @@ BACKENDS = ["cpu"] + (["sim"] if sim.available()[0] else [])
 T = torch.from_numpy
 
 
-@pytest.mark.xfail(strict=True, reason="mm7: matmul.py gemm reads c.shape[-1] of a 0-d c "
-                   "(IndexError); accept it as torch does (broadcast), e.g. `elif c.ndim and "
-                   "c.shape[-1] == N ...`")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_zero_d_c_broadcasts_as_torch(backend):
     rng = np.random.default_rng(0)
@@ -27,11 +24,7 @@ def test_zero_d_c_broadcasts_as_torch(backend):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("backend", [
-    "cpu", pytest.param("sim", marks=pytest.mark.xfail(
-        strict=True, reason="mm7: sim computes 0 * (a @ b) = NaN; with alpha == 0 matmul.py "
-        "should take its K == 0 path (activation(beta * c), no product), as BLAS and torch"))]
-    if "sim" in BACKENDS else ["cpu"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("bad", [np.nan, np.inf])
 @pytest.mark.parametrize("beta", [1.0, 0.0])
 def test_alpha_zero_computes_no_product(backend, bad, beta):

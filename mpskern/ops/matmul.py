@@ -189,7 +189,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, ac
             sc = 0  # one C for the whole batch
         elif c.shape == shape:
             sc = M * N
-        elif c.shape[-1] == N and c.size in (N, nb * N) and (c.ndim == 1 or c.shape[-2] == 1):
+        elif (c.ndim and c.shape[-1] == N and c.size in (N, nb * N)    # (a 0-d c: broadcast)
+              and (c.ndim == 1 or c.shape[-2] == 1)):
             sc = None   # one row for all output rows (of each item): written into the result
         else:
             c = np.ascontiguousarray(np.broadcast_to(c, shape))
@@ -200,7 +201,7 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, ac
     y, out = _args.output(out, shape, a.dtype, op, inputs)
     if y.size == 0:
         return _args.finish(y, out)
-    if K == 0:                  # an empty product: activation(beta * c)
+    if K == 0 or alpha == 0:    # no product (BLAS and torch compute none): activation(beta * c)
         y[...] = ref.activate(beta * c.astype(np.float32), activation) if has_c else 0
         return _args.finish(y, out)
     if sc is None:              # the result holds C, read in place (it may alias out)

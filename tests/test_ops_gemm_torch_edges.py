@@ -35,3 +35,23 @@ def test_alpha_zero_computes_no_product(backend, bad, beta):
     got = mpskern.gemm(a, b, c, alpha=0.0, beta=beta, backend=backend)
     assert not np.isnan(want).any()
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bshape", [(), (1,), (1, 5), (1, 1), (5,)])
+def test_linear_bias_one_value_per_feature_broadcasts_as_torch(backend, bshape):
+    """torch.nn.functional.linear broadcasts a 0-d, (1,) or (1, N) bias over the features;
+    mpskern refused all but (N,) (qa7 found it)."""
+    rng = np.random.default_rng(2)
+    x, w = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 4), (5, 4)))
+    bias = rng.standard_normal(bshape).astype(np.float32)
+    want = torch.nn.functional.linear(T(x), T(w), T(bias)).numpy()
+    got = mpskern.linear(x, w, bias, backend=backend)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("bshape", [(2,), (3, 5), (1, 1, 5)])   # (torch: a 3-D bias too)
+def test_linear_bias_varying_over_rows_is_refused_with_the_shape(bshape):
+    x, w = np.ones((2, 3, 4), np.float32), np.ones((5, 4), np.float32)
+    with pytest.raises(ValueError, match=r"bias has shape .* pass an array of shape \(5,\)"):
+        mpskern.linear(x, w, np.ones(bshape, np.float32))

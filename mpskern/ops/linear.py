@@ -2,6 +2,8 @@
 (mk_gemm_args, weight read transposed in place), and its entry in the op table (LINEAR)."""
 from math import prod
 
+import numpy as np
+
 from mpskern import _args
 from mpskern import reference as ref
 from mpskern import structs
@@ -22,7 +24,8 @@ def linear(x, weight, bias=None, *, activation=None, backend="auto", out=None):
     weight : array (out_features, in_features) or (in_features,)
         x's dtype; read transposed in place.
     bias : array (out_features,), optional
-        A per-feature vector: float32 or x's dtype.
+        A per-feature vector: float32 or x's dtype (0-d, (1,) and (1, out_features) are
+        broadcast over the features, as torch does).
 
     Returns
     -------
@@ -54,9 +57,10 @@ def linear(x, weight, bias=None, *, activation=None, backend="auto", out=None):
     _args.check_size(lead + (N,), "the result", op)
     if bias is not None and w.ndim == 1:
         raise ValueError(f"{op}: a bias needs weight (out_features, in_features); weight has "
-                         f"shape {w.shape} (as torch refuses too): pass weight[None] and a "
-                         "bias of shape (1,)")
-    b = _args.vector(bias, "bias", N, f"weight has {N} output features", op)
+                         f"shape {w.shape} (a result without a feature axis): pass weight[None] "
+                         "and a bias of shape (1,), or add the bias to linear(x, weight)")
+    b = _args.vector(_per_feature(bias, N, shape, op), "bias", N,
+                     f"weight has {N} output features", op)
     act = _args.activation(activation, op)
     be = _args.backend(backend)
     y, out = _args.output(out, shape, x.dtype, op, (x, w, b))
@@ -85,6 +89,19 @@ _TRANSFORMER = [  # BERT-base / GPT-2-small layers at batch 1 x 512 tokens (x: (
     ("mlp-up 512 tok 768->3072", dict(M=512, N=3072, K=768)),
     ("mlp-down 512 tok 3072->768", dict(M=512, N=768, K=3072)),
 ]
+
+
+def _per_feature(bias, N, shape, op):
+    """A bias that torch broadcasts as one value per output feature (0-d, (1,), (1, N), ...)
+    as the vector of N it is; other shapes go on to _args.vector's error."""
+    if bias is None:
+        return None
+    bias = _args._as_array(bias, "bias", op)
+    bs = bias.shape
+    if (bs != (N,) and len(bs) <= 2 and all(d == 1 for d in bs[:-1])   # (torch: <= 2-D)
+            and bs[-1:] in ((), (1,), (N,))):
+        return np.broadcast_to(bias.reshape(bs[-1:]), (N,))
+    return bias
 
 
 def _features(xs, n, bias=True, act=None):

@@ -59,6 +59,27 @@ kernel void banks(device float* y [[buffer(0)]], constant uint& stride [[buffer(
     y[g] = t[l * stride] + t[0];
 }
 
+kernel void reconverge(device float* y [[buffer(0)]], constant int& rounds [[buffer(1)]],
+                       constant int& steps [[buffer(2)]],
+                       uint l [[thread_position_in_threadgroup]], uint g [[thread_position_in_grid]]) {
+    threadgroup float t[128];
+    for (int i = 0; i < 4; ++i) {
+        t[32 * i + int(l)] = float(32 * i + int(l));
+    }
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    float acc = 0.0f;
+    for (int r = 0; r < rounds; ++r) {
+        // round 0: lanes 16-31 stop after step 0 (as conv2d's fragment reads stop at the
+        // rows past a channel slice); step k reads words 64k + (l + 16k) % 32: 32 banks each
+        const int n = r == 0 && l >= 16 ? 1 : steps;
+        for (int k = 0; k < n; ++k) {
+            acc += t[64 * k + (int(l) + 16 * k) % 32];
+        }
+        threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+    y[g] = acc;
+}
+
 kernel void barriers(device float* y [[buffer(0)]], constant int& n [[buffer(1)]],
                      uint l [[thread_position_in_threadgroup]], uint g [[thread_position_in_grid]]) {
     threadgroup float t[64];
@@ -103,7 +124,7 @@ kernel void mma(const device float* a [[buffer(0)]], device float* c [[buffer(1)
 @pytest.fixture(scope="module")
 def k():
     return {name: mpskern.metal_kernel(SRC, name) for name in
-            ("strided", "vec4", "vec4_local", "scalar4_unrolled", "scalar4", "half4_copy", "banks", "barriers", "divisions",
+            ("strided", "vec4", "vec4_local", "scalar4_unrolled", "scalar4", "half4_copy", "banks", "reconverge", "barriers", "divisions",
              "flops", "mma")}
 
 
@@ -257,6 +278,24 @@ def test_bank_model_is_a_parameter(k):
     # lanes 64 bytes apart: 8-byte words 8 apart, on 4 of 32 banks (4-byte banks: 2 banks)
     assert _one(prof)["threadgroup"]["store"]["bank_factor"] == 8.0
     assert _one(prof)["threadgroup"]["bank_model"] == "32 banks x 8 B"
+
+
+def test_lanes_pair_up_again_after_a_barrier(k):
+    """A SIMD-group instruction pairs the lanes' k-th executions of a site since the last
+    threadgroup barrier (where every lane reconverges): lanes that skipped an execution
+    before it (a divergent branch) no longer pair their later executions with other
+    lanes' different iterations. Here every read instruction touches 16 or 32 distinct
+    banks (factor 1.0); pairing by executions since the dispatch's start (the old count)
+    matched round 1's step 0 of lanes 0-15 with step 1 of lanes 16-31 (the same 16 banks:
+    2.0), 1.2x over the dispatch (this is what conv2d's 5x5 and dilated fragment reads
+    showed as 1.01-1.02)."""
+    y = np.zeros(32, np.float32)
+    d = _one(k["reconverge"](y, np.int32(2), np.int32(2), grid=32, threadgroup=32,
+                             profile=True))
+    assert y[0] == 2 * (0 + 64 + 16) and y[20] == 20 + 20 + 64 + 4, y
+    load = d["threadgroup"]["load"]
+    assert load["bank_factor"] == 1.0, load
+    assert load["instr"] == 4, load          # round 0: 2 (step 1 by 16 lanes), round 1: 2
 
 
 def test_barriers_counted_per_threadgroup(k):

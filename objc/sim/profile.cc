@@ -3,7 +3,8 @@
 // threadgroup memory access, with the IR access site that made it, and every basic block a
 // lane executes. From those this file counts, per dispatch:
 //   - SIMD-group memory instructions: the k-th execution of an access site by each lane of
-//     a SIMD-group is one instruction (lanes that skip it are inactive), so a site's lanes
+//     a SIMD-group since the threadgroup's last barrier is one instruction (lanes that skip
+//     it are inactive), so a site's lanes
 //     are gathered and the instruction's footprint measured when the SIMD-group's lanes have
 //     all contributed (or at the next barrier / end of the threadgroup);
 //       device memory: distinct L-byte lines touched vs the fewest that could hold the bytes
@@ -352,8 +353,13 @@ static void flush_all(Profiler *p) {
     p->last_lane = -1;
 }
 
+// Every lane reconverges at a threadgroup barrier: from there the lanes' k-th executions
+// of a site pair up again (a lane that skipped executions before it, in a divergent branch,
+// would otherwise pair its later ones with other lanes' different iterations).
 void profiler_barrier(Profiler *p, Worker *) {
-    if (p->active) flush_all(p);
+    if (!p->active) return;
+    flush_all(p);
+    std::fill(p->counts.begin(), p->counts.end(), 0);
 }
 
 void profiler_end_group(Profiler *p, Worker *w) {

@@ -10,8 +10,8 @@ from mpskern.sim.msl_tokens import LineMap
 from mpskern.tuning import spaces
 
 # kernels an encoder runs beside its space's variants (mpskern/backends/gpu/*.py)
-HELPERS = {"gemm": ["splitk_reduce"], "batch_norm": ["apply", "finish"],
-           "pool2d": ["max", "avg"]}
+HELPERS = {"gemm": ["splitk_reduce"], "conv2d": ["splitk_reduce"],
+           "batch_norm": ["apply", "finish"], "pool2d": ["max", "avg"]}
 NOT_A_KERNEL = {"pool2d": {"direct"}}       # the space's one variant; the mode picks the kernel
 ONE_DTYPE = {"norm_batch_finish": "f32"}    # float32 statistics for either storage type
 

@@ -59,7 +59,7 @@ def linear(x, weight, bias=None, *, activation=None, backend="auto", out=None):
         raise ValueError(f"{op}: a bias needs weight (out_features, in_features); weight has "
                          f"shape {w.shape} (a result without a feature axis): pass weight[None] "
                          "and a bias of shape (1,), or add the bias to linear(x, weight)")
-    b = _args.vector(_per_feature(bias, N, shape, op), "bias", N,
+    b = _args.vector(_per_feature(bias, N, op), "bias", N,
                      f"weight has {N} output features", op)
     act = _args.activation(activation, op)
     be = _args.backend(backend)
@@ -91,7 +91,7 @@ _TRANSFORMER = [  # BERT-base / GPT-2-small layers at batch 1 x 512 tokens (x: (
 ]
 
 
-def _per_feature(bias, N, shape, op):
+def _per_feature(bias, N, op):
     """A bias that torch broadcasts as one value per output feature (0-d, (1,), (1, N), ...)
     as the vector of N it is; other shapes go on to _args.vector's error."""
     if bias is None:

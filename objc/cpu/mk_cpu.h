@@ -76,6 +76,18 @@ int mk_winograd_applies(const mk_conv2d_args *a);
 mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, const void *x,
                                  const void *w, const float *bias, void *y);
 
+/* ---- one image's conv2d GEMM y = w @ col with the reduction cut into chunks
+   (mk_cpu_conv_splitk.c; conv2d's small-images path on many threads).
+   mk_conv_splitk_parts: the chunk count pk (1: do not split) and the tiles per chunk
+   (*pm output-channel parts x *pn pixel parts, set when pk > 1) for a K x PQ output with
+   CRS reduction rows on `threads` threads. mk_conv_gemm_splitk: y (K x PQ) = w (K x CRS)
+   @ col (CRS x PQ) + bias (per row, may be NULL), then activation act; MK_ERR_NOMEM when
+   its partial outputs do not fit (nothing written then). */
+int mk_conv_splitk_parts(int K, int PQ, long CRS, int threads, int *pm, int *pn);
+mk_status mk_conv_gemm_splitk(int K, int PQ, long CRS, int pm, int pn, int pk,
+                              const float *w, const float *col, const float *bias, int act,
+                              float *y);
+
 /* ---- conv2d by a direct kernel for few input channels (mk_cpu_conv_direct.c: the 7x7/2
    stem): for mk_conv_direct_applies() convolutions (groups 1, at most 7 input channels, a
    window of 2+ taps, padding that does not dwarf the input); mk_cpu_conv2d chooses.

@@ -12,7 +12,8 @@
 //     512 input channels (ResNet's 1x1 layers at batch 8): the same register tiles reading
 //     the input in place, mk_cpu_conv_direct.c (pointwise)
 //   small images (fewer images than threads, few pixels, float32): per image one im2col
-//     and one GEMM cut over output channels
+//     and one GEMM cut over output channels (on many threads also over the reduction,
+//     mk_cpu_conv_splitk.c)
 //   blocked (plan_blocks): tasks of (group, block of output pixels), each an im2col of its
 //     block into an L2-sized buffer + single-threaded GEMMs (1x1 stride-1 float32 reads
 //     the input in place). A block is a run of output rows of one image, whole images
@@ -21,7 +22,8 @@
 //     chunks. Scratch stays bounded whatever the shape.
 // float16: input rows and weights are converted to float32 (float32 accumulation).
 // MPSKERN_CPU_CONV (read per call) forces an algorithm, for tests and benchmarks: auto
-// (default), gemm (im2col + GEMM: never Winograd or the direct kernels), winograd /
+// (default), gemm (im2col + GEMM: never Winograd, the direct kernels or a split
+// reduction), winograd /
 // winograd2 (F(4x4) / F(2x2) wherever it applies; the other convolutions still take the
 // paths above).
 #include "mk_cpu.h"
@@ -426,9 +428,11 @@ static void im2col_rows(void *vc, long b, long e) {
 // GEMM (late layers at batch 1): cutting pixels would leave each thread a narrow GEMM that
 // packs all the weights again (512->512 3x3 @7: 14 columns a task, 2.2x slower than
 // this). Instead per image one im2col (at most COL_BLOCK_FLOATS) and one GEMM split over
-// output channels (mk_sgemm_par). float32, groups == 1.
-static mk_status small_images(const mk_conv2d_args *a, int pointwise, const void *x,
-                              const float *w, const float *bias, void *y) {
+// output channels (mk_sgemm_par), or, where its tiles would each pack all of the deep
+// im2col again (many threads), split over the reduction too (mk_cpu_conv_splitk.c).
+// float32, groups == 1.
+static mk_status small_images(const mk_conv2d_args *a, int pointwise, int splitk,
+                              const void *x, const float *w, const float *bias, void *y) {
     long CRS = (long)a->C * a->R * a->S, PQ = (long)a->P * a->Q, HW = (long)a->H * a->W;
     float *col = pointwise ? NULL : mk_alloc((size_t)CRS * PQ * 4);
     if (!pointwise && !col) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory");
@@ -437,8 +441,14 @@ static mk_status small_images(const mk_conv2d_args *a, int pointwise, const void
         float *yn = (float *)y + n * a->K * PQ;
         im2col_job job = {a, xn, col};
         if (!pointwise) mk_parallel_for(CRS, mk_grain(PQ), im2col_rows, &job);
+        const float *B = pointwise ? xn : col;
+        int pm = 1, pn = 1, pk = splitk ? mk_conv_splitk_parts(a->K, (int)PQ, CRS,
+                                                                (int)mk_cpu_threads(), &pm, &pn) : 1;
+        if (pk > 1 && mk_conv_gemm_splitk(a->K, (int)PQ, CRS, pm, pn, pk, w, B, bias,
+                                          a->activation, yn) == MK_OK)
+            continue;
         bias_act ba = {bias, a->activation, yn};
-        mk_sgemm_par_ep(0, 0, a->K, (int)PQ, (int)CRS, 1.0f, w, (int)CRS, pointwise ? xn : col,
+        mk_sgemm_par_ep(0, 0, a->K, (int)PQ, (int)CRS, 1.0f, w, (int)CRS, B,
                         (int)PQ, 0.0f, yn, (int)PQ, bias || ba.act ? bias_act_tile : NULL, &ba);
     }
     mk_free(col);
@@ -608,7 +618,7 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     case PATH_POINTWISE:
         return mk_cpu_conv2d_pointwise(a, x, w, bias, y);
     case PATH_SMALL_IMAGES:
-        return small_images(a, pointwise, x, w, bias, y);
+        return small_images(a, pointwise, forced != FORCE_GEMM, x, w, bias, y);
     default:
         return blocked(a, dtype, pointwise, x, w, bias, y, threads);
     }

@@ -11,8 +11,9 @@
 //   1x1 stride-1 unpadded float32 on >= 8 threads with >= 384 pixels a thread and at most
 //     512 input channels (ResNet's 1x1 layers at batch 8): the same register tiles reading
 //     the input in place, mk_cpu_conv_direct.c (pointwise)
-//   small images (fewer images than threads, few pixels, float32): per image one im2col
-//     and one GEMM cut over output channels (on many threads also over the reduction,
+//   small images (fewer images than threads, few pixels, float32; a deeper im2col too
+//     where the blocked path would leave the threads idle): per image one im2col and one
+//     GEMM cut over output channels (on many threads also over the reduction,
 //     mk_cpu_conv_splitk.c)
 //   blocked (plan_blocks): tasks of (group, block of output pixels), each an im2col of its
 //     block into an L2-sized buffer + single-threaded GEMMs (1x1 stride-1 float32 reads
@@ -560,6 +561,13 @@ static mk_status bias_only(const mk_conv2d_args *a, int dtype, const float *bias
     return MK_OK;
 }
 
+// tasks of the blocked path (plan_blocks) on `threads` threads
+static long blocked_tasks(const mk_conv2d_args *a, int dtype, long threads) {
+    gemm_conv_ctx t = {.a = a, .dtype = dtype, .phased = use_phases(a)};
+    plan_blocks(&t, threads);
+    return a->groups * t.blocks;
+}
+
 // The paths, in the order they are tried (mk_cpu_conv2d)
 enum { PATH_DEPTHWISE, PATH_BIAS_ONLY, PATH_WINOGRAD, PATH_DIRECT, PATH_POINTWISE,
        PATH_SMALL_IMAGES, PATH_BLOCKED };
@@ -572,8 +580,15 @@ static int choose_path(const mk_conv2d_args *a, int dtype, int wino, int direct,
     if (direct) return PATH_DIRECT;
     if (pw) return PATH_POINTWISE;
     if (dtype == MK_F32 && a->groups == 1 && threads > 1 && a->N < threads &&
-        PQ < MIN_COLS * threads && CRS * PQ <= COL_BLOCK_FLOATS)
-        return PATH_SMALL_IMAGES;
+        PQ < MIN_COLS * threads) {
+        if (CRS * PQ <= COL_BLOCK_FLOATS) return PATH_SMALL_IMAGES;
+        // a deeper im2col where the blocks would leave the threads idle: one task, or fewer
+        // than half as many as threads (strided 3x3 at batch 1: 256->256 /2 @28 was ONE
+        // task, 2.9 ms of ResNet-50 b1's 36 at 16 threads; 128->128 /2 @56 four)
+        long tasks = blocked_tasks(a, dtype, threads);
+        if (CRS * PQ <= SCRATCH_FLOATS && (tasks == 1 || 2 * tasks < threads))
+            return PATH_SMALL_IMAGES;
+    }
     return PATH_BLOCKED;
 }
 

@@ -22,6 +22,10 @@
 #define PASS_FLOAT 5e-10
 #define MAX_PARTIAL_FLOATS (1L << 21)   // the partial outputs' scratch (8 MiB)
 #define MIN_GAIN 0.85        // split only when the model's time drops below this share
+// at most this many chunks: on the device (16-core Xeon, batch 1, 16 threads) 512->512 3x3
+// @7 took 0.43 ms in 4 chunks, 0.58 in 16 (the model's pick without a cap), 0.56 unsplit:
+// the model misses what more partials cost (their pass, their scratch pages)
+#define MAX_CHUNKS 4
 
 // start of part i when len is cut into parts of whole align units
 static long cut(long i, long parts, long len, long align) {
@@ -43,7 +47,7 @@ int mk_conv_splitk_parts(int K, int PQ, long CRS, int threads, int *pm, int *pn)
     long um = (K + ALIGN_M - 1) / ALIGN_M, un = (PQ + ALIGN_N - 1) / ALIGN_N;
     double best[2] = {-1.0, -1.0};     // without / with a split
     int best_pk = 1;
-    for (long pk = 1; pk <= threads && pk * ALIGN_K <= CRS; pk *= 2) {
+    for (long pk = 1; pk <= threads && pk <= MAX_CHUNKS && pk * ALIGN_K <= CRS; pk *= 2) {
         if ((pk - 1) * K * (long)PQ > MAX_PARTIAL_FLOATS) break;
         for (long i = 1; i <= um && pk * i <= threads; i++)
             for (long j = 1; j <= un && pk * i * j <= threads; j++) {

@@ -82,6 +82,14 @@ def window_too_big(op, what, axis, k, d, n, p, fix, label=""):
                       "larger input")
 
 
+def refuse_empty(op, shape, axes, rule):
+    """torch's rules on empty sizes: ValueError when any of `axes` ({name: size}) is 0,
+    naming those axes, x's shape and the op's `rule` (which sizes may be 0, and the fix)."""
+    zero = [f"{n} = 0" for n, v in axes.items() if v == 0]
+    if zero:
+        raise ValueError(f"{op}: x has shape {tuple(shape)}: {' and '.join(zero)}; {rule}")
+
+
 def pool_output_size(n, k, s, p, d, ceil_mode):
     """torch's pooling output size along one axis; with ceil_mode the last window must
     start inside the input or its left padding."""

@@ -53,7 +53,7 @@ ZERO = [
     (mpskern.gemm, (np.zeros((0, 4), f32), np.zeros((4, 5), f32)), {}, (0, 5)),
     (mpskern.conv2d, (np.zeros((0, 2, 5, 5), f32), np.zeros((3, 2, 3, 3), f32)), {}, (0, 3, 3, 3)),
     (mpskern.max_pool2d, (np.zeros((0, 2, 5, 5), f32), 2), {}, (0, 2, 2, 2)),
-    (mpskern.avg_pool2d, (np.zeros((3, 0, 5, 5), f32), 3, 2, 1), {}, (3, 0, 3, 3)),
+    (mpskern.avg_pool2d, (np.zeros((0, 3, 5, 5), f32), 3, 2, 1), {}, (0, 3, 3, 3)),
     (mpskern.softmax, (np.zeros((0, 7), f32),), {}, (0, 7)),
     (mpskern.log_softmax, (np.zeros((4, 0), f32),), {}, (4, 0)),
     (mpskern.layer_norm, (np.zeros((0, 8), f32), 8), {}, (0, 8)),

@@ -9,6 +9,7 @@ import numpy as np
 from mpskern import _args
 from mpskern import structs
 from mpskern.ops.op import Check, Field, Op, normal
+from mpskern.shapes import refuse_empty
 
 OP = "adaptive_avg_pool2d"
 
@@ -22,7 +23,8 @@ def adaptive_avg_pool2d(x, output_size, *, backend="auto", out=None):
     Parameters
     ----------
     x : array (N, C, H, W) or (C, H, W)
-        The input, NCHW; H and W at least 1.
+        The input, NCHW; H and W at least 1 (as torch; output_size 1 of an empty plane
+        is NaN, torch's mean of nothing).
     output_size : int, (int or None, int or None)
         (P, Q); an int is (P, P); None keeps that input size (as torch). 0 gives an
         empty result.
@@ -39,14 +41,16 @@ def adaptive_avg_pool2d(x, output_size, *, backend="auto", out=None):
     unbatched = x.ndim == 3
     N, C, H, W = (1,) + x.shape if unbatched else x.shape
     P, Q = output_hw(output_size, (H, W))
-    if (H == 0 or W == 0) and N * C * P * Q:
-        raise ValueError(f"{OP}: x has shape {x.shape}: an empty plane ({H}x{W}) has no "
-                         f"average; give H and W of at least 1")
+    if (P, Q) != (1, 1):    # torch takes the mean for (1, 1): NaN over an empty plane
+        refuse_empty(OP, x.shape, {"H": H, "W": W}, "as torch, an empty plane has no adaptive "
+                     "windows (only output_size 1 averages it, to NaN): give H and W of at "
+                     "least 1")
     shape = (C, P, Q) if unbatched else (N, C, P, Q)
     _args.check_size(shape, "the result", OP)     # output_size may be far larger than x
     be = _args.backend(backend)
     y, out = _args.output(out, shape, x.dtype, OP, (x,))
-    if y.size == 0:
+    if y.size == 0 or H * W == 0:
+        y[...] = np.nan                       # the mean of nothing, as torch and numpy
         return _args.finish(y, out)
     be.execute("pool2d", args_of(N, C, H, W, P, Q), code, x, y, None)
     return _args.finish(y, out)

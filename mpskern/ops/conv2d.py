@@ -7,7 +7,7 @@ from mpskern import structs
 from mpskern.backends.family import Family
 from mpskern.ops.op import (ACT_FIELD, ACT_NAMES, Check, Field, Op, act_label, normal,
                             torch_activation)
-from mpskern.shapes import conv_padding, positive_pair
+from mpskern.shapes import conv_padding, positive_pair, refuse_empty
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, activation=None,
@@ -83,6 +83,15 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, a
     d = positive_pair(dilation, "dilation", op)
     (ph, pw), (P, Q) = conv_padding(padding, (H, W), (R, S), s, d, op)
     _args.window(op, (H, W), (R, S), s, (ph, pw), d, (P, Q))
+    if isinstance(padding, str) and padding == "same":   # torch: H + dil*(R-1) padded
+        # rows are fewer than the R taps span when H = 0
+        refuse_empty(op, xshape, {"H": H, "W": W}, "padding='same' keeps an empty plane, which "
+                     "torch refuses (the kernel is larger than the padded input): give H and W "
+                     "of at least 1")
+    if N and C:
+        refuse_empty(op, xshape, {"H": H, "W": W}, "as torch, an empty plane is convolved only "
+                     "in an empty batch (N = 0) or with no input channels (C = 0): give H and W "
+                     "of at least 1")
     b = _args.vector(bias, "bias", K, f"weight has {K} output channels", op)
     # C == 0: torch's result has no channels either, (N, 0, P, Q), whatever K and the bias
     shape = (N, K if C else 0, P, Q)

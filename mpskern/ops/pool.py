@@ -8,7 +8,7 @@ from mpskern import _args
 from mpskern import structs
 from mpskern.backends.family import Family
 from mpskern.ops.op import Check, Field, Op, normal
-from mpskern.shapes import pool_shape
+from mpskern.shapes import pool_shape, refuse_empty
 
 MAX, AVG = structs.POOL_MAX, structs.POOL_AVG
 
@@ -80,6 +80,8 @@ def _pool(op, mode, x, kernel_size, stride, padding, dilation, ceil_mode, count_
         raise ValueError(f"{op}: x has shape {x.shape}; {op} takes (N, C, H, W) or (C, H, W)")
     unbatched = x.ndim == 3
     N, C, H, W = (1,) + x.shape if unbatched else x.shape
+    refuse_empty(op, x.shape, {"C": C, "H": H, "W": W}, "as torch, only a 4-D x's batch (N) "
+                 "may be empty: give C, H and W of at least 1")
     (kh, kw), (sh, sw), (ph, pw), (dh, dw), (P, Q) = pool_shape(
         op, (H, W), kernel_size, stride, padding, dilation, _args.flag(ceil_mode, "ceil_mode", op))
     _args.window(op, (H, W), (kh, kw), (sh, sw), (ph, pw), (dh, dw), (P, Q), count=mode == AVG)

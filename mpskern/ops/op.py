@@ -23,8 +23,9 @@ and used by `mpskern bench`, `mpskern tune`, `mpskern selftest` and the tests:
                         allocate)
 
 THE SHAPE GRAMMAR (`mpskern bench --shape`, `mpskern tune --shape`): the op's shape fields
-as integers, positional in the op's field order or NAME=VALUE (any case), separated by
-commas, spaces or x: "1,64,56,56,64,3,pad=1", "8x64x56x56x64x3x3", "C=64 H=56 K=64 R=3".
+as integers (ASCII digits), positional in the op's field order or NAME=VALUE (any case),
+separated by one comma, spaces or one x: "1,64,56,56,64,3,pad=1", "8x64x56x56x64x3x3",
+"C=64 H=56 K=64 R=3"; an empty value ("8,,64", a trailing comma, "8x") is an error.
 Fields left out take their defaults; a default naming another field copies its value (W=H:
 square). `mpskern bench --help` lists every op's fields; a malformed shape says the
 grammar and the op's fields.
@@ -39,7 +40,7 @@ import mpskern
 from mpskern import memory, structs
 from mpskern import reference as ref
 
-GRAMMAR = ("positional in this order or NAME=VALUE, separated by commas, spaces or x; "
+GRAMMAR = ("positional in this order or NAME=VALUE, separated by one comma, spaces or one x; "
            "fields left out take the default shown")
 
 
@@ -126,6 +127,36 @@ class _ShapeRng:
         return _Shaped(size)
 
 
+_INTEGER = re.compile(r"-?[0-9]+")      # re's \d takes every script's digits: spelled out
+
+
+def _shape_tokens(op, text):
+    """The pieces of --shape text: separated by one comma (spaces around it allowed), by
+    spaces, or, outside NAME=VALUE, by one x/X/*. An empty piece (',,', a leading or
+    trailing comma, 'xx', '8x') is an error naming it, never skipped."""
+    def bad(what):
+        return ValueError(f"{op.name}: --shape {text!r} {what}; {op.grammar()}")
+    if not text.strip():
+        raise bad("is empty")
+    out = []
+    parts = re.split(r"\s*,\s*", text.strip())
+    for i, part in enumerate(parts):
+        if not part:
+            where = ("starts with a comma" if i == 0 else "ends with a comma"
+                     if i == len(parts) - 1 else f"has an empty value between two commas "
+                     f"(after {','.join(parts[:i])!r})")
+            raise bad(where)
+        for word in part.split():
+            if "=" in word:
+                out.append(word)
+                continue
+            pieces = re.split(r"[xX*]", word)
+            if "" in pieces:
+                raise bad(f"has an empty value around an x or * in {word!r}")
+            out += pieces
+    return out
+
+
 def _gib(n):
     return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
@@ -147,35 +178,32 @@ class Op:
 
     # -- the shape grammar ------------------------------------------------------------------
     def parse(self, text):
-        """A shape dict from --shape text; ValueError naming the problem and the grammar."""
+        """A shape dict from --shape text; ValueError naming --shape, the bad piece and the
+        grammar with an example."""
         names = [f.name for f in self.fields]
         lower = {n.lower(): n for n in names}
         vals, pos = {}, 0
-        tokens = [t for t in re.split(r"[,\s]+", str(text).strip()) if t]
-        tokens = [p for t in tokens for p in ([t] if "=" in t else re.split(r"[xX*]", t))]
-        if not tokens or "" in tokens:
-            raise ValueError(f"{self.name}: --shape {text!r} is not a shape; {self.grammar()}")
-        for tok in tokens:
+        for tok in _shape_tokens(self, str(text)):
             if "=" in tok:
                 k, v = tok.split("=", 1)
-                key = lower.get(k.strip().lower())
+                key = lower.get(k.lower())
                 if key is None:
-                    raise ValueError(f"{self.name}: unknown shape field {k.strip()!r} in "
+                    raise ValueError(f"{self.name}: unknown shape field {k!r} in "
                                      f"--shape {text!r}; {self.grammar()}")
             else:
                 if pos >= len(names):
-                    raise ValueError(f"{self.name}: too many values in --shape {text!r}; "
+                    raise ValueError(f"{self.name}: too many values in --shape {text!r} (the "
+                                     f"{len(names)} fields are {','.join(names)}, then {tok!r}); "
                                      f"{self.grammar()}")
                 key, v = names[pos], tok
                 pos += 1
             if key in vals:
                 raise ValueError(f"{self.name}: field {key} given twice in --shape {text!r}; "
                                  f"{self.grammar()}")
-            try:
-                vals[key] = int(v)
-            except ValueError:
+            if not _INTEGER.fullmatch(v):     # int() would take '８', '1_000', ' 8', '+8'
                 raise ValueError(f"{self.name}: {key}={v!r} in --shape {text!r} is not an "
-                                 f"integer; {self.grammar()}") from None
+                                 f"integer (ASCII digits 0-9); {self.grammar()}")
+            vals[key] = int(v)
         return self.complete(vals, text)
 
     def complete(self, vals, text=None):

@@ -248,3 +248,22 @@ def test_large_values_within_the_limits_keep_winograd(monkeypatch, algo):
     assert not np.array_equal(got, conv(monkeypatch, "gemm", x, w))
     assert np.isfinite(got).all()
     check(got, x, w, None, 1, 1, np.float32, f"{algo} near the limits")
+
+
+@pytest.mark.parametrize("n_threads", [2, 8, 16])
+@pytest.mark.parametrize("xs,K", [((1, 64, 56, 56), 64),     # by tiles: 14 tile rows
+                                  ((1, 128, 28, 28), 128),   # by 16 channel blocks of 8
+                                  ((1, 72, 29, 27), 131)])   # a last block of 3 channels
+def test_blocks_for_many_threads_cover_every_output(monkeypatch, n_threads, xs, K):
+    # batch 1 on many threads: about one block of output channels per thread (8-channel
+    # blocks; the filter-cache rule alone gave 2 blocks of 56 channels to 64 -> 64 @56)
+    rng = np.random.default_rng(60)
+    x, w = inputs("uniform", xs, (K, xs[1], 3, 3), np.float32, rng)
+    b = rng.uniform(-1, 1, K).astype(np.float32)
+    old = mpskern.get_num_threads()
+    mpskern.set_num_threads(n_threads)
+    try:
+        got = conv(monkeypatch, "winograd", x, w, b)
+    finally:
+        mpskern.set_num_threads(old)
+    check(got, x, w, b, 1, 1, np.float32, f"{xs} -> {K} on {n_threads} threads")

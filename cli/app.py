@@ -1,10 +1,34 @@
 """The typer app every subcommand module registers on (kept apart from main.py so that
 `python -m mpskern.cli.main` and the `mpskern` entry point see one app)."""
 import functools
+import shutil
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from mpskern import __version__
+
+
+class _Context(TyperCommand.context_class):      # (typer >= 0.24 bundles its own click)
+    """--help at the terminal's width (read now: COLUMNS or the terminal), 20 to 80 columns:
+    click lays help out at least 50 columns wide, its option column up to 30 of them."""
+
+    def make_formatter(self):
+        width = min(max(shutil.get_terminal_size().columns - 1, 20), 80)
+        f = self.formatter_class(width=width, max_width=width)
+        write_dl = f.write_dl
+        # the option column takes at most a third: its help keeps >= 2/3 of the width
+        f.write_dl = lambda rows, col_max=30, col_spacing=2: write_dl(
+            rows, min(col_max, width // 3), col_spacing)
+        return f
+
+
+class _Command(TyperCommand):
+    context_class = _Context
+
+
+class _Group(TyperGroup):
+    context_class = _Context
 
 
 class _App(typer.Typer):
@@ -14,7 +38,7 @@ class _App(typer.Typer):
     all (mpskern/atomic_write.py), so that is what it says."""
 
     def command(self, *args, **kwargs):
-        register = super().command(*args, **kwargs)
+        register = super().command(*args, cls=kwargs.pop("cls", _Command), **kwargs)
 
         def decorator(f):
             @functools.wraps(f)
@@ -33,7 +57,7 @@ class _App(typer.Typer):
 # Plain click help and errors (rich_markup_mode=None): rich boxes usage errors in a panel
 # hard-wrapped at the terminal width (scripts grep them) and cuts option help short with
 # an ellipsis in narrow terminals; tracebacks of real bugs stay plain text too.
-app = _App(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
+app = _App(cls=_Group, no_args_is_help=True, add_completion=False, rich_markup_mode=None,
            pretty_exceptions_enable=False,
            help="mpskern: run, tune and measure compute kernels on Apple GPUs from numpy.")
 

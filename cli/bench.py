@@ -115,7 +115,8 @@ def _table(op, rows):
 @app.command(help=_help())
 def bench(
     ctx: typer.Context,
-    op: Optional[Op] = typer.Argument(None, help="The op to time (or give --model)."),
+    op: Optional[Op] = typer.Argument(None, metavar="OP", show_choices=False,
+                                      help="The op to time (or give --model)."),
     model: Optional[Model] = typer.Option(None, "--model", "-m",
                                           help="A whole network to time instead of an op."),
     batch: Optional[int] = typer.Option(None, "--batch", help="--model's batch size [default: 1]."),

@@ -3,8 +3,14 @@
 - No markup parsing: rich would read user text (a dtype, a shape, a path like
   'old[v2].jsonl', a results file's contents, an exception's message) as markup and drop
   or choke on it. Styles are given as Text spans instead (styled(), line()).
-- No hard wrapping of messages: an error is one line at any terminal width, because scripts
-  grep it. Tables still fit the terminal (wide() for a pipe or a file).
+- Piped or written to a file, every message is one line, whatever COLUMNS says, because
+  scripts grep it (rich's soft wrap). On a terminal rich folds every line at its width
+  (words; a word longer than the width is cut), down to 20 columns. Tables fit the
+  terminal (fit() lists their rows when they cannot; wide() for a pipe or a file).
+- --help is click's plain layout (cli/app.py), folded at the terminal's width too; below
+  40 columns the usage line and an option's names ("-b, --backend <list[str]>") can be
+  wider, as click never breaks them. check-msl prints a compiler's `file:line: message`
+  lines (typer.echo), whole at any width: editors and grep parse them.
 """
 import typer
 from rich.console import Console, Group
@@ -13,7 +19,9 @@ from rich.text import Text
 
 
 def console(stderr=False, width=None):
-    return Console(stderr=stderr, width=width, markup=False, highlight=False, soft_wrap=True)
+    c = Console(stderr=stderr, width=width, markup=False, highlight=False)
+    c.soft_wrap = not c.is_terminal     # a terminal folds at its width; a pipe gets whole lines
+    return c
 
 
 def wide(width, stderr=False):
@@ -44,6 +52,14 @@ def fit(con, table):
 
 def styled(text, style):
     return Text(str(text), style=style)
+
+
+def progress_line(con, text):
+    """`text` as one line of `con`'s width (cut with "…", padded over the last one) for a
+    progress line ending in "\r": folded, its first row would stay on screen."""
+    t = Text(str(text), no_wrap=True)
+    t.truncate(con.width - 1, overflow="ellipsis", pad=True)
+    return t
 
 
 def line(*parts):

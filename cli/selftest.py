@@ -345,7 +345,7 @@ def selftest(
 
     def progress(case, dt, be):
         done[0] += 1
-        err.print(f"[{done[0]}/{total}] {case.op} {dt} {be}", end="\r")
+        err.print(tty.progress_line(err, f"[{done[0]}/{total}] {case.op} {dt} {be}"), end="\r")
 
     if isolate is None:
         isolate = not sys.stdout.isatty()

@@ -273,15 +273,17 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
 # -- softmax ------------------------------------------------------------------------------------
 def softmax(x, axis=-1):
     x = np.asarray(x, np.float64)
-    z = x - x.max(axis=axis, keepdims=True)
+    with np.errstate(invalid="ignore"):     # a row of -inf: -inf - -inf is NaN, as torch's
+        z = x - x.max(axis=axis, keepdims=True)
     e = np.exp(z)
     return e / e.sum(axis=axis, keepdims=True)
 
 
 def log_softmax(x, axis=-1):
     x = np.asarray(x, np.float64)
-    z = x - x.max(axis=axis, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+    with np.errstate(invalid="ignore"):     # (see softmax)
+        z = x - x.max(axis=axis, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
 
 
 # -- normalisation ------------------------------------------------------------------------------

@@ -28,3 +28,16 @@ def test_large_inputs_are_stable(backend, dtype):
     refs.assert_close(got, refs.softmax(x), dtype, what="softmax large")
     got = mpskern.log_softmax(x, backend=backend)
     refs.assert_close(got, refs.log_softmax(x), dtype, what="log_softmax large")
+
+
+def test_reference_row_of_minus_inf_is_nan_without_a_warning():
+    """The float64 reference gives torch's NaN for a row of -inf without numpy's 'invalid
+    value encountered in subtract' RuntimeWarning, which `mpskern selftest` printed."""
+    import warnings
+    from mpskern import reference as R
+    x = np.array([[-np.inf, -np.inf], [1.0, 2.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for f in (R.softmax, R.log_softmax):
+            y = f(x)
+            assert np.isnan(y[0]).all() and np.isfinite(y[1]).all()

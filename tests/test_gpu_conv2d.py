@@ -219,7 +219,9 @@ def test_public_api_runs_these_kernels_on_sim_checked(sim, monkeypatch, tmp_path
 # slice holds (C=20: 12 + 8 at 3x3), two images; W a multiple of 4 (chunks stored 4-wide in
 # place: 8 + 8 + 4 channels, 5x5, dilation 2 with a partial last tile); stride 2 (column
 # phases), a 7x7/2 stem, a dilation whose one channel just fits tiles.HALO_CAP (one channel
-# per slice) and one that does not (1-D tiles instead).
+# per slice) and one that does not (1-D tiles instead), and one whose taps' columns fit but
+# whose rows of whole 4-wide chunks (W a multiple of 4) do not (42 x 48 > 1788: 1-D tiles;
+# the cap once counted its 42 x 42 columns and the staging overran Hs).
 HALO_CASES = [((2, 20, 16, 13), (16, 20, 3, 3), 1, 1, 1, True),
               ((2, 20, 16, 16), (16, 20, 3, 3), 1, 1, 1, True),
               ((1, 5, 12, 12), (8, 5, 5, 5), 1, 2, 1, True),
@@ -227,7 +229,8 @@ HALO_CASES = [((2, 20, 16, 13), (16, 20, 3, 3), 1, 1, 1, True),
               ((1, 6, 31, 30), (8, 6, 3, 3), 2, 1, 1, True),
               ((1, 3, 31, 30), (8, 3, 7, 7), 2, 3, 1, True),
               ((1, 2, 48, 47), (8, 2, 3, 3), 1, 0, 16, True),
-              ((1, 2, 52, 52), (8, 2, 3, 3), 1, 0, 22, False)]
+              ((1, 2, 52, 52), (8, 2, 3, 3), 1, 0, 22, False),
+              ((1, 2, 48, 48), (8, 2, 3, 3), 1, 0, 17, False)]
 
 
 @pytest.mark.parametrize("xs,ws,stride,padding,dilation,halo", HALO_CASES,
@@ -250,6 +253,28 @@ def test_halo_tiles_two_orders_and_checked(sim, xs, ws, stride, padding, dilatio
         x, w = data(rng, xs, dtype), data(rng, ws, dtype)
         got = run(sim, x, w, bias, stride, padding, dilation, 1, config=cfg)
         check(got, *reference(x, w, bias, stride, padding, dilation, 1), what="float16 checked")
+
+
+def test_halo_layout_fits_the_cap_wherever_halo_tiles_run():
+    """Every call that takes 2-D tiles gets a halo layout whose channel slice fits the
+    threadgroup array the kernel declares (tiles.HALO_CAP elements): strides 1-3, dilations
+    up to 24, W at every 4-alignment, 3x3/5x5/7x7/1x3, float32 and float16."""
+    cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2, tiles=3)
+    ran = 0
+    for r, s_ in ((3, 3), (5, 5), (7, 7), (1, 3)):
+        for stride in (1, 2, 3):
+            for dil in range(1, 25):
+                for w in (44, 45, 46, 47, 48):
+                    args = make_args(np.zeros((1, 2, 64, w)), np.zeros((8, 2, r, s_)), None,
+                                     stride, 0, dil, 1)
+                    if args["P"] < 1 or args["Q"] < 1 or not conv_op.uses_halo(args, cfg):
+                        continue
+                    ran += 1
+                    for dtype in ("float32", "float16"):
+                        lay = conv_op.halo_layout(args, cfg, dtype)
+                        assert lay["CB"] * lay["PL"] <= conv_op.tiles.HALO_CAP, (r, stride, dil,
+                                                                               w, dtype, lay)
+    assert ran > 500, ran
 
 
 def test_halo_tiles_by_default_where_possible(sim):

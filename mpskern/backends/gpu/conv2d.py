@@ -109,13 +109,21 @@ def _channels(pl, cap, bk, cg):
     return min(cb - cb % bk if cb >= bk else (cb & ~3 if cb >= 4 else cb), cg)
 
 
-@functools.lru_cache(maxsize=256)
-def _layout(R, S, sh, sw, dh, dw, tp, cg, bk, elem, cap, vec):
+def _rows(R, S, sh, sw, dh, dw, tp, vec):
+    """(halo rows, columns, chunks per row, the stride-2 phase offset's least value, the
+    least row width) of the halo of a tile of tp x 8 outputs; `vec`: chunks stored 4-wide in
+    place (rows as whole chunks), else element by element (stride 2: two column phases)."""
     hr = (tp - 1) * sh + (R - 1) * dh + 1
     span = 7 * sw + (S - 1) * dw + 1
     nv = (span + 6) >> 2
     h2 = (span + 1) // 2 if sw == 2 and not vec else 0
-    width, es = (2 * h2, 1) if h2 else (4 * nv if vec else span, sw)
+    return hr, span, nv, h2, 2 * h2 if h2 else (4 * nv if vec else span)
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(R, S, sh, sw, dh, dw, tp, cg, bk, elem, cap, vec):
+    hr, span, nv, h2, width = _rows(R, S, sh, sw, dh, dw, tp, vec)
+    es = 1 if h2 else sw
     word = 4 // elem
 
     def taps(kd):
@@ -147,6 +155,9 @@ def _layout(R, S, sh, sw, dh, dw, tp, cg, bk, elem, cap, vec):
         if best[0] == (1.0, 1.0):
             break
     _, hld, pl, h2 = best
+    if pl > cap:
+        raise ValueError(f"conv2d halo: one channel's plane of {pl} elements exceeds the {cap} "
+                         "staged (uses_halo should have refused this call: halo_plane)")
     return dict(HLD=hld, PL=pl, H2=h2, ES=es, CB=_channels(pl, cap, bk, cg), HR=hr, NV=nv,
                 SPAN=span, VEC=int(vec))
 
@@ -160,8 +171,13 @@ def halo_layout(args, cfg, dtype="float32"):
     a = args
     return _layout(a["R"], a["S"], a["stride_h"], a["stride_w"], a["dil_h"], a["dil_w"],
                    cfg["BN"] // 8, max(1, a["C"] // a["groups"]), cfg["BK"],
-                   int(np.dtype(dtype_name(dtype)).itemsize), tiles.HALO_CAP,
-                   a["stride_w"] == 1 and a["W"] % 4 == 0)
+                   int(np.dtype(dtype_name(dtype)).itemsize), tiles.HALO_CAP, in_place(a))
+
+
+def in_place(args):
+    """Whether halo chunks are stored 4-wide where they were loaded (mk_conv_layout VEC):
+    stride 1 with W a multiple of 4, so every row of x starts 4-aligned alike."""
+    return args["stride_w"] == 1 and args["W"] % 4 == 0
 
 
 def weight_rows(w, args):
@@ -211,13 +227,15 @@ def split_k(args, cfg, groups, slice_channels, cores):
     return split, chunk
 
 
-def halo_plane(args, bn):
+def halo_plane(args, bn, used=False):
     """Threadgroup elements one input channel's halo takes for a 2-D tile of bn/8 x 8
-    outputs (the smallest plane: its rows x its columns)."""
+    outputs: its rows x its least row width as halo_layout stages it (in place: whole
+    4-wide chunks), so the layout fits tiles.HALO_CAP when this does; `used`: the rows x
+    the columns the taps read (what AUTO_HALO_PER_TAP weighs)."""
     a = args
-    rows = (bn // 8 - 1) * a["stride_h"] + (a["R"] - 1) * a["dil_h"] + 1
-    span = 7 * a["stride_w"] + (a["S"] - 1) * a["dil_w"] + 1
-    return rows * (span + (span & 1 if a["stride_w"] == 2 else 0))
+    hr, span, _, _, width = _rows(a["R"], a["S"], a["stride_h"], a["stride_w"], a["dil_h"],
+                                  a["dil_w"], bn // 8, in_place(a))
+    return hr * (span + (span & 1 if a["stride_w"] == 2 else 0) if used else width)
 
 
 # tiles=2 (the default) takes 2-D tiles where one channel's halo is at most this many elements per
@@ -248,10 +266,9 @@ def uses_halo(args, cfg, max_memory=32768):
         return False
     plain = (a["R"] == 1 and a["S"] == 1 and a["stride_h"] == 1 and a["stride_w"] == 1
              and a["pad_h"] == 0 and a["pad_w"] == 0)
-    plane = halo_plane(a, bn)
-    if mode == 2 and plane > AUTO_HALO_PER_TAP * a["R"] * a["S"]:
+    if mode == 2 and halo_plane(a, bn, used=True) > AUTO_HALO_PER_TAP * a["R"] * a["S"]:
         return False
-    return not plain and plane <= tiles.HALO_CAP
+    return not plain and halo_plane(a, bn) <= tiles.HALO_CAP
 
 
 def conv2d(ctx, args, dtype, x, w, bias, y, config=None):

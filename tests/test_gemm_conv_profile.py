@@ -203,6 +203,28 @@ def test_conv2d_split_k_fills_the_cores(packaged_defaults, dtype):
 
 
 
+@pytest.mark.parametrize("family,dtype", [(f, d) for f in (7, 9) for d in ("float32", "float16")])
+def test_conv2d_small_grid_fills_the_cores(packaged_defaults, family, dtype):
+    """A convolution with a small output and a short K (3x3 20->24 at 13x13: K = 180,
+    below split-K's 512; 4 threadgroups of 64x64) takes smaller tiles by the core count
+    (tiles.small_grid): >= 8 resident SIMD-groups per core (it had 4) and modelled faster
+    than the family's 64x64 pinned, no division in a loop, bank factor 1.0 on the loads."""
+    shape = "1,20,13,13,24,3,pad=1"
+    prof, info = prun.profile_op("conv2d", shape, dtype, family=family, max_groups=0)
+    cfg = info["config"]
+    assert cfg["level"] == "family" and cfg["BM"] * cfg["BN"] < 64 * 64, cfg
+    (d,) = prof.dispatches
+    assert d["int_div"]["in_loops"] == 0, d["int_div"]
+    assert d["threadgroup"]["load"]["bank_factor"] == pytest.approx(1.0)
+    (est,) = prun.model_of(prof, info).dispatches
+    assert est.simdgroups_per_core >= 8, est
+    big = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2)
+    prof1, info1 = prun.profile_op("conv2d", shape, dtype, config=big, family=family,
+                                   max_groups=0)
+    assert prun.model_of(prof1, info1).dispatches[0].simdgroups_per_core < 8
+    assert prun.model_of(prof, info).estimate_ms < prun.model_of(prof1, info1).estimate_ms
+
+
 WIDE = [(shape, dt) for shape in ("1,8,29,29,32,5,pad=2", "1,8,29,29,32,3,pad=2,dil=2")
         for dt in ("float32", "float16")]
 

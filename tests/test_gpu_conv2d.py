@@ -437,3 +437,59 @@ def test_split_k_rule_follows_the_core_count():
     assert conv_op.split_k(odd, cfg, 4, 20, cores=8)[0] == 1
     assert conv_op.split_k(odd, dict(cfg, split_k=16), 4, 20, cores=8) == (5, 4)
     assert conv_op.split_k(odd, dict(cfg, split_k=2), 4, 20, cores=8) == (2, 12)
+
+
+# ----------------------------------------------------------------------------- small grids
+def test_small_grid_rule_takes_smaller_tiles():
+    """A default configuration whose grid would leave GPU cores idle (fewer than 2
+    threadgroups per core) and that split-K does not split (K = Cg*R*S below 512) takes
+    smaller tiles (tiles.small_grid): 3x3 20->24 at 13x13 (4 threadgroups of 64x64) gets
+    16 x 32 tiles on 8 cores (16 threadgroups), 16 x 16 on 10 (28, as near 20 as it gets);
+    a grid that fills the cores, a call split-K splits (512->512 at 7x7), a configuration
+    pinned by the caller or tuned for the shape keep theirs; every tile kept is valid."""
+    cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2)
+    odd = make_args(np.zeros((1, 20, 13, 13)), np.zeros((24, 20, 3, 3)), None, 1, 1, 1, 1)
+
+    class Ctx:
+        limits = dict(family=7, max_threadgroup_memory=32768, max_threads_per_threadgroup=1024)
+    shape = conv_op.key(odd, "conv2d")
+    assert conv_op.grid_groups(odd, cfg) == 4
+    got = conv_op.small_grid(Ctx, odd, cfg, shape)
+    assert (got["BM"], got["BN"], got["BK"], got["WM"], got["WN"]) == (16, 32, 16, 2, 2), got
+    assert conv_op.grid_groups(odd, got) == 16 and spaces.problems("conv2d", got, Ctx.limits) == []
+    assert conv_op.tiles.small_grid(cfg, lambda c: conv_op.grid_groups(odd, c), 10) == dict(
+        cfg, BM=16, BN=16)
+    a56 = make_args(np.zeros((1, 64, 56, 56)), np.zeros((64, 64, 3, 3)), None, 1, 1, 1, 1)
+    assert conv_op.small_grid(Ctx, a56, cfg, conv_op.key(a56, "conv2d")) == cfg
+    a512 = make_args(np.zeros((1, 512, 7, 7)), np.zeros((512, 512, 3, 3)), None, 1, 1, 1, 1)
+    assert conv_op.small_grid(Ctx, a512, cfg, conv_op.key(a512, "conv2d")) == cfg
+    assert conv_op.small_grid(Ctx, odd, dict(cfg, split_k=1), shape) == dict(cfg, split_k=1)
+    # WM x WN SIMD-groups each keep at least one 8 x 8 fragment: 1x1 ones go down to 16
+    one = dict(cfg, WM=1, WN=1)
+    assert conv_op.tiles.small_grid(one, lambda c: 64 // c["BM"] * (64 // c["BN"]), 64) == dict(
+        one, BM=16, BN=16)
+    wide = dict(cfg, WN=4)          # BN stays a multiple of 8 x 4
+    assert conv_op.tiles.small_grid(wide, lambda c: 64 // c["BM"] * (64 // c["BN"]), 64) == dict(
+        wide, BM=16, BN=32)
+    assert conv_op.tiles.small_grid(cfg, lambda c: 1, 8) == cfg     # nothing helps: kept
+
+
+def test_small_grid_default_runs_two_orders_and_checked(sim):
+    """The default on a small grid (3x3 20->24 at 13x13: smaller tiles than the family's
+    64 x 64) is what runs, matches float64 bit-identically in both fiber orders (float32)
+    and is clean under the checking mode (float16); a pinned 64 x 64 still runs as pinned."""
+    rng = np.random.default_rng(61)
+    x, w = data(rng, (1, 20, 13, 13), np.float32), data(rng, (24, 20, 3, 3), np.float32)
+    bias = data(rng, (24,), np.float32)
+    got = two_orders(sim, x, w, bias, 1, 1, 1, 1)
+    c = sim.last_config
+    assert c["level"] in conv_op.RULE_LEVELS and c["BM"] * c["BN"] < 64 * 64, c
+    check(got, *reference(x, w, bias, 1, 1, 1, 1), what=str(c))
+    for dtype in checked(sim, [np.float16]):
+        x16, w16 = data(rng, x.shape, dtype), data(rng, w.shape, dtype)
+        got = run(sim, x16, w16, bias, 1, 1, 1, 1)
+        assert sim.last_config["BN"] == c["BN"], sim.last_config
+        check(got, *reference(x16, w16, bias, 1, 1, 1, 1), what="float16 checked")
+    pinned = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2)
+    check(run(sim, x, w, bias, 1, 1, 1, 1, config=pinned), *reference(x, w, bias, 1, 1, 1, 1))
+    assert (sim.last_config["BM"], sim.last_config["BN"]) == (64, 64)

@@ -160,3 +160,34 @@ def split_k(config, batch, M, N, K, cores=8, groups=None):
     while s < 16 and K // (2 * s) >= 256 and tiles * s < target:
         s *= 2
     return s
+
+
+def small_grid(config, groups_of, cores=8, valid=lambda c: True):
+    """Smaller tiles for a grid that would not fill the GPU (mpskern's own rule, not
+    measured; for defaults, not for pinned or tuned configurations): when `groups_of(config)`
+    (the grid's threadgroups) is below 2 per GPU core (`cores`), the BM x BN (each halved,
+    kept a multiple of 8 x its SIMD-groups and at least 16; BK and the SIMD-groups stay)
+    whose grid comes nearest that target, the largest tile among those, then the widest.
+    Each SIMD-group keeps at least one 8x8 fragment; `valid(c)`: whether the space and the
+    device accept c. A configuration with a `split_k` is returned as it is."""
+    target = 2 * max(1, int(cores))
+    if "split_k" in config or groups_of(config) >= target:
+        return config
+
+    def halvings(v, unit):
+        out = [v]
+        while v % 2 == 0 and v // 2 >= max(16, unit) and (v // 2) % unit == 0:
+            v //= 2
+            out.append(v)
+        return out
+
+    best = None
+    for bm in halvings(config["BM"], 8 * config["WM"]):
+        for bn in halvings(config["BN"], 8 * config["WN"]):
+            c = dict(config, BM=bm, BN=bn)
+            if c != config and not valid(c):
+                continue
+            key = (min(groups_of(c), target), bm * bn, bn)
+            if best is None or key > best[0]:
+                best = (key, c)
+    return best[1]

@@ -271,6 +271,40 @@ def uses_halo(args, cfg, max_memory=32768):
     return not plain and halo_plane(a, bn) <= tiles.HALO_CAP
 
 
+def tile_grid(args, cfg, halo):
+    """An implicit-GEMM call's grid before split-K: 2-D tiles of BN/8 x 8 outputs (`halo`),
+    else BN consecutive outputs; by BM output channels; by group."""
+    a, bn = args, cfg["BN"]
+    cols = (a["N"] * cdiv(a["P"], bn // 8) * cdiv(a["Q"], 8) if halo
+            else cdiv(a["N"] * a["P"] * a["Q"], bn))
+    return cols, cdiv(a["K"] // a["groups"], cfg["BM"]), a["groups"]
+
+
+def grid_groups(args, cfg, max_memory=32768):
+    """Threadgroups of that grid, with the tiles uses_halo gives cfg."""
+    g = tile_grid(args, cfg, uses_halo(args, cfg, max_memory))
+    return g[0] * g[1] * g[2]
+
+
+# the lookup levels whose configuration is a rule, not a choice for this shape: a grid
+# of them that would not fill the GPU takes smaller tiles (tiles.small_grid)
+RULE_LEVELS = ("family", "generic")
+
+
+def small_grid(ctx, args, cfg, shape):
+    """cfg, or (a default on a grid below 2 threadgroups per core that split-K does not
+    split) tiles.small_grid's smaller tiles for it."""
+    a, info = args, ctx.limits
+    mem = info.get("max_threadgroup_memory") or 32768
+    cores = gpu_cores(info)
+    kg, cg = a["K"] // a["groups"], a["C"] // a["groups"]
+    if tiles.split_k(cfg, a["groups"], kg, a["N"] * a["P"] * a["Q"], cg * a["R"] * a["S"],
+                     cores=cores, groups=grid_groups(a, cfg, mem)) > 1:
+        return cfg
+    return tiles.small_grid(cfg, lambda c: grid_groups(a, c, mem), cores,
+                            lambda c: not spaces.problems("conv2d", c, info, shape=shape))
+
+
 def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
     """Encoder (see context.py); `config` pins a configuration of the path's space
     (route(args))."""
@@ -285,6 +319,8 @@ def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
     total = a["N"] * a["K"] * a["P"] * a["Q"]
     if total == 0:
         return nothing(dict(cfg, kernel=spaces.SPACES[op].kernel(cfg, dtype), level=level))
+    if op == "conv2d" and level in RULE_LEVELS:
+        cfg = small_grid(ctx, a, cfg, shape)
     halo = None
     while True:      # the tile layout follows BN, which pipelines() may step down
         want = op == "conv2d" and uses_halo(
@@ -301,10 +337,7 @@ def conv2d(ctx, args, dtype, x, w, bias, y, config=None):
     if op == "conv2d_depthwise":
         grid = (cdiv(total, threads), 1, 1)
     else:
-        bn = cfg["BN"]
-        cols = (a["N"] * cdiv(a["P"], bn // 8) * cdiv(a["Q"], 8) if halo
-                else cdiv(a["N"] * a["P"] * a["Q"], bn))
-        grid = (cols, cdiv(a["K"] // a["groups"], cfg["BM"]), a["groups"])
+        grid = tile_grid(a, cfg, halo)
         lay = halo_layout(a, cfg, dtype) if halo else dict.fromkeys(LAYOUT_FIELDS, 0)
         split, chunk = split_k(a, cfg, grid[0] * grid[1] * grid[2], lay["CB"] if halo else 0,
                                gpu_cores(ctx.limits))

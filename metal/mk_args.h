@@ -110,8 +110,10 @@ typedef struct mk_batch_norm_args {
 // scaled_dot_product_attention: out[b, h, i, :] = softmax_j(scale * q[b,h,i,:] . k[b,hk,j,:]
 // (+ mask)) @ v[b, hv, j, :], hk = h / (Hq / Hk), hv = h / (Hq / Hv) (grouped-query heads;
 // Hk = 1 broadcasts one head). q (B, Hq, L, E), k (., Hk, S, E), v (., Hv, S, Ev) with
-// contiguous rows at batch/head strides in elements (0 broadcasts); out (B, Hq, L, Ev)
-// contiguous. Mask element (b, h, i, j) at b*m_sb + h*m_sh + i*m_sl + j*m_ss (0 broadcasts).
+// contiguous rows at batch/head strides in elements (0 broadcasts); out (B, Hq, L, Ev).
+// Row strides q_sl, k_sl, v_sl and the output's o_sb, o_sh, o_sl (elements): the cpu kernel
+// reads and writes through them (head splits of one qkv projection, heads merged in place);
+// the GPU and MPS paths are given dense operands (rows of E / Ev, out contiguous). Mask element (b, h, i, j) at b*m_sb + h*m_sh + i*m_sl + j*m_ss (0 broadcasts).
 // causal: key j is visible to query i only when j <= i (torch's top-left triangle). A row
 // with no visible key (l = 0) gives 0 @ v, as torch. The CPU kernel's scratch is O(block),
 // never O(L * S); on mps, MPSGraph's own attention op where the OS has it (macOS 15), else
@@ -123,6 +125,8 @@ typedef struct mk_attention_args {
     mk_i32 m_sb, m_sh, m_sl, m_ss;
     mk_i32 causal;                 // 0/1
     mk_f32 scale;
+    mk_i32 q_sl, k_sl, v_sl;       // row strides (dense: E, E, Ev)
+    mk_i32 o_sb, o_sh, o_sl;       // out's strides (dense: Hq L Ev, L Ev, Ev)
 } mk_attention_args;
 
 // The kernel families, one line each: K(name, "what serves it on mps", arrays). Everything

@@ -34,6 +34,43 @@ def array(x, name, op):
     return x, code
 
 
+def rows(x, name, op):
+    """As array(), but an ndarray view whose last dimension is contiguous (rows at any
+    non-negative strides: the heads of one qkv projection) is returned as it is, for
+    kernels that take row strides; other layouts are copied to C order."""
+    if type(x) is not _ndarray or x.flags.c_contiguous or not row_strided(x):
+        return array(x, name, op)
+    code = _CODES.get(x.dtype)
+    if code is None:
+        _bad_dtype(x, name, op)
+    if x.size >= INT32_LIMIT:
+        too_big(name, x.shape, op)
+    return x, code
+
+
+def row_strided(x):
+    """Whether ndarray x (size > 0) reads as rows of contiguous elements at non-negative
+    strides that are whole elements, spanning fewer than 2**31 elements (int32 strides)."""
+    es = x.itemsize
+    if x.size == 0 or x.ndim == 0 or (x.shape[-1] > 1 and x.strides[-1] != es):
+        return False
+    span = 1
+    for n, st in zip(x.shape, x.strides):
+        if n > 1:
+            if st < 0 or st % es:
+                return False
+            span += (n - 1) * (st // es)
+    return span < INT32_LIMIT
+
+
+def span(x):
+    """The C-contiguous 1-D view of the memory from a row_strided array's first element to
+    its last, what the kernels' pointer and the buffer protocol take."""
+    n = 1 + sum((d - 1) * (st // x.itemsize) for d, st in zip(x.shape, x.strides) if d > 1)
+    return np.lib.stride_tricks.as_strided(x, (n,), (x.itemsize,),
+                                           writeable=x.flags.writeable)
+
+
 def _refuse_masked(x, name, op):
     ma = sys.modules.get("numpy.ma")           # (no masked array exists unless it is loaded)
     if ma is not None and isinstance(x, ma.MaskedArray):
@@ -116,13 +153,13 @@ def too_big(name, shape, op):
                      "mpskern's kernels count in int32: split the work into smaller calls")
 
 
-def same_dtype(x, name, ref, ref_name, op):
+def same_dtype(x, name, ref, ref_name, op, take=array):
     """An operand that must have the dtype of `ref` (e.g. conv weight vs x). THE MIXED-DTYPE
     RULE, for every op: the operands (the arrays an op computes on: x, a, b, c, conv2d's
     and linear's weight, query/key/value) share one dtype, which the result has; the
     per-channel or per-feature vectors (biases, the norms' weight and bias, running
     statistics: see vector()) may be float32 or float16 with either, and are used in float32."""
-    y, _ = array(x, name, op)
+    y, _ = take(x, name, op)
     if y.dtype != ref.dtype:
         raise TypeError(f"{op}: {name} has dtype {y.dtype} but {ref_name} has {ref.dtype}; an "
                         "op's operands share one dtype (only per-channel vectors such as biases "
@@ -280,6 +317,31 @@ def output(out, shape, dtype, op, inputs=()):
                                           if a is not None):
         return out, out
     return _empty(shape, dtype), out
+
+
+def strided_output(out, shape, dtype, op, inputs=()):
+    """output() for kernels that write through row strides: `out` itself when it is a
+    writable row_strided view of the result's shape and dtype that overlaps neither itself
+    nor the inputs (attention writing its heads merged, (B, L, H, E) seen as (B, H, L, E));
+    else as output()."""
+    if (type(out) is _ndarray and out.shape == tuple(shape) and out.dtype == dtype
+            and out.flags.writeable and not out.flags.c_contiguous and row_strided(out)
+            and not _self_overlapping(out)
+            and not any(np.may_share_memory(out, a) for a in inputs if a is not None)):
+        return out, out
+    return output(out, shape, dtype, op, inputs)
+
+
+def _self_overlapping(x):
+    """Whether two elements of x may share memory: False when, dimensions sorted by
+    stride, each stride covers the extent of the ones below it (numpy's own views, such
+    as transposes and slices, always do; as_strided ones may not)."""
+    reach = x.itemsize                          # bytes spanned by the dimensions below
+    for st, n in sorted((st, n) for n, st in zip(x.shape, x.strides) if n > 1):
+        if st < reach:
+            return True
+        reach += (n - 1) * st
+    return False
 
 
 # below this many elements numpy's one-thread fill costs less than a kernel call

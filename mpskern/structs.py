@@ -211,10 +211,12 @@ ATTN_MASK_NONE, ATTN_MASK_BOOL, ATTN_MASK_ADD = 0, 1, 2    # MK_ATTN_MASK_*
 
 def attention_args(B, Hq, L, S, E, Ev, *, Hk=None, Hv=None, q_sb=None, q_sh=None, k_sb=None,
                    k_sh=None, v_sb=None, v_sh=None, mask=ATTN_MASK_NONE, m_sb=0, m_sh=0,
-                   m_sl=0, m_ss=0, causal=0, scale=None):
+                   m_sl=0, m_ss=0, causal=0, scale=None, q_sl=None, k_sl=None, v_sl=None,
+                   o_sb=None, o_sh=None, o_sl=None):
     """Key/value heads default to Hq; strides to the dense (B, H, rows, cols) layout (a
-    batch or head stride of 0 broadcasts); scale to 1/sqrt(E), and 1.0 when E = 0 (the
-    scores are then 0 whatever the scale)."""
+    batch or head stride of 0 broadcasts; the row strides and out's only the cpu kernel
+    reads); scale to 1/sqrt(E), and 1.0 when E = 0 (the scores are then 0 whatever the
+    scale)."""
     Hk = Hq if Hk is None else Hk
     Hv = Hq if Hv is None else Hv
 
@@ -227,7 +229,9 @@ def attention_args(B, Hq, L, S, E, Ev, *, Hk=None, Hv=None, q_sb=None, q_sh=None
             "k_sb": dense(k_sb, Hk * S * E), "k_sh": dense(k_sh, S * E),
             "v_sb": dense(v_sb, Hv * S * Ev), "v_sh": dense(v_sh, S * Ev),
             "mask": mask, "m_sb": m_sb, "m_sh": m_sh, "m_sl": m_sl, "m_ss": m_ss,
-            "causal": causal, "scale": float(scale)}
+            "causal": causal, "scale": float(scale),
+            "q_sl": dense(q_sl, E), "k_sl": dense(k_sl, E), "v_sl": dense(v_sl, Ev),
+            "o_sb": dense(o_sb, Hq * L * Ev), "o_sh": dense(o_sh, L * Ev), "o_sl": dense(o_sl, Ev)}
 
 
 def attention_pairs(L, S, causal):

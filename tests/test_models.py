@@ -333,14 +333,20 @@ def test_kit_linear_add_refuses_a_view_it_cannot_write():
 
 
 @pytest.mark.parametrize("parts", [1, 2, 3])
-def test_split_and_merge_heads(parts):
-    from mpskern.models.kit import merge_heads, split_heads
+def test_head_views_and_merged(parts):
+    """head_views: no copy, each part's heads; merged: its (B, H, N, D) view writes the
+    (B, N, H * D) array with the heads side by side (merge_heads' layout)."""
+    from mpskern.models.kit import head_views, merge_heads, merged
     B, N, H, D = 2, 37, 4, 5
     y = np.arange(B * N * parts * H * D, dtype=np.float32).reshape(B, N, parts * H * D)
-    got = split_heads(y, parts, H)
+    got = head_views(y, parts, H)
     assert len(got) == parts
     for i, a in enumerate(got):
-        assert a.shape == (B, H, N, D) and a.flags.c_contiguous
         want = y[:, :, i * H * D:(i + 1) * H * D].reshape(B, N, H, D).transpose(0, 2, 1, 3)
-        assert np.array_equal(a, want)
-        assert np.array_equal(merge_heads(a), y[:, :, i * H * D:(i + 1) * H * D])
+        assert a.shape == (B, H, N, D) and np.shares_memory(a, y) and np.array_equal(a, want)
+        o, heads = merged(B, N, H, D, np.float32)
+        heads[...] = a
+        assert np.array_equal(o, y[:, :, i * H * D:(i + 1) * H * D])
+        assert np.array_equal(merge_heads(np.ascontiguousarray(a)), o)
+
+

@@ -6,7 +6,7 @@ but its Conv1D weights are stored as torch.nn.Linear's (out, in), the layout
 mpskern.linear and F.linear take (transpose HF's to load them)."""
 import numpy as np
 
-from mpskern.models.kit import merge_heads, split_heads
+from mpskern.models.kit import head_views, merged
 
 POSITIONS = 1024
 EPS = 1e-5
@@ -62,8 +62,9 @@ def forward(kit, P, ids, s):
         p = f"h.{i}."
         a = kit.layer_norm(h, P[p + "ln_1.weight"], P[p + "ln_1.bias"], EPS)
         qkv = kit.linear(a, P[p + "attn.c_attn.weight"], P[p + "attn.c_attn.bias"])
-        q, k, v = kit.glue("split heads", split_heads, qkv, 3, H)
-        o = kit.glue("merge heads", merge_heads, kit.attention(q, k, v, causal=True))
+        q, k, v = head_views(qkv, 3, H)         # read in place, written merged: no copies
+        o, heads = merged(ids.shape[0], T, H, q.shape[-1], h.dtype)
+        kit.attention(q, k, v, causal=True, out=heads)
         kit.linear_add(h, o, P[p + "attn.c_proj.weight"], P[p + "attn.c_proj.bias"])
         a = kit.layer_norm(h, P[p + "ln_2.weight"], P[p + "ln_2.bias"], EPS)
         m = kit.linear(a, P[p + "mlp.c_fc.weight"], P[p + "mlp.c_fc.bias"], act="gelu_tanh")

@@ -106,17 +106,19 @@ class Kit:
             self.gemm(x[i], wh, bh, trans_b=True, out=out[i])
         return out
 
-    def attention(self, q, k, v, causal=False):
-        """(B, H, L, E) heads; the float64 reference runs one (batch, head) at a time, so
-        its L x S score matrix stays one head's."""
+    def attention(self, q, k, v, causal=False, out=None):
+        """(B, H, L, E) heads (views of one projection are read in place on cpu), written
+        to `out` when given (a strided view too: merged heads); the float64 reference runs
+        one (batch, head) at a time, so its L x S score matrix stays one head's."""
         if self.exact:
-            out = np.empty(q.shape[:-1] + v.shape[-1:])
+            if out is None:
+                out = np.empty(q.shape[:-1] + v.shape[-1:])
             for i in np.ndindex(q.shape[:-2]):
                 out[i] = ref.scaled_dot_product_attention(q[i], k[i], v[i], is_causal=causal)
             return out
         t = self._start()
         y = mpskern.scaled_dot_product_attention(q, k, v, is_causal=causal,
-                                                 backend=self.backend)
+                                                 backend=self.backend, out=out)
         if t is not None:
             B, H, L, E = q.shape
             self._stop(t, f"attention {B}x{H} heads {L}x{k.shape[-2]} d{E}"
@@ -284,13 +286,19 @@ def contiguous(a):
     return out
 
 
-def split_heads(y, parts, H):
+def head_views(y, parts, H):
     """(B, N, parts * H * D), one linear's result holding `parts` projections side by side
-    (q|k|v), -> `parts` arrays (B, H, N, D) in C order, as attention reads them (a copy
-    each; one copy of all parts on split()'s threads measured no faster on GPT-2)."""
+    (q|k|v), -> `parts` views (B, H, N, D) of it, no copy (attention reads their rows in
+    place on the cpu backend)."""
     B, N, C = y.shape
-    t = y.reshape(B, N, parts, H, C // (parts * H)).transpose(2, 0, 3, 1, 4)
-    return [contiguous(a) for a in t]
+    return list(y.reshape(B, N, parts, H, C // (parts * H)).transpose(2, 0, 3, 1, 4))
+
+
+def merged(B, N, H, D, dtype):
+    """(an empty (B, N, H * D) array, its (B, H, N, D) view): attention's out= that leaves
+    the heads side by side, as the next linear reads them (no merge copy)."""
+    o = np.empty((B, N, H * D), dtype)
+    return o, o.reshape(B, N, H, D).transpose(0, 2, 1, 3)
 
 
 def merge_heads(o):

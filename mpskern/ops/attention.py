@@ -5,9 +5,13 @@ scores (..., H, L, S) without enlarging them, torch's top-left causal triangle, 
 defaulting to 1/sqrt(E). docs/attention.md has the semantics of the edge cases.
 
 Its entry in the op table: ATTENTION. The kernels take one (B, H, L, E) problem: the broadcast batch dimensions are flattened into
-B, and every operand is passed as a C-contiguous array whose batch or head dimension is
-either full or 1 (stride 0). An operand whose batch dimensions broadcast only in part
-(shape (2, 1) against (2, 3)) is expanded to the full batch first."""
+B, and every operand is passed with its batch, head and row strides, a batch or head
+dimension either full or 1 (stride 0). On the cpu backend an operand (or out=) whose rows
+are contiguous is read (written) in place at its strides: the heads of one qkv projection,
+out= the (B, L, H, E) merged heads seen as (B, H, L, E); other backends, other layouts and
+batch dimensions that do not flatten without a copy take C-contiguous copies. An operand
+whose batch dimensions broadcast only in part (shape (2, 1) against (2, 3)) is expanded
+to the full batch first."""
 import math
 
 import numpy as np
@@ -47,10 +51,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=Fa
         Grouped-query attention: key's and value's head counts divide Hq, each key/value
         head shared by that many query heads.
 
+    out : array (..., Hq, L, Ev), optional
+        Written with the result and returned. On the cpu backend a view whose last
+        dimension is contiguous is written in place at its strides (e.g. merged heads:
+        out=o.reshape(B, L, H, Ev).transpose(0, 2, 1, 3) for o of shape (B, L, H * Ev)).
+
     Returns
     -------
     numpy.ndarray
-        (..., Hq, L, Ev) in query's dtype.
+        (..., Hq, L, Ev) in query's dtype (out, when given).
 
     Example
     -------
@@ -59,18 +68,34 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, is_causal=Fa
         kv = rng.standard_normal((2, 2, 16, 64)).astype(np.float32)
         o = mk.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
     """
-    q, code = _args.array(query, "query", OP)
-    k = _args.same_dtype(key, "key", q, "query", OP)
-    v = _args.same_dtype(value, "value", q, "query", OP)
+    be = _args.backend(backend)
+    strided = be.name == "cpu"              # the cpu kernel reads and writes row strides
+    take = _args.rows if strided else _args.array
+    q, code = take(query, "query", OP)
+    k = _args.same_dtype(key, "key", q, "query", OP, take)
+    v = _args.same_dtype(value, "value", q, "query", OP, take)
     causal = _args.flag(is_causal, "is_causal", OP)
     gqa = _args.flag(enable_gqa, "enable_gqa", OP)
     args, ops, shape = plan(q, k, v, attn_mask, causal, scale, gqa)
-    be = _args.backend(backend)
-    y, out = _args.output(out, shape, q.dtype, OP, (query, key, value, attn_mask))
+    inputs = (query, key, value, attn_mask)
+    y, out = (_args.strided_output if strided else _args.output)(out, shape, q.dtype, OP, inputs)
     if y.size:
-        be.execute("attention", args, code, *ops,
-                   y.reshape(args["B"], args["Hq"], args["L"], args["Ev"]))
+        y4 = _flat(y, (args["B"], args["Hq"], args["L"], args["Ev"]))
+        if y4 is None:                      # batch dimensions that do not flatten in place
+            y, out = _args.output(out, shape, q.dtype, OP, inputs)
+            y4 = y.reshape(args["B"], args["Hq"], args["L"], args["Ev"])
+        if not y4.flags.c_contiguous:
+            st = [s // y.itemsize for s in y4.strides]
+            args.update(o_sb=st[0], o_sh=st[1], o_sl=st[2])
+            y4 = _args.span(y4)
+        be.execute("attention", args, code, *ops, y4)
     return _args.finish(y, out)
+
+
+def _flat(x, shape):
+    """x reshaped to `shape` as a view (None when that needs a copy)."""
+    r = x.reshape(shape)
+    return r if np.may_share_memory(r, x) else None
 
 
 def plan(q, k, v, attn_mask, causal, scale, gqa):
@@ -114,17 +139,16 @@ def plan(q, k, v, attn_mask, causal, scale, gqa):
     B = math.prod(batch)
     out_shape = (batch + (H, L, Ev))[len(batch) + 3 - max(q.ndim, k.ndim, v.ndim):]
     _args.check_size(batch + (H, L, Ev), "the result", OP)
-    q, q_sb = _batched(q, qs, batch, "query")
-    k, k_sb = _batched(k, ks, batch, "key")
-    v, v_sb = _batched(v, vs, batch, "value")
+    q, (q_sb, q_sh, q_sl) = _batched(q, qs, batch, "query")
+    k, (k_sb, k_sh, k_sl) = _batched(k, ks, batch, "key")
+    v, (v_sb, v_sh, v_sl) = _batched(v, vs, batch, "value")
     if E == 0:
         sc = 1.0            # empty products: the scores are 0 whatever the scale (torch)
     else:
         sc = 1.0 / math.sqrt(E) if scale is None else _args.real(scale, "scale", OP)
-    args = structs.attention_args(B, H, L, S, E, Ev, Hk=Hk, Hv=Hv, q_sb=q_sb,
-                                  q_sh=L * E if Hq > 1 else 0, k_sb=k_sb,
-                                  k_sh=S * E if Hk > 1 else 0, v_sb=v_sb,
-                                  v_sh=S * Ev if Hv > 1 else 0, causal=int(causal), scale=sc)
+    args = structs.attention_args(B, H, L, S, E, Ev, Hk=Hk, Hv=Hv, q_sb=q_sb, q_sh=q_sh,
+                                  k_sb=k_sb, k_sh=k_sh, v_sb=v_sb, v_sh=v_sh, q_sl=q_sl,
+                                  k_sl=k_sl, v_sl=v_sl, causal=int(causal), scale=sc)
     mask = None
     if attn_mask is not None:
         if causal:
@@ -140,15 +164,25 @@ def _pad(shape, nd):
 
 
 def _batched(x, padded, batch, name):
-    """(x as a C-contiguous (B|1, H, rows, cols) array, its batch stride in elements)."""
+    """(x as a (B|1, H, rows, cols) array the kernels take: C-contiguous, or on the cpu
+    path the 1-D span of a row-strided view; (batch, head, row) strides in elements, 0 for
+    a dimension of 1)."""
     tail = padded[-3:]
     own = padded[:-3]
     if math.prod(own) == 1:
-        return x.reshape((1,) + tail), 0
-    if own != batch:                    # broadcasts in some batch dimensions only: expand
+        x = x.reshape((1,) + tail)      # (a view: only dimensions of 1 go)
+    elif own != batch:                  # broadcasts in some batch dimensions only: expand
         _args.check_size(batch + tail, name, OP)
         x = np.ascontiguousarray(np.broadcast_to(x.reshape(padded), batch + tail))
-    return x.reshape((math.prod(batch),) + tail), math.prod(tail)
+    else:
+        x = x.reshape((math.prod(batch),) + tail)    # a C-order copy if it must
+    dims = x.shape
+    if x.flags.c_contiguous:
+        st = (math.prod(tail), tail[1] * tail[2], tail[2])
+    else:
+        st = tuple(s // x.itemsize for s in x.strides[:3])
+        x = _args.span(x)
+    return x, tuple(s if n > 1 else 0 for s, n in zip(st, dims[:3]))
 
 
 def _mask(m, dtype, scores, args):

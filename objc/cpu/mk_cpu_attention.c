@@ -7,6 +7,8 @@
 // m)), then O = alpha O + P V with the rescale by exp(m_old - m) fused into the tile's store.
 // Scratch is the score block, the rows' m and l, packed Q, and for float16 the converted Q, K
 // and V blocks: O(QB * KB), never O(L * S); float32 output rows accumulate in place in `out`.
+// Every operand's rows are read (and out's written) at their own row strides (q_sl, k_sl,
+// v_sl, o_sl): GPT-2's heads are read straight out of its qkv projection and written merged.
 // docs/attention.md says why the blocks are these sizes.
 // The output rows hold the unnormalised sums of exp(s - m) v, divided by l once at the end,
 // when no sum can overflow (sums_fit(): every value finite and the visited keys' values
@@ -96,23 +98,40 @@ static float sumsq(const void *p, long n, int f16, float *tmp, long room) {
     return s;
 }
 
+// sumsq over `rows` rows of `cols` elements, `ld` elements apart (room >= cols)
+static float sumsq_rows(const void *p, long rows, long cols, long ld, int f16, float *tmp, long room) {
+    if (ld == cols || rows <= 1) return sumsq(p, rows * cols, f16, tmp, room);
+    float s = 0.0f;
+    size_t es = f16 ? 2 : 4;
+    for (long r = 0; r < rows; r++) s += sumsq((const char *)p + (size_t)(r * ld) * es, cols, f16, tmp, room);
+    return s;
+}
+
+// n rows of `cols` float16 values, ld apart, as float32 rows of cols at dst
+static void h2f_rows(const mk_half *src, long ld, long n, long cols, float *dst) {
+    if (ld == cols) { mk_h2f(src, dst, n * cols); return; }
+    for (long r = 0; r < n; r++) mk_h2f(src + r * ld, dst + r * cols, cols);
+}
+
 // Whether a causal task of rows i0..i0+nq-1 may leave out keys kend..S-1: only when every
 // value there is finite (torch's weight 0 times them is 0) and no score of theirs can be
 // +Inf or NaN: |scale q.k| <= |scale| |q| |k| (Cauchy-Schwarz) with finite keys and query
 // rows bounds every score; 1e30 leaves room for float rounding. O((S - kend) (E + Ev)) reads,
 // next to the O(nq kend (E + Ev)) of the visited keys.
-static int skippable(const at_ctx *t, const at_scratch *w, const float *Q, const char *kb,
-                     const char *vb, int nq, int kend) {
+static int skippable(const at_ctx *t, const at_scratch *w, const float *Q, long ldq,
+                     const char *kb, const char *vb, int nq, int kend) {
     const mk_attention_args *a = t->a;
     const int f16 = t->dtype == MK_F16;
     const size_t es = esize(t->dtype);
     long n = a->S - kend;
     if (a->mask != MK_ATTN_MASK_NONE) return 0;     // (torch refuses a mask with is_causal)
-    float vv = sumsq(vb + (size_t)kend * a->Ev * es, n * a->Ev, f16, w->V, (long)t->kb * a->Ev);
+    float vv = sumsq_rows(vb + (size_t)kend * a->v_sl * es, n, a->Ev, a->v_sl, f16, w->V,
+                          (long)t->kb * a->Ev);
     if (!(vv < INFINITY)) return 0;
     if (a->E == 0) return 1;
-    float kk = sumsq(kb + (size_t)kend * a->E * es, n * a->E, f16, w->K, (long)t->kb * a->E);
-    float qq = mk_rowvec()->sumsq_dev(Q, (long)nq * a->E, 0.0f);   // (float32 already)
+    float kk = sumsq_rows(kb + (size_t)kend * a->k_sl * es, n, a->E, a->k_sl, f16, w->K,
+                          (long)t->kb * a->E);
+    float qq = sumsq_rows(Q, nq, a->E, ldq, 0, NULL, 0);      // (float32 already)
     return fabsf(a->scale) * sqrtf(kk) * sqrtf(qq) < 1e30f;
 }
 
@@ -124,7 +143,7 @@ static int skippable(const at_ctx *t, const at_scratch *w, const float *Q, const
 // O(kend Ev) reads next to the block's O(nq kend (E + Ev)) multiply-adds.
 static int sums_fit(const at_ctx *t, const at_scratch *w, const char *vb, int kend) {
     const mk_attention_args *a = t->a;
-    float vv = sumsq(vb, (long)kend * a->Ev, t->dtype == MK_F16, w->V, (long)t->kb * a->Ev);
+    float vv = sumsq_rows(vb, kend, a->Ev, a->v_sl, t->dtype == MK_F16, w->V, (long)t->kb * a->Ev);
     return (float)kend * sqrtf(vv) < 1e37f;      // (NaN/Inf compare false)
 }
 
@@ -134,42 +153,46 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
     const mk_attn_tiles_t *tl = mk_attn_tiles();
     const int E = a->E, Ev = a->Ev, f16 = t->dtype == MK_F16;
     const size_t es = esize(t->dtype);
-    const char *qb = (const char *)t->q + ((long)b * a->q_sb + (long)h * a->q_sh + (long)i0 * E) * es;
+    const char *qb = (const char *)t->q + ((long)b * a->q_sb + (long)h * a->q_sh + (long)i0 * a->q_sl) * es;
     const char *kb = (const char *)t->k + ((long)b * a->k_sb + (long)(h / (a->Hq / a->Hk)) * a->k_sh) * es;
     const char *vb = (const char *)t->v + ((long)b * a->v_sb + (long)(h / (a->Hq / a->Hv)) * a->v_sh) * es;
-    long orow = ((long)b * a->Hq + h) * a->L + i0;      // first output row
-    float *O = f16 ? w->O : (float *)t->out + orow * Ev;
+    long orow = (long)b * a->o_sb + (long)h * a->o_sh + (long)i0 * a->o_sl;   // first output row
+    float *O = f16 ? w->O : (float *)t->out + orow;
+    const long ldo = f16 ? Ev : a->o_sl;
     const float *Q = (const float *)qb;
-    if (f16) { mk_h2f((const mk_half *)qb, w->Q, (long)nq * E); Q = w->Q; }
+    long ldq = a->q_sl, ldk = f16 ? E : a->k_sl, ldv = f16 ? Ev : a->v_sl;
+    if (f16) { h2f_rows((const mk_half *)qb, a->q_sl, nq, E, w->Q); Q = w->Q; ldq = E; }
     const long ld = t->ld;                                // of the (transposed) score block
-    tl->pack_q(Q, nq, E, w->Qp, ld);
-    memset(O, 0, (size_t)nq * Ev * 4);
+    tl->pack_q(Q, ldq, nq, E, w->Qp, ld);
+    for (int r = 0; r < nq; r++) memset(O + r * ldo, 0, (size_t)Ev * 4);
     for (long c = 0; c < ld; c++) { w->m[c] = -INFINITY; w->l[c] = 0.0f; }
 
     int kend = a->causal && i0 + nq < a->S ? i0 + nq : a->S;
-    if (kend < a->S && !skippable(t, w, Q, kb, vb, nq, kend)) kend = a->S;
+    if (kend < a->S && !skippable(t, w, Q, ldq, kb, vb, nq, kend)) kend = a->S;
     const int direct = sums_fit(t, w, vb, kend);
     for (int j0 = 0; j0 < kend; j0 += t->kb) {
         int nk = kend - j0 < t->kb ? kend - j0 : t->kb;
-        const float *K = (const float *)(kb + (size_t)j0 * E * es);
-        const float *V = (const float *)(vb + (size_t)j0 * Ev * es);
+        const float *K = (const float *)(kb + (size_t)j0 * a->k_sl * es);
+        const float *V = (const float *)(vb + (size_t)j0 * a->v_sl * es);
         if (f16) {
-            mk_h2f((const mk_half *)(kb + (size_t)j0 * E * es), w->K, (long)nk * E);
-            mk_h2f((const mk_half *)(vb + (size_t)j0 * Ev * es), w->V, (long)nk * Ev);
+            h2f_rows((const mk_half *)K, a->k_sl, nk, E, w->K);
+            h2f_rows((const mk_half *)V, a->v_sl, nk, Ev, w->V);
             K = w->K;
             V = w->V;
         }
-        if (E > 0) tl->scores(K, nk, E, w->Qp, ld, a->scale, w->S);
+        if (E > 0) tl->scores(K, ldk, nk, E, w->Qp, ld, a->scale, w->S);
         else memset(w->S, 0, (size_t)nk * ld * 4);
         mask_cols(t, w->S, ld, nk, nq, b, h, i0, j0);
         // the weights; alpha: the sums' factor (direct: exp(m_old - m); else also / l)
         tl->softmax(w->S, nk, ld, w->P, w->m, w->l, w->alpha, !direct, w->tmp);
-        tl->pv(w->P, nq, nk, V, Ev, Ev, O, Ev, w->alpha, w->vtail);
+        tl->pv(w->P, nq, nk, V, ldv, Ev, O, ldo, w->alpha, w->vtail);
     }
     if (direct)                              // the sums / l (l = 0: nothing visible, O = 0)
         for (int r = 0; r < nq; r++)
-            if (w->l[r] != 0.0f) mk_rowvec()->scale(O + (long)r * Ev, Ev, 1.0f / w->l[r]);
-    if (f16) mk_f2h(O, (mk_half *)t->out + orow * Ev, (long)nq * Ev);
+            if (w->l[r] != 0.0f) mk_rowvec()->scale(O + (long)r * ldo, Ev, 1.0f / w->l[r]);
+    if (f16)
+        for (int r = 0; r < nq; r++)
+            mk_f2h(O + (long)r * Ev, (mk_half *)t->out + orow + (long)r * a->o_sl, Ev);
 }
 
 static void attend_range(void *vc, long begin, long end) {
@@ -218,7 +241,8 @@ static mk_status check_args(const mk_attention_args *a) {
         return mk_set_error(MK_ERR_INVALID, "mk_cpu_attention: Hk=%d and Hv=%d must divide Hq=%d",
                             a->Hk, a->Hv, a->Hq);
     if (a->q_sb < 0 || a->q_sh < 0 || a->k_sb < 0 || a->k_sh < 0 || a->v_sb < 0 || a->v_sh < 0 ||
-        a->m_sb < 0 || a->m_sh < 0 || a->m_sl < 0 || a->m_ss < 0)
+        a->m_sb < 0 || a->m_sh < 0 || a->m_sl < 0 || a->m_ss < 0 || a->q_sl < 0 || a->k_sl < 0 ||
+        a->v_sl < 0 || a->o_sb < 0 || a->o_sh < 0 || a->o_sl < 0)
         return mk_set_error(MK_ERR_INVALID, "mk_cpu_attention: negative stride");
     if (a->mask < MK_ATTN_MASK_NONE || a->mask > MK_ATTN_MASK_ADD)
         return mk_set_error(MK_ERR_INVALID, "mk_cpu_attention: mask kind %d is not MK_ATTN_MASK_*", a->mask);

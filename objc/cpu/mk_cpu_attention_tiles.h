@@ -12,12 +12,13 @@
 #include "mk_cpu.h"
 
 typedef struct {
-    // Qp = Q^T in panels of nr queries: Q is nq rows of E floats; ld (>= nq, a multiple of nr)
-    // columns, the ones past nq zero. Qp holds E * ld floats.
-    void (*pack_q)(const float *Q, int nq, int E, float *Qp, long ld);
-    // St[j][c] = scale * sum_e K[j][e] Qp[e][c] for keys j < nk (rows of E floats at K) and
-    // columns c < ld (every panel of Qp)
-    void (*scores)(const float *K, int nk, int E, const float *Qp, long ld, float scale, float *St);
+    // Qp = Q^T in panels of nr queries: Q is nq rows of E floats, ldq floats apart; ld (>= nq,
+    // a multiple of nr) columns, the ones past nq zero. Qp holds E * ld floats.
+    void (*pack_q)(const float *Q, long ldq, int nq, int E, float *Qp, long ld);
+    // St[j][c] = scale * sum_e K[j][e] Qp[e][c] for keys j < nk (rows of E floats at K, ldk
+    // floats apart) and columns c < ld (every panel of Qp)
+    void (*scores)(const float *K, long ldk, int nk, int E, const float *Qp, long ld, float scale,
+                   float *St);
     // The online-softmax step of one key block, column c = query c (all ld columns): m, l are
     // the running max and sum; the weights exp(s - m_new) (0 for a query whose keys so far
     // are all hidden) go to Pp, packed per tile of `pmr` queries (Pp[c / pmr][j][c % pmr]:

@@ -21,26 +21,26 @@
     AT_CASE(call, 1, max) AT_CASE(call, 2, max) AT_CASE(call, 3, max) AT_CASE(call, 4, max) \
     AT_CASE(call, 5, max) AT_CASE(call, 6, max) AT_CASE(call, 7, max) default: call(max); break; }
 
-RV_ATTR static void RV_NAME(at_pack_q)(const float *Q, int nq, int E, float *Qp, long ld) {
+RV_ATTR static void RV_NAME(at_pack_q)(const float *Q, long ldq, int nq, int E, float *Qp, long ld) {
     for (long p = 0; p < ld; p += AT_NR) {
         float *panel = Qp + p * E;
         int n = nq - p < AT_NR ? (int)(nq - p) : AT_NR;
         if (n < AT_NR) memset(panel, 0, (size_t)E * AT_NR * 4);
         for (int c = 0; c < n; c++)
-            for (int e = 0; e < E; e++) panel[(long)e * AT_NR + c] = Q[(p + c) * E + e];
+            for (int e = 0; e < E; e++) panel[(long)e * AT_NR + c] = Q[(p + c) * ldq + e];
     }
 }
 
 // mr keys x one panel of AT_NR queries
 static inline __attribute__((always_inline)) void RV_NAME(at_score_tile)(
-        const float *K, int E, const float *Qp, float scale, float *St, long ld, const int mr) {
+        const float *K, long ldk, int E, const float *Qp, float scale, float *St, long ld, const int mr) {
     VF acc[AT_MR][2];
     for (int r = 0; r < mr; r++) acc[r][0] = acc[r][1] = SPLAT(0.0f);
     for (int e = 0; e < E; e++) {
         VF b0 = LD(Qp + (long)e * AT_NR), b1 = LD(Qp + (long)e * AT_NR + RV_W);
 #pragma GCC unroll 8
         for (int r = 0; r < mr; r++) {
-            VF a = AT_BCAST(K[(long)r * E + e]);
+            VF a = AT_BCAST(K[(long)r * ldk + e]);
             acc[r][0] += a * b0;
             acc[r][1] += a * b1;
         }
@@ -51,12 +51,12 @@ static inline __attribute__((always_inline)) void RV_NAME(at_score_tile)(
     }
 }
 
-RV_ATTR static void RV_NAME(at_scores)(const float *K, int nk, int E, const float *Qp, long ld,
-                                       float scale, float *St) {
+RV_ATTR static void RV_NAME(at_scores)(const float *K, long ldk, int nk, int E, const float *Qp,
+                                       long ld, float scale, float *St) {
     for (int j = 0; j < nk; j += AT_MR) {          // a key tile's rows of K stay in L1 over the panels
         int mr = nk - j < AT_MR ? nk - j : AT_MR;
         for (long p = 0; p < ld; p += AT_NR) {
-#define AT_SCORE(R) RV_NAME(at_score_tile)(K + (long)j * E, E, Qp + p * E, scale, St + j * ld + p, ld, R)
+#define AT_SCORE(R) RV_NAME(at_score_tile)(K + (long)j * ldk, ldk, E, Qp + p * E, scale, St + j * ld + p, ld, R)
             AT_CASES(AT_SCORE, AT_MR)
 #undef AT_SCORE
         }

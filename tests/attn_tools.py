@@ -33,7 +33,8 @@ def args(q, k, v, mask=None, causal=False, scale=None):
     a = dict(B=B, Hq=Hq, Hk=Hk, Hv=Hv, L=L, S=S, E=E, Ev=Ev,
              q_sb=qs[0], q_sh=qs[1], k_sb=ks[0], k_sh=ks[1], v_sb=vs[0], v_sh=vs[1],
              mask=0, m_sb=0, m_sh=0, m_sl=0, m_ss=0, causal=int(causal),
-             scale=float(1.0 / math.sqrt(E) if scale is None else scale) if E else 1.0)
+             scale=float(1.0 / math.sqrt(E) if scale is None else scale) if E else 1.0,
+             q_sl=E, k_sl=E, v_sl=Ev, o_sb=Hq * L * Ev, o_sh=L * Ev, o_sl=Ev)
     if mask is not None:
         assert mask.ndim == 4
         mask = np.ascontiguousarray(mask)

@@ -161,7 +161,8 @@ from mpskern import _native
 rng = np.random.default_rng(0)
 def args(n):
     return dict(B=1, Hq=1, Hk=1, Hv=1, L=n, S=n, E=64, Ev=64, q_sb=0, q_sh=0, k_sb=0, k_sh=0,
-                v_sb=0, v_sh=0, mask=0, m_sb=0, m_sh=0, m_sl=0, m_ss=0, causal=0, scale=0.125)
+                v_sb=0, v_sh=0, mask=0, m_sb=0, m_sh=0, m_sl=0, m_ss=0, causal=0, scale=0.125,
+                q_sl=64, k_sl=64, v_sl=64, o_sb=0, o_sh=0, o_sl=64)
 q, k, v = (rng.standard_normal((1, 1, 8192, 64)).astype(np.float32) for _ in range(3))
 out = np.zeros((1, 1, 8192, 64), np.float32)
 small = [np.ascontiguousarray(x[:, :, :64]) for x in (q, k, v, out)]
@@ -188,8 +189,9 @@ def test_argument_errors():
     a, _ = T.args(q, q, q)
     with pytest.raises(ValueError, match="mask kind 5"):
         _native.cpu_attention(dict(a, mask=5), _native.F32, q, q, q, None, out)
-    with pytest.raises(ValueError, match="negative stride"):
-        _native.cpu_attention(dict(a, k_sb=-1), _native.F32, q, q, q, None, out)
+    for field in ("k_sb", "q_sl", "k_sl", "v_sl", "o_sb", "o_sh", "o_sl"):
+        with pytest.raises(ValueError, match="negative stride"):
+            _native.cpu_attention(dict(a, **{field: -1}), _native.F32, q, q, q, None, out)
     with pytest.raises(ValueError, match="mask is NULL"):
         _native.cpu_attention(dict(a, mask=1), _native.F32, q, q, q, None, out)
     with pytest.raises(ValueError, match="dtype 3"):

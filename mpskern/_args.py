@@ -6,12 +6,12 @@ import sys
 import numpy as np
 
 from mpskern import backends, shapes, structs
+from mpskern._outputs import empty as _empty   # large results reuse freed buffers
 from mpskern._native import F16, F32
 
 _CODES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16}
 _F32_DTYPE = np.dtype(np.float32)
 _ndarray = np.ndarray
-_empty = np.empty
 INT32_LIMIT = 2 ** 31  # counts are int32 in metal/mk_args.h
 
 

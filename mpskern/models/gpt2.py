@@ -56,21 +56,29 @@ def prepare(P):
 
 
 def forward(kit, P, ids, s):
-    H, T = s["heads"], ids.shape[1]
+    """The layers' intermediate results live in buffers made once per pass and rewritten
+    by every layer (out=): no fresh allocation per op (at 16 threads a fresh result's page
+    faults cost as much as a small op); attention reads its heads in place from the qkv
+    projection and writes them merged (no split or merge copy)."""
+    H, (B, T) = s["heads"], ids.shape
     h = kit.glue("embedding", lambda: P["wte.weight"][ids] + P["wpe.weight"][:T])
+    C = h.shape[-1]
+    a = np.empty_like(h)                                     # the layer norms' results
+    qkv = np.empty((B, T, 3 * C), h.dtype)
+    q, k, v = head_views(qkv, 3, H)
+    o, heads = merged(B, T, H, C // H, h.dtype)
+    m = np.empty((B, T, 4 * C), h.dtype)
     for i in range(s["layers"]):
         p = f"h.{i}."
-        a = kit.layer_norm(h, P[p + "ln_1.weight"], P[p + "ln_1.bias"], EPS)
-        qkv = kit.linear(a, P[p + "attn.c_attn.weight"], P[p + "attn.c_attn.bias"])
-        q, k, v = head_views(qkv, 3, H)         # read in place, written merged: no copies
-        o, heads = merged(ids.shape[0], T, H, q.shape[-1], h.dtype)
+        kit.layer_norm(h, P[p + "ln_1.weight"], P[p + "ln_1.bias"], EPS, out=a)
+        kit.linear(a, P[p + "attn.c_attn.weight"], P[p + "attn.c_attn.bias"], out=qkv)
         kit.attention(q, k, v, causal=True, out=heads)
         kit.linear_add(h, o, P[p + "attn.c_proj.weight"], P[p + "attn.c_proj.bias"])
-        a = kit.layer_norm(h, P[p + "ln_2.weight"], P[p + "ln_2.bias"], EPS)
-        m = kit.linear(a, P[p + "mlp.c_fc.weight"], P[p + "mlp.c_fc.bias"], act="gelu_tanh")
+        kit.layer_norm(h, P[p + "ln_2.weight"], P[p + "ln_2.bias"], EPS, out=a)
+        kit.linear(a, P[p + "mlp.c_fc.weight"], P[p + "mlp.c_fc.bias"], act="gelu_tanh", out=m)
         kit.linear_add(h, m, P[p + "mlp.c_proj.weight"], P[p + "mlp.c_proj.bias"])
-    h = kit.layer_norm(h, P["ln_f.weight"], P["ln_f.bias"], EPS)
-    return kit.linear(h, P["wte.weight"])
+    kit.layer_norm(h, P["ln_f.weight"], P["ln_f.bias"], EPS, out=a)
+    return kit.linear(a, P["wte.weight"])
 
 
 def torch_forward(F, P, ids, s):

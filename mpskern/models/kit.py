@@ -39,11 +39,11 @@ class Kit:
                           f"{' +' + act if act else ''}")
         return y
 
-    def linear(self, x, w, b=None, act=None):
+    def linear(self, x, w, b=None, act=None, out=None):
         if self.exact:
-            return self.act(ref.linear(x, w, b), act)
+            return _into(out, self.act(ref.linear(x, w, b), act))
         t = self._start()
-        y = mpskern.linear(x, w, b, activation=act, backend=self.backend)
+        y = mpskern.linear(x, w, b, activation=act, backend=self.backend, out=out)
         if t is not None:
             self._stop(t, f"linear {math.prod(x.shape[:-1])} x {w.shape[1]}->{w.shape[0]}"
                           f"{' +' + act if act else ''}")
@@ -125,11 +125,11 @@ class Kit:
                           f"{' causal' if causal else ''}")
         return y
 
-    def layer_norm(self, x, w, b, eps=1e-5):
+    def layer_norm(self, x, w, b, eps=1e-5, out=None):
         if self.exact:
-            return ref.layer_norm(x, w.shape, w, b, eps)
+            return _into(out, ref.layer_norm(x, w.shape, w, b, eps))
         t = self._start()
-        y = mpskern.layer_norm(x, w.shape, w, b, eps, backend=self.backend)
+        y = mpskern.layer_norm(x, w.shape, w, b, eps, backend=self.backend, out=out)
         if t is not None:
             self._stop(t, f"layer_norm {math.prod(x.shape[:-1])} x {x.shape[-1]}")
         return y
@@ -232,6 +232,14 @@ class Kit:
         e = self.profile.setdefault(label, [0.0, 0])
         e[0] += time.perf_counter() - t0
         e[1] += 1
+
+
+def _into(out, y):
+    """y, written into out when one is given (the reference Kit's out=)."""
+    if out is None:
+        return y
+    out[...] = y
+    return out
 
 
 # -- numpy glue on the cpu backend's threads ---------------------------------------------------

@@ -6,6 +6,7 @@ from math import prod
 from numpy import empty
 
 from mpskern import _args
+from mpskern._outputs import MIN_BYTES, empty as pooled
 from mpskern import structs
 from mpskern.backends.family import Family
 from mpskern.ops.op import Check, Field, Op, normal
@@ -80,8 +81,8 @@ def _softmax(x, axis, backend, out, log, op, dim):
         n = shape[ax] if nd else 1
         inner = prod(shape[ax + 1:])
     be = _args.backend(backend)
-    if out is None:
-        y = empty(shape, x.dtype)
+    if out is None:             # (large results: buffers freed ones left, mpskern/_outputs.py)
+        y = empty(shape, x.dtype) if x.nbytes < MIN_BYTES else pooled(shape, x.dtype)
     else:
         y, out = _args.output(out, shape, x.dtype, op, (x,))
     size = x.size

@@ -9,10 +9,11 @@
 // and V blocks: O(QB * KB), never O(L * S); float32 output rows accumulate in place in `out`.
 // Every operand's rows are read (and out's written) at their own row strides (q_sl, k_sl,
 // v_sl, o_sl): GPT-2's heads are read straight out of its qkv projection and written merged.
-// Strided K and V blocks are copied to dense scratch first (as float16 ones are converted):
-// key rows 9 KB apart (GPT-2's qkv) fall into a few L1 sets, and the scores and P V kernels
-// re-read them per query panel (2 threads, 12x256x64 causal: 1.90 ms read in place vs 1.36
-// dense, device run 1).
+// Strided K and V blocks are copied to dense scratch first (as float16 ones are converted),
+// and strided output rows accumulate in dense scratch, copied out at the end: rows 9 KB
+// (GPT-2's qkv) or 3 KB (merged heads) apart fall into a few L1 sets, and the kernels
+// re-read them per key block and query panel (2 threads, 12x256x64 causal: 1.90 ms in
+// place vs 1.36 dense, device run 1).
 // docs/attention.md says why the blocks are these sizes.
 // The output rows hold the unnormalised sums of exp(s - m) v, divided by l once at the end,
 // when no sum can overflow (sums_fit(): every value finite and the visited keys' values
@@ -128,6 +129,9 @@ static const float *dense_rows(const void *src, long ld, long n, long cols, int 
 // whether the kernel works on dense copies of the key / value blocks (scratch w->K / w->V)
 static int copies_k(const mk_attention_args *a, int dtype) { return dtype == MK_F16 || a->k_sl != a->E; }
 static int copies_v(const mk_attention_args *a, int dtype) { return dtype == MK_F16 || a->v_sl != a->Ev; }
+static int copies_o(const mk_attention_args *a, int dtype) {
+    return dtype == MK_F16 || (a->o_sl != a->Ev && a->L > 1);
+}
 
 // Whether a causal task of rows i0..i0+nq-1 may leave out keys kend..S-1: only when every
 // value there is finite (torch's weight 0 times them is 0) and no score of theirs can be
@@ -173,8 +177,9 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
     const char *kb = (const char *)t->k + ((long)b * a->k_sb + (long)(h / (a->Hq / a->Hk)) * a->k_sh) * es;
     const char *vb = (const char *)t->v + ((long)b * a->v_sb + (long)(h / (a->Hq / a->Hv)) * a->v_sh) * es;
     long orow = (long)b * a->o_sb + (long)h * a->o_sh + (long)i0 * a->o_sl;   // first output row
-    float *O = f16 ? w->O : (float *)t->out + orow;
-    const long ldo = f16 ? Ev : a->o_sl;
+    const int co = copies_o(a, t->dtype);
+    float *O = co ? w->O : (float *)t->out + orow;
+    const long ldo = co ? Ev : a->o_sl;
     const float *Q = (const float *)qb;
     const int ck = copies_k(a, t->dtype), cv = copies_v(a, t->dtype);
     long ldq = a->q_sl, ldk = ck ? E : a->k_sl, ldv = cv ? Ev : a->v_sl;
@@ -206,6 +211,9 @@ static void attend_block(const at_ctx *t, const at_scratch *w, int b, int h, int
     if (f16)
         for (int r = 0; r < nq; r++)
             mk_f2h(O + (long)r * Ev, (mk_half *)t->out + orow + (long)r * a->o_sl, Ev);
+    else if (co)
+        for (int r = 0; r < nq; r++)
+            memcpy((float *)t->out + orow + (long)r * a->o_sl, O + (long)r * Ev, (size_t)Ev * 4);
 }
 
 static void attend_range(void *vc, long begin, long end) {
@@ -216,7 +224,9 @@ static void attend_range(void *vc, long begin, long end) {
     size_t nr = (size_t)mk_attn_tiles()->nr;
     size_t floats = 2 * kb * ld + 5 * ld + (size_t)a->E * ld + kb * nr;
     const int ck = copies_k(a, t->dtype), cv = copies_v(a, t->dtype);
-    if (f16) floats += qb * a->Ev + qb * a->E;
+    const int co = copies_o(a, t->dtype);
+    if (f16) floats += qb * a->E;
+    if (co) floats += qb * a->Ev;
     floats += (ck ? kb * a->E : 0) + (cv ? kb * a->Ev : 0);
     float *buf = mk_alloc(floats * 4);
     if (!buf) { __atomic_store_n(&t->failed, 1, __ATOMIC_RELAXED); return; }
@@ -230,10 +240,8 @@ static void attend_range(void *vc, long begin, long end) {
     w.tmp = p; p += 2 * ld;
     w.Qp = p; p += (size_t)a->E * ld;
     w.vtail = p; p += kb * nr;
-    if (f16) {
-        w.O = p; p += qb * a->Ev;
-        w.Q = p; p += qb * a->E;
-    }
+    if (co) { w.O = p; p += qb * a->Ev; }
+    if (f16) { w.Q = p; p += qb * a->E; }
     if (ck) { w.K = p; p += kb * a->E; }
     if (cv) w.V = p;
     for (long it = begin; it < end; it++) {

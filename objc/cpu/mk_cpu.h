@@ -16,6 +16,12 @@ typedef _Float16 mk_half;
 // (a nested call or a call from another application thread): always correct, never a deadlock.
 typedef void (*mk_range_fn)(void *ctx, long begin, long end);
 void mk_parallel_for(long n, long grain, mk_range_fn fn, void *ctx);
+// Holding the pool (mk_pool_hold: 1 when taken; no job of the holder's is running): then
+// mk_pool_gang runs fn(ctx, i, i + 1) for i < n each on its own thread, all at once (tasks
+// that wait for each other); -1 with nothing run when the workers cannot be started.
+int mk_pool_hold(void);
+void mk_pool_release(void);
+int mk_pool_gang(int n, mk_range_fn fn, void *ctx);
 int mk_cpu_threads(void);             // effective thread count (>= 1)
 // Waking the pool costs a few microseconds: a task should carry at least this many
 // element-operations. mk_grain(work per item) = items per task (>= 1).
@@ -40,6 +46,10 @@ void mk_free(void *p);
    out = alpha * op(A) @ op(B) + beta * out; K >= 1 and valid leading dims. */
 void mk_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
               int lda, const float *B, int ldb, float beta, float *C, int ldc);
+// The same as one BLAS call on `threads` threads (its jobs on our pool; Accelerate: its own)
+void mk_sgemm_threads(int threads, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                      int ldc);
 /* ---- the same, cut into tiles over our thread pool (mk_cpu_gemm_par.c) */
 void mk_sgemm_par(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                   int lda, const float *B, int ldb, float beta, float *C, int ldc);

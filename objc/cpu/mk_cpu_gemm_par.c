@@ -7,9 +7,14 @@
 // a 4 x 4 grid ran 0.91x. A batch of GEMMs is one grid over all items' tiles (one hand-off
 // to the pool, not one per item), and C, when it is not the output itself, is copied into
 // each tile by the thread that computes it (was a single-threaded copy before the GEMM).
+// Large square-ish GEMMs on up to 8 threads go to BLAS as ONE threaded call instead
+// (whole_call_wins): its threads share one packed B where our tiles pack their own; its
+// jobs run on our pool (mk_cpu_blas.c).
+#define _GNU_SOURCE   // sched_getaffinity
 #include "mk_cpu.h"
 
 #include <math.h>
+#include <sched.h>
 #include <string.h>
 
 #define MIN_PAR_FLOPS 4e6   // below this one call beats waking the pool...
@@ -74,6 +79,47 @@ static void tile_range(void *vc, long b, long e) {
     }
 }
 
+typedef struct { float *C; const float *Cin; int ldc, N; mk_tile_fn ep; void *ep_ctx; } rows_ctx;
+
+static void copy_rows(void *vc, long b, long e) {
+    const rows_ctx *r = vc;
+    for (long i = b; i < e; i++)
+        memmove(r->C + i * r->ldc, r->Cin + i * r->ldc, (size_t)r->N * 4);
+}
+
+static void ep_rows(void *vc, long b, long e) {
+    const rows_ctx *r = vc;
+    r->ep(r->ep_ctx, r->C + b * r->ldc, r->ldc, (int)(e - b), r->N);
+}
+
+// one GEMM as one threaded BLAS call; C copied in and the epilogue applied over the pool
+// (one pass over C each: on these sizes a few percent of the product)
+static void whole_call(const tile_ctx *t, int threads) {
+    rows_ctx r = {t->C, t->Cin, t->ldc, t->N, t->ep, t->ep_ctx};
+    long grain = 1 + (1L << 15) / t->N;
+    if (t->Cin) mk_parallel_for(t->M, grain, copy_rows, &r);
+    mk_sgemm_threads(threads, t->ta, t->tb, t->M, t->N, t->K, t->alpha, t->A, t->lda, t->B,
+                     t->ldb, t->beta, t->C, t->ldc);
+    if (t->ep) mk_parallel_for(t->M, grain, ep_rows, &r);
+}
+
+// The GEMMs one threaded BLAS call runs faster than our grid. Device A/B (16-core Xeon VM,
+// one build, interleaved, results/cpu-threads-xeon16/session8/): whole call / grid time at
+// 2 and 8 threads: 1024^2 0.78 / 0.76, 2048^2 1.03 / 0.75, 4096^2 - / 1.04; at 16 threads
+// 1024-4096^2 0.97-1.07 (even: the grid stays); 512^2 1.01-1.04 at 2-16 threads, GPT-2's
+// linears (256 rows) 0.88-1.04 at 2 threads and 1.09-2.3 at 8-16: there the grid stays. Not on more threads than cores (its
+// jobs wait for each other) nor on macOS (Accelerate threads itself: not measured).
+static int whole_call_wins(int M, int N, int K, int threads) {
+#ifdef __APPLE__
+    (void)M; (void)N; (void)K; (void)threads;
+    return 0;
+#else
+    if (threads > 8 || M < 1024 || N < 1024 || K < 1024) return 0;
+    cpu_set_t cs;
+    return sched_getaffinity(0, sizeof cs, &cs) == 0 && threads <= CPU_COUNT(&cs);
+#endif
+}
+
 static double grid_cost(int batch, int M, int N, int K, int threads, int pm, int pn) {
     long um = (M + ALIGN_M - 1) / ALIGN_M, un = (N + ALIGN_N - 1) / ALIGN_N;
     double m = (double)((um + pm - 1) / pm * ALIGN_M), n = (double)((un + pn - 1) / pn * ALIGN_N);
@@ -116,6 +162,10 @@ void mk_sgemm_batch_par_ep(int trans_a, int trans_b, int batch, int M, int N, in
     if (par) gemm_grid(batch, M, N, K, threads, &pm, &pn);
     tile_ctx t = {trans_a, trans_b, M, N, K, lda, ldb, ldc, pm, pn, stride_a, stride_b,
                   stride_c, stride_out, alpha, beta, A, B, Cin, C, ep, ep_ctx};
+    if (par && batch == 1 && whole_call_wins(M, N, K, threads)) {
+        whole_call(&t, threads);
+        return;
+    }
     long tiles = (long)batch * pm * pn;
     if (!par || tiles == 1) tile_range(&t, 0, tiles);
     else mk_parallel_for(tiles, 1, tile_range, &t);

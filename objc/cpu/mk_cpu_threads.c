@@ -71,6 +71,7 @@ static atomic_int g_spin;              // the current job's threads fit the core
 static atomic_long g_chunks_done;      // chunks of the current job finished
 static atomic_int g_sleepers;          // workers blocked (or about to block) on g_work
 static atomic_int g_caller_sleeps;     // the caller is blocked (or about to block) on g_done
+static atomic_int g_gang;              // the current job is a gang: one chunk per thread
 
 static atomic_int g_threads;           // configured count, 0 = not yet read
 
@@ -109,12 +110,14 @@ static void run_chunks(void) {
                                                    memory_order_acquire))
             continue;                  // c reloaded: someone else claimed, or a new job
         long b = next * g_chunk, e = b + g_chunk < g_n ? b + g_chunk : g_n;
+        int gang = atomic_load_explicit(&g_gang, memory_order_relaxed);
         g_fn(g_ctx, b, e);
         if (atomic_fetch_add(&g_chunks_done, 1) + 1 == total && atomic_load(&g_caller_sleeps)) {
             pthread_mutex_lock(&g_mu);
             pthread_cond_signal(&g_done);
             pthread_mutex_unlock(&g_mu);
         }
+        if (gang) return;              // a gang's chunks wait for each other: never two in a row
         c = atomic_load_explicit(&g_claim, memory_order_acquire);
     }
 }
@@ -190,27 +193,14 @@ static int ensure_workers(int want) {
     return g_nworkers < want ? g_nworkers : want;
 }
 
-void mk_parallel_for(long n, long grain, mk_range_fn fn, void *ctx) {
-    if (n <= 0) return;
-    if (grain < 1) grain = 1;
-    int threads = mk_cpu_threads();
-    long max_parts = (n + grain - 1) / grain;
-    if (threads <= 1 || max_parts <= 1 || pthread_mutex_trylock(&g_busy) != 0) {
-        fn(ctx, 0, n);
-        return;
-    }
-    int nt = max_parts < threads ? (int)max_parts : threads;
-    // many chunks per thread: a thread slowed by other load (or a slower core) takes fewer
-    long parts = (long)nt * MK_CHUNKS_PER_THREAD;
-    if (parts > MK_MAX_CHUNKS) parts = MK_MAX_CHUNKS;
-    long chunk = (n + parts - 1) / parts;
-    if (chunk < grain) chunk = grain;
-    long total = (n + chunk - 1) / chunk;
-
-    int workers = ensure_workers(nt - 1);
+// Posts a job of `total` chunks of `chunk` items to `workers` workers (the caller holds
+// g_busy), runs chunks itself and waits for all of them.
+static void run_job(long n, long chunk, long total, int nt, int workers, int gang,
+                    mk_range_fn fn, void *ctx) {
     int spin = nt <= g_ncores;
     g_fn = fn; g_ctx = ctx; g_n = n; g_chunk = chunk;
     atomic_store_explicit(&g_spin, spin, memory_order_relaxed);
+    atomic_store_explicit(&g_gang, gang, memory_order_relaxed);
     atomic_store_explicit(&g_chunks_done, 0, memory_order_relaxed);
     unsigned long gen = JOB_GEN(atomic_load_explicit(&g_job, memory_order_relaxed)) + 1;
     atomic_store_explicit(&g_claim, CLAIM(gen, total, 0), memory_order_release);
@@ -230,7 +220,43 @@ void mk_parallel_for(long n, long grain, mk_range_fn fn, void *ctx) {
         atomic_store(&g_caller_sleeps, 0);
         pthread_mutex_unlock(&g_mu);
     }
+}
+
+void mk_parallel_for(long n, long grain, mk_range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    int threads = mk_cpu_threads();
+    long max_parts = (n + grain - 1) / grain;
+    if (threads <= 1 || max_parts <= 1 || pthread_mutex_trylock(&g_busy) != 0) {
+        fn(ctx, 0, n);
+        return;
+    }
+    int nt = max_parts < threads ? (int)max_parts : threads;
+    // many chunks per thread: a thread slowed by other load (or a slower core) takes fewer
+    long parts = (long)nt * MK_CHUNKS_PER_THREAD;
+    if (parts > MK_MAX_CHUNKS) parts = MK_MAX_CHUNKS;
+    long chunk = (n + parts - 1) / parts;
+    if (chunk < grain) chunk = grain;
+    long total = (n + chunk - 1) / chunk;
+    run_job(n, chunk, total, nt, ensure_workers(nt - 1), 0, fn, ctx);
     pthread_mutex_unlock(&g_busy);
+}
+
+// Holding the pool: the holder's own jobs run (mk_pool_gang); everyone else's run inline.
+int mk_pool_hold(void) { return mk_cpu_threads() > 1 && pthread_mutex_trylock(&g_busy) == 0; }
+
+void mk_pool_release(void) { pthread_mutex_unlock(&g_busy); }
+
+// n tasks that wait for each other (a threaded BLAS call's jobs), so each needs its own
+// thread: one chunk per thread, never two in a row on one thread. The caller and n - 1
+// workers each claim at most one chunk of the job, so all n run at once (a worker late for
+// an earlier job that claims one of these is one of the n). The caller holds the pool.
+// 0 when done; -1 (nothing run) when n - 1 workers cannot be started.
+int mk_pool_gang(int n, mk_range_fn fn, void *ctx) {
+    if (n <= 1) { if (n == 1) fn(ctx, 0, 1); return 0; }
+    if (n > MK_MAX_THREADS || ensure_workers(n - 1) < n - 1) return -1;
+    run_job(n, 1, n, n, n - 1, 1, fn, ctx);
+    return 0;
 }
 
 // After fork() only the forking thread exists in the child: start the pool afresh there.
@@ -244,6 +270,7 @@ static void after_fork_child(void) {
     atomic_store(&g_chunks_done, 0);
     atomic_store(&g_sleepers, 0);
     atomic_store(&g_caller_sleeps, 0);
+    atomic_store(&g_gang, 0);
 }
 
 __attribute__((constructor)) static void mk_threads_init(void) {

@@ -164,7 +164,7 @@ def bench(
                      (sp.complete({**s, "batch": batch}, f"--batch {batch}") for _, s in cases)]
     except ValueError as e:
         fail(str(e))
-    dtypes = dtype or ["float32"]
+    dtypes = list(dict.fromkeys(dtype or ["float32"]))     # a repeated --dtype runs once
     for d in dtypes:
         if d not in runner.DTYPES:
             fail(f"--dtype {d!r}: use float32 or float16")

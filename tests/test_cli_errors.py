@@ -443,3 +443,13 @@ def test_bench_real_sigint_keeps_whole_rows(tmp_path):
     assert p.returncode == 130, err
     assert err.strip().splitlines()[-1] == (
         f"interrupted: the {len(got)} finished rows of this run were appended to {out}"), err
+
+
+def test_bench_repeated_dtype_or_backend_runs_once(fakes):
+    """--dtype float32 --dtype float32 measured every case twice (two identical rows; a
+    repeated --backend already ran once)."""
+    r = cli("bench", "softmax", "--no-save", "--shape", "4,4", "--dtype", "float32", "--dtype",
+            "float32", "--backend", "cpu", "--backend", "cpu", "--json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert [(x["dtype"], x["backend"]) for x in rows] == [("float32", "cpu")]

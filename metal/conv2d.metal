@@ -200,24 +200,28 @@ inline mk_conv_tap mk_conv_tap_next(mk_conv_tap t, thread const mk_conv_tap& ste
 // the slice, columns wa .. wa+SPAN-1, staged per channel slice with zeros outside the image
 // (so nothing that reads it checks a bound). Its layout comes from the host
 // (gpu/conv2d.py halo_layout, buffer 5: one place decides it): input column wa+u of halo
-// row hr of slice channel cl at Hs[cl*PL + hr*HLD + col(u)]. VEC (stride 1, every row of x
-// 4-aligned alike: W and H*W multiples of 4): chunks stored 4-wide where they were loaded,
-// col(u) = al + u, al = wa & 3 the same for every row; else element by element, col(u) = u,
-// or at stride 2 (H2 > 0) the two column phases apart, (u & 1)*H2 + (u >> 1). Pixel q of a
-// tap column u0 is at col(u0) + q*ES (ES: 1 at strides 1 and 2, else the stride). HLD and PL
-// are chosen there so that the 8 im2col rows x 4 pixels a fragment load reads
-// (mk_conv_halo_step), and with VEC the staging stores, use every bank alike.
+// row hr of slice channel cl at Hs[cl*PL + hr*HLD + col(u) + al]. Staged by VEC:
+//   1 (stride 1, every row of x 4-aligned alike: W and H*W multiples of 4): chunks stored
+//     4-wide where they were loaded, col(u) = u, al = wa & 3 the same for every row;
+//   2 (stride 1, each row of x at its own 4-alignment, NV dividing 32): each 4-wide store
+//     of columns 4*ch .. 4*ch+3 built from the lane's chunk and the next lane's (the row's
+//     next chunk, simd_shuffle_down), col(u) = u, al = 0;
+//   0 (else): element by element, col(u) = u, or at stride 2 (H2 > 0) the two column
+//     phases apart, (u & 1)*H2 + (u >> 1); al = 0.
+// Pixel q of a tap column u0 is at col(u0) + al + q*ES (ES: 1 at strides 1 and 2, else the
+// stride). HLD and PL are chosen there so that the 8 im2col rows x 4 pixels a fragment
+// load reads (mk_conv_halo_step), and the 4-wide staging stores, use every bank alike.
 
 inline int mk_conv_col(int u, constant mk_conv_layout& L)
 {
     return L.H2 != 0 ? (u & 1) * L.H2 + (u >> 1) : u;
 }
 
-// The first input column's place in a VEC halo row (0 otherwise): x's 4-alignment of wa.
+// The first input column's place in a VEC 1 halo row (0 otherwise): x's 4-alignment of wa.
 inline int mk_conv_halo_al(thread const mk_conv_tile& t, constant mk_conv_layout& L,
                            constant mk_conv2d_args& a)
 {
-    return L.VEC != 0 ? (t.q0 * a.stride_w - a.pad_w) & 3 : 0;
+    return L.VEC == 1 ? (t.q0 * a.stride_w - a.pad_w) & 3 : 0;
 }
 
 struct mk_conv_halo {
@@ -303,7 +307,8 @@ inline void mk_conv_gather_restart(thread mk_conv_gather& g, int c0,
 
 // Stage the halo of channels [c0, c0 + CB) of image n (xg: its channel 0 of group g, an
 // offset into x): per (channel, row) the NV aligned 4-wide chunks from the one holding
-// column wa, each element stored at its column's place, 0 outside the image.
+// column wa, stored 4-wide (VEC 1 in place, VEC 2 realigned) or each element at its
+// column's place (VEC 0), 0 outside the image. Every lane runs every pass (VEC 2's shuffle).
 template <typename T>
 inline void mk_conv_halo_stage(threadgroup T* Hs, thread const mk_conv_halo& h,
                                constant mk_conv_layout& L, int c0, int xg,
@@ -312,11 +317,15 @@ inline void mk_conv_halo_stage(threadgroup T* Hs, thread const mk_conv_halo& h,
 {
     typedef typename mk_vec<T>::v4 V;
     const int nch = min(L.CB, v.c1 - c0);
+    const int items = L.HR * L.CB * L.NV;
     int cl = h.cl0, hr = h.hr0, ch = h.ch0;
-    for (int i = tid; i < L.HR * L.CB * L.NV; i += MK_NT) {
+    for (int i0 = 0; i0 < items; i0 += MK_NT) {
         const int ih = h.hlo + hr;
         const bool rin = ih >= 0 && ih < a.H;
-        const bool here = cl < nch;                 // (the last slice may have fewer)
+        // (the last pass may have fewer items, the last slice fewer channels: VEC 1 and 2
+        // store zeros for those, never read, so every lane stores alike)
+        const bool on = i0 + tid < items;
+        const bool here = on && cl < nch;
         const int rowx = xg + ((c0 + cl) * a.H + ih) * a.W + h.wa;   // x offset of column wa
         const int at = (rowx & ~3) + 4 * ch;
         const int u0 = at - rowx;                  // the chunk's first halo column (>= -3)
@@ -334,16 +343,25 @@ inline void mk_conv_halo_stage(threadgroup T* Hs, thread const mk_conv_halo& h,
                 }
             }
         }
-        threadgroup T* d = Hs + cl * L.PL + hr * L.HLD;
-        if (!here) {
-            // a channel past the group's last: not staged, never read
-        } else if (L.VEC != 0) {
+        if (L.VEC != 0) {
             for (int e = 0; e < 4; ++e) {
                 const int w = h.wa + u0 + e;
                 val[e] = rin && w >= 0 && w < a.W ? val[e] : T(0);
             }
+        }
+        if (L.VEC == 2) {
+            // columns 4*ch.. : this chunk's from column 4*ch (element sh) on, the rest from
+            // the next lane's, the row's next chunk (NV divides 32: a row's chunks share a
+            // SIMD-group; the last chunk's tail, past SPAN, is never read)
+            const V nx = simd_shuffle_down(val, ushort(1));
+            const int sh = rowx & 3;
+            val = sh == 0 ? val : sh == 1 ? V(val.yzw, nx.x)
+                : sh == 2 ? V(val.zw, nx.xy) : V(val.w, nx.xyz);
+        }
+        threadgroup T* d = Hs + cl * L.PL + hr * L.HLD;
+        if (L.VEC != 0 && on) {
             *reinterpret_cast<threadgroup V*>(d + 4 * ch) = val;
-        } else {
+        } else if (L.VEC == 0 && here) {
             for (int e = 0; e < 4; ++e) {
                 const int u = u0 + e;
                 const int w = h.wa + u;

@@ -227,6 +227,31 @@ def test_conv2d_small_grid_fills_the_cores(packaged_defaults, family, dtype):
     assert prun.model_of(prof, info).estimate_ms < prun.model_of(prof1, info1).estimate_ms
 
 
+UNALIGNED = [(shape, fam, dt) for shape in ("2,32,14,14,64,3,pad=1", "1,32,29,29,64,3,pad=1",
+                                            "1,16,29,29,32,5,pad=2")
+             for fam in (7, 9) for dt in ("float32", "float16")]
+
+
+@pytest.mark.parametrize("shape,family,dtype", UNALIGNED,
+                         ids=[f"{s}-apple{f}-{d}" for s, f, d in UNALIGNED])
+def test_unaligned_rows_stage_the_halo_without_bank_conflicts(packaged_defaults, shape, family,
+                                                              dtype):
+    """Stride 1 with W not a multiple of 4 (each row of x at its own 4-alignment: W = 14,
+    29): the halo's chunks load 4-wide and each 4-wide store is realigned from the lane's
+    chunk and the next lane's (conv2d.metal VEC 2), so the staging stores have no bank
+    conflict (element by element they had 1.18-1.36) and the loads stay vector."""
+    prof, info = prun.profile_op("conv2d", shape, dtype, family=family, max_groups=0)
+    assert info["config"]["tiles"] == 2, info["config"]
+    (d,) = prof.dispatches
+    where = f"conv2d {shape} apple{family} {dtype}"
+    for kind in ("load", "store"):
+        assert d["threadgroup"][kind]["bank_factor"] == pytest.approx(1.0), (where, kind)
+    assert d["device"]["interior"]["loads"] > 0, where
+    assert d["device"]["interior"]["vector"] >= 0.9, (where, d["device"]["interior"])
+    assert d["device"]["load"]["vector"] >= 0.9, (where, d["device"]["load"])
+    assert d["int_div"]["in_loops"] == 0, (where, d["int_div"])
+
+
 WIDE = [(shape, dt) for shape in ("1,8,29,29,32,5,pad=2", "1,8,29,29,32,3,pad=2,dil=2")
         for dt in ("float32", "float16")]
 

@@ -215,7 +215,7 @@ def test_public_api_runs_these_kernels_on_sim_checked(sim, monkeypatch, tmp_path
 
 # ------------------------------------------------------------------------------ 2-D tiles + halo
 # (shape of x, of w, stride, padding, dilation, whether the call takes the halo): W not a
-# multiple of 4 (rows staged element by element at every alignment), more channels than one
+# multiple of 4 (rows at every alignment, realigned 4-wide: VEC 2), more channels than one
 # slice holds (C=20: 12 + 8 at 3x3), two images; W a multiple of 4 (chunks stored 4-wide in
 # place: 8 + 8 + 4 channels, 5x5, dilation 2 with a partial last tile); stride 2 (column
 # phases), a 7x7/2 stem, a dilation whose one channel just fits tiles.HALO_CAP (one channel
@@ -253,6 +253,24 @@ def test_halo_tiles_two_orders_and_checked(sim, xs, ws, stride, padding, dilatio
         x, w = data(rng, xs, dtype), data(rng, ws, dtype)
         got = run(sim, x, w, bias, stride, padding, dilation, 1, config=cfg)
         check(got, *reference(x, w, bias, stride, padding, dilation, 1), what="float16 checked")
+
+
+def test_halo_stage_modes():
+    """How the halo is staged (conv_op.stage_mode, the layout's VEC): 4-wide in place at
+    stride 1 with W a multiple of 4; 4-wide realigned at stride 1 otherwise when a row's
+    chunks divide a SIMD-group (3x3, 5x5, dilation 2: 4 chunks); element by element where
+    they do not (7x7: 5 chunks; dilation 16: 11) and at stride 2."""
+    cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2, tiles=3)
+    for xs, ws, stride, dil, mode in (((1, 4, 16, 16), (8, 4, 3, 3), 1, 1, 1),
+                                      ((1, 4, 16, 13), (8, 4, 3, 3), 1, 1, 2),
+                                      ((1, 4, 29, 29), (8, 4, 5, 5), 1, 1, 2),
+                                      ((1, 4, 29, 30), (8, 4, 3, 3), 1, 2, 2),
+                                      ((1, 4, 29, 29), (8, 4, 7, 7), 1, 1, 0),
+                                      ((1, 2, 48, 47), (8, 2, 3, 3), 1, 16, 0),
+                                      ((1, 4, 31, 30), (8, 4, 3, 3), 2, 1, 0)):
+        args = make_args(np.zeros(xs), np.zeros(ws), None, stride, 1, dil, 1)
+        assert conv_op.stage_mode(args, 64) == mode, (xs, ws, stride, dil)
+        assert conv_op.halo_layout(args, cfg)["VEC"] == mode, (xs, ws, stride, dil)
 
 
 def test_halo_layout_fits_the_cap_wherever_halo_tiles_run():

@@ -120,8 +120,24 @@ def _rows(R, S, sh, sw, dh, dw, tp, vec):
     return hr, span, nv, h2, 2 * h2 if h2 else (4 * nv if vec else span)
 
 
+def stage_mode(args, bn):
+    """How the halo of a tile of bn/8 x 8 outputs is staged (mk_conv_layout VEC): 1 at
+    stride 1 with W a multiple of 4 (every row of x 4-aligned alike: chunks stored 4-wide
+    where they were loaded); 2 at stride 1 otherwise when a row's chunks divide a
+    SIMD-group (each 4-wide store realigned from the lane's chunk and the next lane's);
+    else 0 (element by element; stride 2 in two column phases)."""
+    a = args
+    if a["stride_w"] != 1:
+        return 0
+    if a["W"] % 4 == 0:
+        return 1
+    nv = _rows(a["R"], a["S"], 1, 1, a["dil_h"], a["dil_w"], bn // 8, 2)[2]
+    return 2 if 32 % nv == 0 else 0
+
+
 @functools.lru_cache(maxsize=256)
-def _layout(R, S, sh, sw, dh, dw, tp, cg, bk, elem, cap, vec):
+def _layout(R, S, sh, sw, dh, dw, tp, cg, bk, elem, cap, mode):
+    vec = mode != 0
     hr, span, nv, h2, width = _rows(R, S, sh, sw, dh, dw, tp, vec)
     es = 1 if h2 else sw
     word = 4 // elem
@@ -159,25 +175,21 @@ def _layout(R, S, sh, sw, dh, dw, tp, cg, bk, elem, cap, vec):
         raise ValueError(f"conv2d halo: one channel's plane of {pl} elements exceeds the {cap} "
                          "staged (uses_halo should have refused this call: halo_plane)")
     return dict(HLD=hld, PL=pl, H2=h2, ES=es, CB=_channels(pl, cap, bk, cg), HR=hr, NV=nv,
-                SPAN=span, VEC=int(vec))
+                SPAN=span, VEC=mode)
 
 
 def halo_layout(args, cfg, dtype="float32"):
     """The halo layout of a 2-D tile of BN/8 x 8 outputs (metal/conv2d.metal
     mk_conv_layout, buffer 5): rows, row and channel pitches, stride-2 phase offset, pixel
-    step, channels per slice, chunks per row, columns, whether chunks are stored 4-wide in
-    place (stride 1 with W a multiple of 4: every row of x starts 4-aligned alike). The pitches are searched so that the simd
-    kernel's fragment reads and those stores have no bank conflict (32 x 4-byte banks)."""
+    step, channels per slice, chunks per row, columns, the staging mode (stage_mode). The
+    pitches are searched so that the simd kernel's fragment reads and the 4-wide staging
+    stores (modes 1 and 2: aligned, at their chunk's place) have no bank conflict (32 x
+    4-byte banks)."""
     a = args
     return _layout(a["R"], a["S"], a["stride_h"], a["stride_w"], a["dil_h"], a["dil_w"],
                    cfg["BN"] // 8, max(1, a["C"] // a["groups"]), cfg["BK"],
-                   int(np.dtype(dtype_name(dtype)).itemsize), tiles.HALO_CAP, in_place(a))
-
-
-def in_place(args):
-    """Whether halo chunks are stored 4-wide where they were loaded (mk_conv_layout VEC):
-    stride 1 with W a multiple of 4, so every row of x starts 4-aligned alike."""
-    return args["stride_w"] == 1 and args["W"] % 4 == 0
+                   int(np.dtype(dtype_name(dtype)).itemsize), tiles.HALO_CAP,
+                   stage_mode(a, cfg["BN"]))
 
 
 def weight_rows(w, args):
@@ -229,12 +241,12 @@ def split_k(args, cfg, groups, slice_channels, cores):
 
 def halo_plane(args, bn, used=False):
     """Threadgroup elements one input channel's halo takes for a 2-D tile of bn/8 x 8
-    outputs: its rows x its least row width as halo_layout stages it (in place: whole
-    4-wide chunks), so the layout fits tiles.HALO_CAP when this does; `used`: the rows x
+    outputs: its rows x its least row width as halo_layout stages it (stage_mode 1 and 2:
+    whole 4-wide chunks), so the layout fits tiles.HALO_CAP when this does; `used`: the rows x
     the columns the taps read (what AUTO_HALO_PER_TAP weighs)."""
     a = args
     hr, span, _, _, width = _rows(a["R"], a["S"], a["stride_h"], a["stride_w"], a["dil_h"],
-                                  a["dil_w"], bn // 8, in_place(a))
+                                  a["dil_w"], bn // 8, stage_mode(a, bn))
     return hr * (span + (span & 1 if a["stride_w"] == 2 else 0) if used else width)
 
 

@@ -246,8 +246,7 @@ def test_unaligned_rows_stage_the_halo_without_bank_conflicts(packaged_defaults,
     where = f"conv2d {shape} apple{family} {dtype}"
     for kind in ("load", "store"):
         assert d["threadgroup"][kind]["bank_factor"] == pytest.approx(1.0), (where, kind)
-    assert d["device"]["interior"]["loads"] > 0, where
-    assert d["device"]["interior"]["vector"] >= 0.9, (where, d["device"]["interior"])
+    # every load, edge threadgroups too (small grids may have no interior one)
     assert d["device"]["load"]["vector"] >= 0.9, (where, d["device"]["load"])
     assert d["int_div"]["in_loops"] == 0, (where, d["int_div"])
 

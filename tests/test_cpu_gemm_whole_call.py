@@ -1,6 +1,7 @@
 """The cpu GEMM's whole-call path (objc/cpu/mk_cpu_gemm_par.c whole_call_wins: M, N, K >=
-1024 on 2..8 threads, no more than the cores): ONE threaded OpenBLAS call whose jobs run on
-our pool's gang (mk_cpu_blas.c), with C copied in and the fused activation applied after it.
+1024 on 2..8 threads, M*N*K up to 2 x 1024^3 at 2-3 threads and 2048^3 at 4-8, no more than
+the cores): ONE threaded OpenBLAS call whose jobs run on our pool's gang (mk_cpu_blas.c),
+with C copied in and the fused activation applied after it.
 Checked against float64: every operand form, alpha / beta / C, bias + activation, and calls
 from several Python threads at once (then OpenBLAS's global thread count is raised while
 other threads' single-threaded tile calls run: those must still finish, right)."""

@@ -107,17 +107,17 @@ static void whole_call(const tile_ctx *t, int threads) {
 // one build, interleaved, results/cpu-threads-xeon16/session8/): whole call / grid time at
 // 2 and 8 threads: 1024^2 0.78 / 0.76, 2048^2 1.03 / 0.75, 4096^2 - / 1.04; at 16 threads
 // 1024-4096^2 0.97-1.07 (even: the grid stays); 512^2 1.01-1.04 at 2-16 threads, GPT-2's
-// linears (256 rows) 0.88-1.04 at 2 threads and 1.09-2.3 at 8-16: there the grid stays. Not on more threads than cores (its
-// jobs wait for each other) nor on macOS (Accelerate threads itself: not measured).
+// linears (256 rows) 0.88-1.04 at 2 threads and 1.09-2.3 at 8-16: there the grid stays.
+// So: up to 1024^2-sized products at 2-3 threads, 2048^2 at 4-8 (session 8's final tables
+// read 4096^2 at 2 threads 0.92 and 0.89 x numpy by the whole call, session 7's grid 1.01
+// and 1.00). Not on more threads than cores (its jobs wait for each other) nor on macOS
+// (Accelerate threads itself: not measured).
 static int whole_call_wins(int M, int N, int K, int threads) {
 #ifdef __APPLE__
     (void)M; (void)N; (void)K; (void)threads;
     return 0;
 #else
     if (threads > 8 || M < 1024 || N < 1024 || K < 1024) return 0;
-    // Larger products stay on the grid: whole call / grid 2048^2 1.03 at 2 threads, 4096^2
-    // 1.04 at 8 (above); session 8's final tables read 4096^2 at 2 threads 0.92 and 0.89 x
-    // numpy by the whole call where session 7's grid read 1.01 and 1.00.
     if ((double)M * N * K > (threads >= 4 ? 2048.0 * 2048 * 2048 : 2.0 * 1024 * 1024 * 1024))
         return 0;
     cpu_set_t cs;

@@ -51,22 +51,31 @@ def rows(x, name, op):
 def row_strided(x):
     """Whether ndarray x (size > 0) reads as rows of contiguous elements at non-negative
     strides that are whole elements, spanning fewer than 2**31 elements (int32 strides)."""
-    es = x.itemsize
-    if x.size == 0 or x.ndim == 0 or (x.shape[-1] > 1 and x.strides[-1] != es):
+    if x.size == 0 or x.ndim == 0 or (x.shape[-1] > 1 and x.strides[-1] != x.itemsize):
         return False
-    span = 1
-    for n, st in zip(x.shape, x.strides):
-        if n > 1:
+    n = _elements_spanned(x)
+    return n is not None and n < INT32_LIMIT
+
+
+def _elements_spanned(x):
+    """Elements from x's first to its last (1 + each dimension's reach), or None where a
+    dimension of more than one element has a negative stride or one of part of an element."""
+    es = x.itemsize
+    n = 1
+    for d, st in zip(x.shape, x.strides):
+        if d > 1:
             if st < 0 or st % es:
-                return False
-            span += (n - 1) * (st // es)
-    return span < INT32_LIMIT
+                return None
+            n += (d - 1) * (st // es)
+    return n
 
 
 def span(x):
     """The C-contiguous 1-D view of the memory from a row_strided array's first element to
     its last, what the kernels' pointer and the buffer protocol take."""
-    n = 1 + sum((d - 1) * (st // x.itemsize) for d, st in zip(x.shape, x.strides) if d > 1)
+    n = _elements_spanned(x)
+    if n is None:
+        raise ValueError(f"span: strides {x.strides} are not whole non-negative elements")
     return np.lib.stride_tricks.as_strided(x, (n,), (x.itemsize,),
                                            writeable=x.flags.writeable)
 

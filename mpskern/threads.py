@@ -2,6 +2,7 @@
 or 0: one per core), or set_num_threads() at any time. One pool serves every op; BLAS runs
 single-threaded inside it (objc/cpu/mk_cpu_threads.c, mk_cpu_blas.c)."""
 import os
+import re
 import warnings
 
 from mpskern import _args, _native
@@ -17,7 +18,7 @@ def set_num_threads(n):
     Parameters
     ----------
     n : int
-        0: one per core; more than 256 is taken as 256.
+        0: one per core; at most 256 (the most threads the pool runs).
 
     Returns
     -------
@@ -30,7 +31,10 @@ def set_num_threads(n):
         mk.set_num_threads(0)                # back to one per core
     """
     n = _args.whole(n, "n", "set_num_threads", 0, " (0: one thread per core)")
-    _native.cpu_set_num_threads(min(n, MAX_THREADS))
+    if n > MAX_THREADS:
+        raise ValueError(f"set_num_threads: n={n} is more than {MAX_THREADS}, the most threads "
+                         f"mpskern's pool runs; pass at most {MAX_THREADS} (0: one per core)")
+    _native.cpu_set_num_threads(n)
 
 
 def get_num_threads():
@@ -48,20 +52,27 @@ def get_num_threads():
     return _native.cpu_get_num_threads()
 
 
+_WHOLE = re.compile(r"[ \t]*\+?[0-9]+[ \t]*")   # what the C side's atoi() reads in full
+
+
 def _check_env():
-    """The C side reads the variable with atoi(), which would take 'abc' or '-2' as 0
-    (one thread per core) without a word: say so here instead."""
+    """The C side reads the variable with atoi() when the first op runs, which would take
+    'abc' or '-2' as 0 (one thread per core), '4abc' as 4 and 99999999999 as whatever its
+    int wraps to, without a word. Where the value is not a count from 0 to MAX_THREADS,
+    say so and set what the warning says instead."""
     v = os.environ.get(ENV)
     if v is None or v.strip() == "":
         return
-    try:
-        ok = int(v) >= 0
-    except ValueError:
-        ok = False
-    if not ok:
-        warnings.warn(f"mpskern: {ENV}={v!r} is not a whole number >= 0; give a thread count "
-                      f"such as {ENV}=4 (0 or unset: one thread per core)", RuntimeWarning,
-                      stacklevel=3)
+    if not _WHOLE.fullmatch(v):
+        use, why = 0, "is not a whole number >= 0"
+    elif int(v) > MAX_THREADS:
+        use, why = MAX_THREADS, f"is more than {MAX_THREADS}, the most threads the pool runs"
+    else:
+        return
+    warnings.warn(f"mpskern: {ENV}={v!r} {why}; using "
+                  f"{'one thread per core' if use == 0 else use}: give a thread count such as "
+                  f"{ENV}=4 (0 or unset: one thread per core)", RuntimeWarning, stacklevel=3)
+    _native.cpu_set_num_threads(use)
 
 
 _check_env()

@@ -29,11 +29,16 @@ def test_set_num_threads_is_used_and_results_stay_right(restore_threads, n):
     assert reference.max_error(got, ref) <= reference.tolerance(np.float32, 16 * 9)
 
 
-def test_zero_means_one_per_core_and_large_counts_are_capped(restore_threads):
+def test_zero_means_one_per_core_and_counts_past_the_pool_are_refused(restore_threads):
     mpskern.set_num_threads(0)
     assert mpskern.get_num_threads() == min(os.cpu_count(), 256)
-    mpskern.set_num_threads(10 ** 6)
+    mpskern.set_num_threads(256)
     assert mpskern.get_num_threads() == 256
+    mpskern.set_num_threads(3)
+    for n in (257, 10 ** 6):
+        with pytest.raises(ValueError, match=f"n={n} is more than 256.*pass at most 256"):
+            mpskern.set_num_threads(n)
+        assert mpskern.get_num_threads() == 3
 
 
 @pytest.mark.parametrize("bad, err, msg", [
@@ -66,3 +71,20 @@ def test_a_malformed_environment_variable_is_reported(value):
     n, err = _threads_in_child(value)
     assert n == min(os.cpu_count(), 256)
     assert f"MPSKERN_NUM_THREADS={value!r} is not a whole number >= 0" in err
+
+
+@pytest.mark.parametrize("value, want, msg", [
+    ("4abc", None, "is not a whole number >= 0; using one thread per core"),   # atoi: 4
+    ("1.5", None, "is not a whole number >= 0; using one thread per core"),    # atoi: 1
+    ("99999", 256, "is more than 256, the most threads the pool runs; using 256"),
+    ("99999999999", 256, "is more than 256, the most threads the pool runs; using 256"),
+    (" 3 ", 3, None), ("+2", 2, None), ("256", 256, None)])
+def test_the_environment_count_is_what_the_warning_says(value, want, msg):
+    """Every value the C side's atoi() would read otherwise than as written is reported, and
+    the count used is the one the warning names; the values it reads in full are silent."""
+    n, err = _threads_in_child(value)
+    assert n == (min(os.cpu_count(), 256) if want is None else want)
+    if msg is None:
+        assert "MPSKERN_NUM_THREADS" not in err
+    else:
+        assert f"MPSKERN_NUM_THREADS={value!r} {msg}" in err

@@ -90,7 +90,8 @@ def test_an_op_result_kept_by_the_caller_is_not_overwritten():
     np.testing.assert_allclose(y3, x @ w2.T, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("value,ok", [("0", True), ("12", True), ("lots", False)])
+@pytest.mark.parametrize("value,ok", [("0", True), ("12", True), ("", True), (" 12 ", True),
+                                      ("lots", False), ("-1", False), ("1_0", False)])
 def test_the_pool_size_setting(tmp_path, value, ok):
     code = ("import numpy as np, mpskern; from mpskern import _outputs as o; "
             "a = mpskern.softmax(np.zeros((2048, 1024), np.float32)); print(o.held()[0])")
@@ -100,4 +101,5 @@ def test_the_pool_size_setting(tmp_path, value, ok):
         assert r.returncode == 0, r.stderr
         assert r.stdout.strip() == ("0" if value == "0" else "1")
     else:
-        assert r.returncode != 0 and "MPSKERN_OUTPUT_POOL_MB='lots'" in r.stderr
+        assert r.returncode != 0          # -1 was taken as 0 (off), '' refused, 1_0 as 10
+        assert f"MPSKERN_OUTPUT_POOL_MB={value!r}: give a whole number of MiB >= 0" in r.stderr

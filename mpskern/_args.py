@@ -58,8 +58,7 @@ def row_strided(x):
 
 
 def _elements_spanned(x):
-    """Elements from x's first to its last (1 + each dimension's reach), or None where a
-    dimension of more than one element has a negative stride or one of part of an element."""
+    """Elements from x's first to its last, or None where a stride is negative or partial."""
     es = x.itemsize
     n = 1
     for d, st in zip(x.shape, x.strides):
@@ -73,8 +72,7 @@ def _elements_spanned(x):
 def span(x):
     """The C-contiguous 1-D view of the memory from a row_strided array's first element to
     its last, what the kernels' pointer and the buffer protocol take."""
-    n = _elements_spanned(x)
-    if n is None:
+    if (n := _elements_spanned(x)) is None:
         raise ValueError(f"span: strides {x.strides} are not whole non-negative elements")
     return np.lib.stride_tricks.as_strided(x, (n,), (x.itemsize,),
                                            writeable=x.flags.writeable)

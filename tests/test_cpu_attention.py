@@ -2,7 +2,8 @@
 (mpskern.reference.scaled_dot_product_attention, torch's math formulation) with the one
 tolerance rule: odd L/S/E across several query (128) and key (256) blocks, masks of every
 broadcast form, causal with L < S and L > S, grouped-query heads, rows with nothing to
-attend to, NaN/inf inputs, empty sizes, float16, 1 and 2 threads; peak memory of an
+attend to, NaN/inf inputs, empty sizes, float16, 1, 2 and 16 threads (at 16 the kernel cuts
+fewer (batch, head)s into 64- or 32-row query blocks: query_rows()); peak memory of an
 8192 x 8192 self-attention; argument errors."""
 import itertools
 
@@ -14,6 +15,16 @@ from mpskern import _native
 from mpskern.bench import peak_rss
 
 DTYPES = [np.float32, np.float16]
+
+
+@pytest.fixture(params=[1, 2, 16])
+def threads(request):
+    """conftest's fixture plus 16 threads, where the query blocks get smaller (fewer than 3
+    tasks of 128 rows per thread: 64 or 32 rows), restored after."""
+    old = _native.cpu_get_num_threads()
+    _native.cpu_set_num_threads(request.param)
+    yield request.param
+    _native.cpu_set_num_threads(old)
 
 
 def run_check(rng, dtype, dims, mask=None, mask_shape=None, causal=False, scale=None, kv_batch=None):
@@ -147,12 +158,12 @@ def test_thread_count_does_not_change_the_bits(dtype):
     old = _native.cpu_get_num_threads()
     try:
         outs = []
-        for n in (1, 2):
+        for n in (1, 2, 16):              # 128-, 128- and 32-row query blocks
             _native.cpu_set_num_threads(n)
             outs.append(T.run_cpu(q, k, v, m, True))
     finally:
         _native.cpu_set_num_threads(old)
-    assert outs[0].tobytes() == outs[1].tobytes()
+    assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
 
 
 PEAK_SETUP = """

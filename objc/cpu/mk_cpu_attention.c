@@ -1,7 +1,8 @@
 // mk_cpu_attention.c: scaled_dot_product_attention (mk_attention_args) on the CPU, blocked as
-// flash attention: a task owns QB query rows of one (batch, head) and walks the keys in
-// blocks of KB. Per key block, our own micro-kernels (mk_cpu_attention_tiles.h, no BLAS call:
-// OpenBLAS re-packed both operands of every 128x256x64 block, ~80% of the time): the scores
+// flash attention: a task owns QB query rows (or fewer: query_rows()) of one (batch, head)
+// and walks the keys in blocks of KB. Per key block, our own micro-kernels
+// (mk_cpu_attention_tiles.h, no BLAS call: OpenBLAS re-packed both operands of every
+// 128x256x64 block, ~80% of the time): the scores
 // S^T = scale * K Q^T (KB x QB, transposed: Q packed once per task, K read in place), the
 // online-softmax update lane-wise over the queries (mask, running max m and sum l, S -> exp(S -
 // m)), then O = alpha O + P V with the rescale by exp(m_old - m) fused into the tile's store.
@@ -36,7 +37,8 @@
 #include <math.h>
 #include <string.h>
 
-#define QB 128   // query rows per task
+#define QB 128   // query rows per task, at most (query_rows())
+#define QB_MIN 32
 #define KB 256   // keys per block
 
 typedef struct {
@@ -45,7 +47,8 @@ typedef struct {
     const void *q, *k, *v, *mask;
     void *out;
     long nqb;          // query blocks per (batch, head)
-    int qb, kb;        // rows of a query block, keys of a key block (QB, KB or less)
+    int rows;          // query rows per block (query_rows())
+    int qb, kb;        // rows of a query block, keys of a key block (rows, KB or less)
     long ld;           // qb rounded up to the micro-kernels' query panel
     int failed;
 } at_ctx;
@@ -249,11 +252,22 @@ static void attend_range(void *vc, long begin, long end) {
         // the last query blocks first: under causal they have the most keys, and the pool
         // hands out chunks in order, so the long tasks do not come last
         long qblk = t->nqb - 1 - it % t->nqb;
-        int i0 = (int)(qblk * QB);
-        int nq = a->L - i0 < QB ? a->L - i0 : QB;
+        int i0 = (int)(qblk * t->rows);
+        int nq = a->L - i0 < t->rows ? a->L - i0 : t->rows;
         attend_block(t, &w, (int)(bh / a->Hq), (int)(bh % a->Hq), i0, nq);
     }
     mk_free(buf);
+}
+
+// Query rows per task: QB, halved (down to QB_MIN) while there are fewer than 3 tasks per
+// thread. GPT-2 small's 12 heads x 256 rows are 24 tasks of 128 rows: at 16 threads, with
+// causal's tasks of 1 and 2 units, the last ones end at 3 units where 36 / 16 = 2.25 would do;
+// 64-row tasks end near 8 of their units (= 4 of the 128-row ones') of 120 / 16 = 7.5.
+static int query_rows(const mk_attention_args *a) {
+    long bh = (long)a->B * a->Hq, want = 3L * mk_cpu_threads();
+    int rows = QB;
+    while (rows > QB_MIN && bh * ((a->L + rows - 1) / rows) < want) rows /= 2;
+    return rows;
 }
 
 static mk_status check_args(const mk_attention_args *a) {
@@ -285,8 +299,9 @@ mk_status mk_cpu_attention(const mk_attention_args *a, int dtype, const void *q,
         if (a->E > 0) { MK_CHECK_PTR(q); MK_CHECK_PTR(k); }
         if (a->mask != MK_ATTN_MASK_NONE) MK_CHECK_PTR(mask);
     }
-    at_ctx t = {a, dtype, q, k, v, mask, out, (a->L + QB - 1) / QB,
-                a->L < QB ? a->L : QB, a->S < KB ? (a->S > 0 ? a->S : 1) : KB, 0, 0};
+    int rows = query_rows(a);
+    at_ctx t = {a, dtype, q, k, v, mask, out, (a->L + rows - 1) / rows, rows,
+                a->L < rows ? a->L : rows, a->S < KB ? (a->S > 0 ? a->S : 1) : KB, 0, 0};
     int nr = mk_attn_tiles()->nr;
     t.ld = (t.qb + nr - 1) / nr * nr;
     long items = (long)a->B * a->Hq * t.nqb;

@@ -73,6 +73,18 @@ void mk_sgemm_batch_par_ep(int trans_a, int trans_b, int batch, int M, int N, in
 // MK_ACT_* code (an int).
 void mk_activate_tile(void *ep_ctx, float *C, int ldc, int rows, int cols);
 
+/* ---- our own AVX-512 float32 GEMM (mk_cpu_sgemm_avx512.c): the batched GEMM above with the
+   activation act (MK_ACT_*) in its store; Cin NULL: C is read in place. 0 (nothing done)
+   where the CPU or build has no AVX-512 or memory is short. MPSKERN_CPU_GEMM (read per call:
+   auto, own, grid, whole) forces a GEMM path for tests and A/B benchmarks; -1 when it is
+   none of these. */
+int mk_own_sgemm_batch(int trans_a, int trans_b, int batch, int M, int N, int K, float alpha,
+                       const float *A, int lda, long stride_a, const float *B, int ldb,
+                       long stride_b, float beta, const float *Cin, long stride_c, float *C,
+                       int ldc, long stride_out, int act);
+enum { MK_GEMM_AUTO, MK_GEMM_OWN, MK_GEMM_GRID, MK_GEMM_WHOLE };
+int mk_gemm_path(void);
+
 /* ---- fused activations (mk_cpu_activation.c): y[i] = act(y[i]) in place, act = MK_ACT_*
    (MK_ACT_NONE: nothing); for the pass that writes a gemm / conv2d output. */
 void mk_activate(float *y, long n, int act);

@@ -143,6 +143,9 @@ RV_ATTR static void RV_NAME(act_tile)(float *y, long ld, int rows, long cols, in
     }
 }
 
+// MK_ACT_KEEP: the including file applies the ACT_* macros to registers itself (the store of
+// mk_cpu_sgemm_avx512.c's micro-kernel); they then stay defined to the end of that file.
+#ifndef MK_ACT_KEEP
 #undef ACT_SEL
 #undef ACT_SIGN
 #undef ACT_ABS
@@ -158,3 +161,4 @@ RV_ATTR static void RV_NAME(act_tile)(float *y, long ld, int rows, long cols, in
 #undef ACT_GELU
 #undef ACT_TILE_LOOP
 #include "mk_cpu_vec_undef.h"
+#endif

@@ -3,6 +3,7 @@
 // The fused activation (a->activation) is applied by the pass that writes the output: to each
 // tile right after its BLAS call (mk_sgemm_par_ep), or to each row before float16 conversion.
 #include "mk_cpu.h"
+#include <stdlib.h>
 #include <string.h>
 
 // copy an r x c block with leading dims lds/ldd, converting as needed
@@ -76,6 +77,9 @@ static mk_status check_args(const mk_gemm_args *a) {
             "trans_a=%d trans_b=%d", a->lda, a->ldb, a->ldc, a->M, a->N, a->K, a->trans_a, a->trans_b);
     if (a->stride_a < 0 || a->stride_b < 0 || a->stride_c < 0 || a->stride_out < 0)
         return mk_set_error(MK_ERR_INVALID, "mk_cpu_gemm: negative batch stride");
+    if (mk_gemm_path() < 0)
+        return mk_set_error(MK_ERR_INVALID, "mk_cpu_gemm: MPSKERN_CPU_GEMM=%s: expected auto, "
+                            "own, grid or whole", getenv("MPSKERN_CPU_GEMM"));
     if (a->activation < MK_ACT_NONE || a->activation > MK_ACT_SILU)
         return mk_set_error(MK_ERR_INVALID, "mk_cpu_gemm: activation %d is not MK_ACT_*", a->activation);
     return MK_OK;

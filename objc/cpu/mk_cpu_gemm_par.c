@@ -9,12 +9,15 @@
 // each tile by the thread that computes it (was a single-threaded copy before the GEMM).
 // Large square-ish GEMMs on up to 8 threads go to BLAS as ONE threaded call instead
 // (whole_call_wins): its threads share one packed B where our tiles pack their own; its
-// jobs run on our pool (mk_cpu_blas.c).
+// jobs run on our pool (mk_cpu_blas.c). On AVX-512 CPUs our own kernel
+// (mk_cpu_sgemm_avx512.c: one packed B for all threads, the activation in its store) takes
+// the GEMMs own_wins() names.
 #define _GNU_SOURCE   // sched_getaffinity
 #include "mk_cpu.h"
 
 #include <math.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MIN_PAR_FLOPS 4e6   // below this one call beats waking the pool...
@@ -125,6 +128,25 @@ static int whole_call_wins(int M, int N, int K, int threads) {
 #endif
 }
 
+// MPSKERN_CPU_GEMM, read per call (tests and same-build A/B benchmarks): auto (the rules
+// here), own (our AVX-512 kernel wherever it can run: an AVX-512 CPU, no epilogue but the
+// activation), grid (BLAS tiles only), whole (one threaded BLAS call wherever it can run)
+int mk_gemm_path(void) {
+    const char *e = getenv("MPSKERN_CPU_GEMM");
+    if (!e || !*e || !strcmp(e, "auto")) return MK_GEMM_AUTO;
+    if (!strcmp(e, "own")) return MK_GEMM_OWN;
+    if (!strcmp(e, "grid")) return MK_GEMM_GRID;
+    if (!strcmp(e, "whole")) return MK_GEMM_WHOLE;
+    return -1;
+}
+
+// The GEMMs our own kernel takes by default: none yet (its device A/B is not done; it runs
+// under MPSKERN_CPU_GEMM=own).
+static int own_wins(int batch, int M, int N, int K, int threads) {
+    (void)batch; (void)M; (void)N; (void)K; (void)threads;
+    return 0;
+}
+
 static double grid_cost(int batch, int M, int N, int K, int threads, int pm, int pn) {
     long um = (M + ALIGN_M - 1) / ALIGN_M, un = (N + ALIGN_N - 1) / ALIGN_N;
     double m = (double)((um + pm - 1) / pm * ALIGN_M), n = (double)((un + pn - 1) / pn * ALIGN_N);
@@ -158,16 +180,23 @@ void mk_sgemm_batch_par_ep(int trans_a, int trans_b, int batch, int M, int N, in
                            int ldb, long stride_b, float beta, const float *Cin, long stride_c,
                            float *C, int ldc, long stride_out, mk_tile_fn ep, void *ep_ctx) {
     if (batch <= 0 || M <= 0 || N <= 0) return;
-    int threads = mk_cpu_threads();
+    int threads = mk_cpu_threads(), path = mk_gemm_path();
     int pm = 1, pn = 1;
     if (Cin == C && stride_c == stride_out) Cin = NULL;      // C is the output: nothing to copy
     if (beta == 0.0f) Cin = NULL;
+    if ((ep == NULL || ep == mk_activate_tile) &&
+        (path == MK_GEMM_OWN || (path == MK_GEMM_AUTO && own_wins(batch, M, N, K, threads))) &&
+        mk_own_sgemm_batch(trans_a, trans_b, batch, M, N, K, alpha, A, lda, stride_a, B, ldb,
+                           stride_b, beta, Cin, stride_c, C, ldc, stride_out,
+                           ep ? *(const int *)ep_ctx : MK_ACT_NONE))
+        return;
     int par = threads > 1 && (2.0 * M * N * K * batch >= MIN_PAR_FLOPS ||
                               (long)M * N * batch >= MIN_PAR_OUT);
     if (par) gemm_grid(batch, M, N, K, threads, &pm, &pn);
     tile_ctx t = {trans_a, trans_b, M, N, K, lda, ldb, ldc, pm, pn, stride_a, stride_b,
                   stride_c, stride_out, alpha, beta, A, B, Cin, C, ep, ep_ctx};
-    if (par && batch == 1 && whole_call_wins(M, N, K, threads)) {
+    if (par && batch == 1 && path != MK_GEMM_GRID &&
+        (path == MK_GEMM_WHOLE || whole_call_wins(M, N, K, threads))) {
         whole_call(&t, threads);
         return;
     }

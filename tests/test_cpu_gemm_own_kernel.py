@@ -22,12 +22,7 @@ def own(monkeypatch):
     monkeypatch.setenv("MPSKERN_CPU_GEMM", "own")
 
 
-@pytest.fixture(params=[1, 2, 8, 16])
-def threads(request):
-    before = mpskern.get_num_threads()
-    mpskern.set_num_threads(request.param)
-    yield request.param
-    mpskern.set_num_threads(before)
+THREADS = pytest.mark.parametrize("threads", [1, 2, 8, 16], indirect=True)   # conftest's
 
 
 def _op(x, t):
@@ -47,6 +42,7 @@ def _check(got, want, K, what):
                                    (1, 300, 513), (193, 95, 255)])
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, False), (False, True),
                                              (True, True)])
+@THREADS
 def test_shapes_and_operand_forms(threads, M, N, K, trans_a, trans_b):
     rng = np.random.default_rng(M * 1000 + N * 7 + K)
     a = refs.rand((K, M) if trans_a else (M, K), F, rng)
@@ -57,6 +53,7 @@ def test_shapes_and_operand_forms(threads, M, N, K, trans_a, trans_b):
 
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("M,N,K", [(33, 47, 64), (257, 255, 300)])
+@THREADS
 def test_alpha_beta_c_activation(threads, act, M, N, K):
     rng = np.random.default_rng(5)
     a, b, c = refs.rand((M, K), F, rng), refs.rand((K, N), F, rng), refs.rand((M, N), F, rng)
@@ -71,6 +68,7 @@ def test_alpha_beta_c_activation(threads, act, M, N, K):
 
 
 @pytest.mark.parametrize("K", [7, 300])
+@THREADS
 def test_beta_zero_clears_nan(threads, K):
     rng = np.random.default_rng(6)
     a, b = refs.rand((45, K), F, rng), refs.rand((K, 70), F, rng)
@@ -80,6 +78,7 @@ def test_beta_zero_clears_nan(threads, K):
 
 
 @pytest.mark.parametrize("K", [5, 256, 700])
+@THREADS
 def test_strided_operands_and_out(threads, K):
     rng = np.random.default_rng(7)
     M, N = 50, 77
@@ -94,6 +93,7 @@ def test_strided_operands_and_out(threads, K):
 
 
 @pytest.mark.parametrize("act", ACTS)
+@THREADS
 def test_linear_bias(threads, act):
     rng = np.random.default_rng(8)
     x, w, bias = refs.rand((3, 37, 96), F, rng), refs.rand((45, 96), F, rng), refs.rand(45, F, rng)
@@ -102,6 +102,7 @@ def test_linear_bias(threads, act):
 
 
 @pytest.mark.parametrize("act", ACTS)
+@THREADS
 def test_batch(threads, act):
     rng = np.random.default_rng(9)
     a, b = refs.rand((3, 29, 70), F, rng), refs.rand((3, 70, 41), F, rng)

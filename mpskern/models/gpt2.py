@@ -113,3 +113,10 @@ def flops(s):
     B, T, C, L, V = s["batch"], s["seq"], s["width"], s["layers"], s["vocab"]
     per_layer = 2 * B * T * C * (3 * C + C + 8 * C) + 4 * B * T * T * C
     return L * per_layer + 2 * B * T * C * V
+
+
+def activations(s):
+    """Elements forward() holds at once at most: the logits and a layer's buffers (the
+    residual stream, qkv, attention output, the 4x-wide MLP), attention's scores not (fused);
+    Model.footprint's estimate, before anything is allocated."""
+    return s["batch"] * s["seq"] * (s["vocab"] + 9 * s["width"])

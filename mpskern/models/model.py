@@ -6,12 +6,12 @@ a network exactly as one op (the results' op name is the model's name).
 One network module (resnet.py, gpt2.py, unet.py) holds: params(s, rng, dtype) (random
 weights, torch/HF/diffusers names), inputs(s, rng, dtype) (a dict), prepare(P) (the
 weights forward() takes: folded, split), forward(kit, W, *inputs, s) (mpskern + numpy, on a
-mpskern/models/kit.py Kit), torch_forward(F, P, *inputs, s) (torch.nn.functional) and
-flops(s)."""
+mpskern/models/kit.py Kit), torch_forward(F, P, *inputs, s) (torch.nn.functional),
+flops(s) and activations(s) (elements of the largest tensors a layer holds at once)."""
 import numpy as np
 
 from mpskern.models.kit import Kit
-from mpskern.ops.op import Op
+from mpskern.ops.op import Op, _ShapeRng
 from mpskern.structs import Cost
 
 
@@ -54,9 +54,16 @@ class Model(Op):
         return {"params": P, "weights": self.module.prepare(P), **inp, "p": dict(s)}
 
     def footprint(self, s, dtype):
-        """Unknown (None): a network's weights and activations are not the op table's
-        inputs; Op.check_memory then lets it run."""
-        return None
+        """Bytes a bench case at shape `s` holds at once, from the shapes alone (nothing is
+        allocated; Op.check_memory refuses what does not fit): the weights as drawn, as
+        forward() takes them and in float64 (the reference), the inputs and their float64
+        copy, and the largest activations a layer holds (module.activations(s) elements)
+        in the dtype and in float64."""
+        dt = np.dtype(dtype)
+        w = sum(a.size for a in self.module.params(s, _ShapeRng(), dt).values())
+        x = sum(a.size for a in self.module.inputs(s, _ShapeRng(), dt).values())
+        act = self.module.activations(s)
+        return (2 * w + x) * dt.itemsize + (w + x) * 8 + act * (dt.itemsize + 8)
 
     def _names(self, inp):
         return [k for k in inp if k not in ("params", "weights", "p")]

@@ -168,3 +168,10 @@ def flops(s):
         hw = o
     total += 2 * s["classes"] * (s["width"] << 3) * EXPANSION
     return s["batch"] * total
+
+
+def activations(s):
+    """Elements of the tensors a bottleneck of the first stage holds at once (its input,
+    two mid-width results, its output: ~3x the stem's output), the most any layer holds;
+    Model.footprint's estimate, before anything is allocated."""
+    return 3 * s["batch"] * s["width"] * ((s["image"] + 1) // 2) ** 2

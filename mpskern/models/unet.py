@@ -207,3 +207,10 @@ def flops(s):
     transformer = 2 * (2 * N * C * C) + attn1 + attn2 + ff
     down = 2 * 9 * C * C * ((s["size"] + 1) // 2) ** 2
     return B * (s["layers"] * (resnet + transformer) + down)
+
+
+def activations(s):
+    """Elements a transformer layer holds at once at most (the residual, the normed tokens,
+    q/k/v, the GEGLU projection 8C wide and its 4C product), attention's scores not (fused);
+    Model.footprint's estimate, before anything is allocated."""
+    return s["batch"] * (16 * s["channels"] * s["size"] ** 2 + s["context"] * s["ctx_dim"])

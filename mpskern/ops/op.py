@@ -126,6 +126,9 @@ class _ShapeRng:
     def uniform(self, low=0.0, high=1.0, size=None):
         return _Shaped(size)
 
+    def integers(self, low, high=None, size=None, dtype=np.int64):
+        return _Shaped(size, dtype)
+
 
 _INTEGER = re.compile(r"-?[0-9]+")      # re's \d takes every script's digits: spelled out
 

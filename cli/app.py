@@ -17,9 +17,11 @@ class _Context(TyperCommand.context_class):      # (typer >= 0.24 bundles its ow
         width = min(max(shutil.get_terminal_size().columns - 1, 20), 80)
         f = self.formatter_class(width=width, max_width=width)
         write_dl = f.write_dl
-        # the option column takes at most a third: its help keeps >= 2/3 of the width
+        # the option column takes at most a third: its help keeps >= 2/3 of the width;
+        # below 40 columns none (each help under its names): a third of 20 left click 10
+        # columns of help, which cut words ('(repe' 'atable;')
         f.write_dl = lambda rows, col_max=30, col_spacing=2: write_dl(
-            rows, min(col_max, width // 3), col_spacing)
+            rows, min(col_max, width // 3 if width >= 40 else 0), col_spacing)
         return f
 
 

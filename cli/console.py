@@ -8,8 +8,8 @@
   (words; a word longer than the width is cut), down to 20 columns. Tables fit the
   terminal (fit() lists their rows when they cannot; wide() for a pipe or a file).
 - --help is click's plain layout (cli/app.py), folded at the terminal's width too; below
-  40 columns the usage line and an option's names ("-b, --backend <list[str]>") can be
-  wider, as click never breaks them. check-msl prints a compiler's `file:line: message`
+  40 columns each option's help goes under its names, and the usage line and an option's
+  names ("-b, --backend <list[str]>") can be wider, as click never breaks them. check-msl prints a compiler's `file:line: message`
   lines (typer.echo), whole at any width: editors and grep parse them.
 """
 import typer

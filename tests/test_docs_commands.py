@@ -16,8 +16,9 @@ the peer benchmarks need torch (without it, one line naming the install); objc/c
 needs a macOS SDK (without it, one line naming the path; tests/test_shim_build.py runs it); `pip install` and
 `pytest` are what .ci/run itself runs on a fresh clone (here: the extras exist, the pytest
 markers and paths exist, no `python -m pytest`, which would import the checkout's unbuilt
-package); a synopsis with placeholders (FILE, OP, ...) is checked against the command's
---help; docs/macos.md's python needs a Mac (compiled, not run).
+package); a synopsis with placeholders (FILE, OP, ...) and a command in a ```text block
+(shown, too slow to run: profiles) are checked against the command's --help, a literal
+--shape against the op's grammar; docs/macos.md's python needs a Mac (compiled, not run).
 """
 import os
 import pathlib
@@ -34,7 +35,7 @@ import mpskern
 from mpskern import backends
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-DOCS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+DOCS = [ROOT / "README.md", ROOT / "results" / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 PROGRAMS = ("mpskern", "python", "pytest", "pip")
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 INLINE = re.compile(r"`([^`\n]+)`")
@@ -99,9 +100,12 @@ def documented():
             lang, body = m.group(1), m.group(2)
             if lang == "python":
                 found.append(Doc(f"{name}:{line}", [], "python", body))
-            elif lang in SHELL_LANGS:
+            elif lang in SHELL_LANGS + ("text",):
                 for k, ln in enumerate(body.splitlines()):
-                    found += _commands_in(ln, f"{name}:{line + k}")
+                    cmds = _commands_in(ln, f"{name}:{line + k}")
+                    for d in cmds if lang == "text" else ():
+                        d.kind = "synopsis"   # shown, too slow to run (profiles): checked
+                    found += cmds
         prose = FENCE.sub(lambda m: "\n" * m.group(0).count("\n"), text)
         for m in INLINE.finditer(prose):
             line = prose.count("\n", 0, m.start()) + 1
@@ -362,11 +366,16 @@ def _synopsis(doc, cwd):
         sub = argv[1]
         r = _run(_mpskern_argv() + [sub, "--help"], cwd)
         _ok(r, f"{doc.where}: mpskern {sub} --help")
-    for t in argv[2:]:
+    for i, t in enumerate(argv[2:], 2):
         opt = t.lstrip("[").split("=")[0].rstrip("]")
         if opt.startswith("-"):
             assert re.search(rf"(^|[\s,]){re.escape(opt)}\b", r.stdout), \
                 f"{doc.where}: {opt} is not an option of mpskern {sub}"
+        if opt == "--shape" and argv[0] == "mpskern" and i + 1 < len(argv) and \
+                not PLACEHOLDER.fullmatch(argv[i + 1]):          # a literal shape parses
+            from mpskern import ops
+            op = ops.get(argv[2])
+            op.validate(op.parse(argv[i + 1]))
 
 
 IDS = [f"{d.where} {d.text or 'python'}"[:90] for d in DOCUMENTED]

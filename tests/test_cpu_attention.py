@@ -2,9 +2,9 @@
 (mpskern.reference.scaled_dot_product_attention, torch's math formulation) with the one
 tolerance rule: odd L/S/E across several query (128) and key (256) blocks, masks of every
 broadcast form, causal with L < S and L > S, grouped-query heads, rows with nothing to
-attend to, NaN/inf inputs, empty sizes, float16, 1, 2 and 16 threads (at 16 the kernel cuts
-fewer (batch, head)s into 64- or 32-row query blocks: query_rows()); peak memory of an
-8192 x 8192 self-attention; argument errors."""
+attend to, NaN/inf inputs (also past a causal query block), empty sizes, float16, 1, 2 and
+16 threads (at 16 the kernel cuts fewer (batch, head)s into 64- or 32-row query blocks:
+query_rows()); peak memory of an 8192 x 8192 self-attention; argument errors."""
 import itertools
 
 import numpy as np
@@ -49,7 +49,7 @@ def test_shapes(dims, dtype, causal, threads):
 
 @pytest.mark.parametrize("kind", ["bool", "add"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f16"])
-def test_every_mask_broadcast_form(kind, dtype):
+def test_every_mask_broadcast_form(kind, dtype, threads):
     """Each of the mask's 4 dimensions full or 1 (stride 0): 16 forms, bool and additive."""
     rng = np.random.default_rng(2)
     dims = (2, 3, 3, 3, 130, 270, 12, 7)
@@ -62,7 +62,7 @@ def test_every_mask_broadcast_form(kind, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f16"])
 @pytest.mark.parametrize("L,S", [(5, 300), (300, 5), (200, 200), (129, 700), (700, 129), (1, 1)])
-def test_causal_is_the_top_left_triangle(L, S, dtype):
+def test_causal_is_the_top_left_triangle(L, S, dtype, threads):
     """torch's causal mask is tril(ones(L, S)): row i sees keys j <= i, also when L != S
     (rows past S see every key); blocks straddle the diagonal at odd offsets."""
     run_check(np.random.default_rng(3), dtype, (1, 2, 2, 2, L, S, 16, 8), causal=True)
@@ -70,7 +70,7 @@ def test_causal_is_the_top_left_triangle(L, S, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f16"])
 @pytest.mark.parametrize("heads", [(6, 3, 3), (6, 1, 1), (6, 2, 3), (8, 8, 1), (4, 1, 4)])
-def test_grouped_query_heads(heads, dtype):
+def test_grouped_query_heads(heads, dtype, threads):
     Hq, Hk, Hv = heads
     for causal in (False, True):
         run_check(np.random.default_rng(4), dtype, (2, Hq, Hk, Hv, 70, 300, 16, 24), causal=causal)
@@ -91,7 +91,7 @@ def test_scale(scale):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f16"])
-def test_rows_with_nothing_to_attend_to(dtype):
+def test_rows_with_nothing_to_attend_to(dtype, threads):
     """A row whose keys are all hidden (bool False or additive -inf) is 0 @ v: zeros, or NaN
     where v has a NaN (torch 2.13's safe softmax, every backend); in a later key block than
     visible rows of other queries, and next to normal rows."""
@@ -115,7 +115,7 @@ def test_rows_with_nothing_to_attend_to(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f16"])
-def test_non_finite_inputs(dtype):
+def test_non_finite_inputs(dtype, threads):
     """NaN in a query row makes that row NaN (also where the mask hides every key: -inf is
     added, as torch does); NaN in a key or value that rows can see makes them NaN; +inf or
     NaN in an additive mask makes the row NaN; -inf scores from huge inputs count as 0."""
@@ -138,6 +138,22 @@ def test_non_finite_inputs(dtype):
     T.check(T.run_cpu(q, k, v, am), q, k, v, am)
     big = q * dtype(60)                            # scores of +-thousands: exp must not overflow
     T.check(T.run_cpu(big, k, v), big, k, v)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f16"])
+@pytest.mark.parametrize("at", [31, 32, 100, 299])
+def test_causal_non_finite_past_a_query_block(dtype, at, threads):
+    """Causal: a NaN or Inf value (or NaN key) at key `at`, which the rows before it do not
+    see, still reaches them as torch's math gives it (weight 0 times NaN/Inf); a query block
+    ending before `at` (32-, 64-, 128-row blocks: 16 / 2 / 1 threads) must visit it
+    (skippable()), and blocks after it see it as usual."""
+    rng = np.random.default_rng(11)
+    for bad in ("v nan", "v inf", "k nan"):
+        q, k, v, _ = T.case(rng, dtype, 1, 2, 2, 2, 300, 300, 16, 8)
+        (v if bad[0] == "v" else k)[0, 1, at, 3] = np.inf if bad.endswith("inf") else np.nan
+        got = T.run_cpu(q, k, v, None, True)
+        want = T.check(got, q, k, v, None, True)
+        assert np.isnan(want[0, 1, 0]).any() and np.isnan(got[0, 1, 0]).any()   # row 0, key 0 only
 
 
 @pytest.mark.parametrize("dims", [(0, 2, 2, 2, 5, 6, 4, 4), (1, 2, 2, 2, 0, 6, 4, 4),

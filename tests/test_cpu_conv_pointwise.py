@@ -6,7 +6,9 @@ per image not a multiple of the vector width (the last vector reads a zero-padde
 the input's end is the buffer's end), output channels not a multiple of the tile height,
 one input channel and the 512 maximum, several images, fused activations, no bias,
 non-finite values in the last vector; and that auto takes it only where the rule says
-(its rounding differs from the GEMM path's, MPSKERN_CPU_CONV=gemm)."""
+(its rounding differs from the GEMM path's, MPSKERN_CPU_CONV=gemm). Strided or padded 1x1
+convolutions take it over the output's pixels gathered once (not when that copy would be
+larger than the input): strides per axis, padding rows and columns, odd sizes."""
 import numpy as np
 import pytest
 
@@ -80,7 +82,9 @@ def test_images_of_a_batch_stay_separate(threads):
     (16, (1, 64, 55, 57, 64), False),       # batch 1 on 16 threads: 196 pixels a thread
     (16, (2, 64, 55, 57, 64), True),
     (8, (1, 513, 55, 57, 8), False),        # more input channels than it takes
-    (8, (1, 64, 55, 57, 64, "stride 2"), False),
+    (8, (1, 64, 55, 57, 64, "stride 2"), False),   # 812 pixels: too few
+    (8, (4, 64, 55, 57, 64, "stride 2"), True),    # gathered, then pointwise
+    (16, (4, 64, 55, 57, 64, "stride 2"), False),
 ])
 def test_auto_takes_the_pointwise_path_where_the_rule_says(monkeypatch, n_threads, shape,
                                                            taken):
@@ -97,3 +101,65 @@ def test_auto_takes_the_pointwise_path_where_the_rule_says(monkeypatch, n_thread
         mpskern.set_num_threads(old)
     refs.assert_close(auto, refs.conv2d(x, w, b, stride), np.float32, terms=shape[1])
     assert np.array_equal(auto, gemm) != taken
+
+
+# strided / padded 1x1 (N, C, H, W, K, stride, padding): gathered, then the dense path
+STRIDED = [
+    (2, 33, 111, 113, 17, 2, 0),            # 56 x 57 output pixels an image
+    (2, 24, 120, 150, 9, (2, 3), (1, 2)),   # per-axis stride, padded rows and columns
+    (4, 19, 100, 100, 13, 3, 1),            # stride 3 (8 threads only)
+    (2, 512, 111, 111, 12, 2, 0),           # the most input channels it takes
+    (8, 256, 56, 56, 24, 2, 0),             # ResNet's 256->512 1x1/2 @56 b8 (fewer K)
+]
+
+
+def strided_taken(threads, N, H, W, stride, padding):
+    sh, sw = (stride, stride) if isinstance(stride, int) else stride
+    ph, pw = (padding, padding) if isinstance(padding, int) else padding
+    P, Q = (H + 2 * ph - 1) // sh + 1, (W + 2 * pw - 1) // sw + 1
+    return N * P * Q >= threads * 384 and P * Q <= H * W
+
+
+@pytest.mark.parametrize("shape", STRIDED, ids=[f"{c[0]}x{c[1]}x{c[2]}x{c[3]}-{c[4]}-s{c[5]}-p{c[6]}"
+                                                for c in STRIDED])
+@pytest.mark.parametrize("activation,bias", [(None, True), ("relu", False), ("gelu_tanh", True),
+                                             ("silu", True)])
+def test_strided_pointwise_matches_the_reference(monkeypatch, threads, shape, activation, bias):
+    N, C, H, W, K, stride, padding = shape
+    if not strided_taken(threads, N, H, W, stride, padding):
+        pytest.skip("too few pixels for the pointwise path at this thread count")
+    x, w, b = case(N, C, H, W, K, seed=34)
+    b = b if bias else None
+    got = mpskern.conv2d(x, w, b, stride, padding, 2, activation=activation, backend="cpu")
+    ref = refs.conv2d(x, w, b, stride, padding, 2, activation=activation)
+    refs.assert_close(got, ref, np.float32, terms=C, what=f"{shape} {activation}")
+    monkeypatch.setenv("MPSKERN_CPU_CONV", "gemm")      # the path was taken: other rounding
+    assert not np.array_equal(got, mpskern.conv2d(x, w, b, stride, padding, 2,
+                                                  activation=activation, backend="cpu"))
+
+
+def test_strided_pointwise_non_finite_values(threads):
+    # stride 2, padding 1: pixels at odd rows/columns of the padded grid are never read
+    x, w, b = case(4, 8, 111, 111, 12, seed=35)
+    x[0, 1, 1, 1] = np.nan          # read (output 1, 1)
+    x[1, 2, 0, 0] = np.nan          # skipped by the stride: must not show up
+    x[2, 3, 5, 7] = np.inf          # read (output 3, 4)
+    x[3, 0, 2, 2] = -np.inf         # skipped
+    w[7, 4, 0, 0] = np.inf          # inf times the padded zeros: NaN there, as the reference
+    got = mpskern.conv2d(x, w, b, 2, 1, backend="cpu")
+    ref = refs.conv2d(x, w, b, 2, 1)
+    assert np.isnan(got[0, :, 1, 1]).all() and np.isfinite(got[1, :7]).all()
+    assert np.isnan(got[:, 7, 0, 0]).all()
+    refs.assert_close(got, ref, np.float32, terms=8, what="strided non-finite")
+
+
+def test_strided_pointwise_padding_larger_than_the_input_keeps_the_gemm():
+    # padding 40 on a 20 x 20 image: the gathered copy would exceed the input
+    x, w, b = case(32, 16, 20, 20, 8, seed=36)
+    old = mpskern.get_num_threads()
+    mpskern.set_num_threads(8)
+    try:
+        got = mpskern.conv2d(x, w, b, 1, 40, backend="cpu")
+    finally:
+        mpskern.set_num_threads(old)
+    refs.assert_close(got, refs.conv2d(x, w, b, 1, 40), np.float32, terms=16)

@@ -117,9 +117,9 @@ mk_status mk_conv_gemm_splitk(int K, int PQ, long CRS, int pm, int pn, int pk,
 int mk_conv_direct_applies(const mk_conv2d_args *a);
 mk_status mk_cpu_conv2d_direct(const mk_conv2d_args *a, int dtype, const void *x,
                                const void *w, const float *bias, void *y);
-// The same tiles for mk_conv_pointwise_applies() convolutions (1x1, stride 1, no padding,
-// groups 1, float32, at most 512 input channels, many threads and pixels), reading the
-// input in place.
+// The same tiles for mk_conv_pointwise_applies() convolutions (1x1, groups 1, float32, at
+// most 512 input channels, many threads and pixels), reading the input in place (stride 1,
+// no padding) or a copy of the strided/padded pixels gathered once.
 int mk_conv_pointwise_applies(const mk_conv2d_args *a, int dtype);
 mk_status mk_cpu_conv2d_pointwise(const mk_conv2d_args *a, const void *x, const void *w,
                                   const float *bias, void *y);

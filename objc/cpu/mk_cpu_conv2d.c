@@ -8,9 +8,10 @@
 //   at most 7 input channels (groups 1, the 7x7/2 stem): a direct register-blocked kernel
 //     over a padded copy of the input, mk_cpu_conv_direct.c (im2col when the copy does
 //     not fit in memory)
-//   1x1 stride-1 unpadded float32 on >= 8 threads with >= 384 pixels a thread and at most
-//     512 input channels (ResNet's 1x1 layers at batch 8): the same register tiles reading
-//     the input in place, mk_cpu_conv_direct.c (pointwise)
+//   1x1 float32 on >= 8 threads with >= 384 pixels a thread and at most 512 input
+//     channels (ResNet's 1x1 layers at batch 8): the same register tiles reading the input
+//     in place, mk_cpu_conv_direct.c (pointwise); strided/padded (256->512 1x1/2 @56) over
+//     the output's pixels gathered once (im2col's blocks when that copy does not fit)
 //   small images (fewer images than threads, few pixels, float32; a deeper im2col too
 //     where the blocked path would leave the threads idle): per image one im2col and one
 //     GEMM cut over output channels (on many threads also over the reduction,
@@ -630,8 +631,11 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     }
     case PATH_BIAS_ONLY:
         return bias_only(a, dtype, bias, y);
-    case PATH_POINTWISE:
-        return mk_cpu_conv2d_pointwise(a, x, w, bias, y);
+    case PATH_POINTWISE: {      // a strided one's gathered copy did not fit: im2col's blocks
+        mk_status ps = mk_cpu_conv2d_pointwise(a, x, w, bias, y);
+        if (ps != MK_ERR_NOMEM) return ps;
+        return blocked(a, dtype, pointwise, x, w, bias, y, threads);
+    }
     case PATH_SMALL_IMAGES:
         return small_images(a, pointwise, forced != FORCE_GEMM, x, w, bias, y);
     default:

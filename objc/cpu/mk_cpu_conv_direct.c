@@ -198,13 +198,37 @@ typedef struct {
     long full, runs, sub;       // full vectors and runs per image, vectors a run
 } pw_ctx;
 
+// a 1x1 whose input is the output's pixels: stride 1, no padding
+static int pw_dense(const mk_conv2d_args *a) {
+    return a->stride_h == 1 && a->stride_w == 1 && a->pad_h == 0 && a->pad_w == 0;
+}
+
 int mk_conv_pointwise_applies(const mk_conv2d_args *a, int dtype) {
     long threads = mk_cpu_threads();
-    return dtype == MK_F32 && a->groups == 1 && a->R == 1 && a->S == 1 && a->stride_h == 1 &&
-           a->stride_w == 1 && a->pad_h == 0 && a->pad_w == 0 && a->C >= 1 &&
-           a->C <= PW_MAX_C &&
+    // strided or padded: the gathered copy (C x P x Q per image) within the input's size
+    return dtype == MK_F32 && a->groups == 1 && a->R == 1 && a->S == 1 && a->C >= 1 &&
+           a->C <= PW_MAX_C && (pw_dense(a) || (long)a->P * a->Q <= (long)a->H * a->W) &&
            threads >= PW_MIN_THREADS &&
            (double)a->N * a->P * a->Q >= (double)threads * PW_MIN_PIXELS;
+}
+
+// strided/padded 1x1: rows [b, e) of (image, channel, output row) of the gathered input
+typedef struct { const mk_conv2d_args *a; const float *x; float *xs; } pw_gather_ctx;
+
+static void pw_gather_rows(void *vc, long b, long e) {
+    const pw_gather_ctx *t = vc;
+    const mk_conv2d_args *a = t->a;
+    int q_lo, q_hi;            // output columns reading the input; the others are padding
+    mk_tap_range(-(long)a->pad_w, a->stride_w, a->W, a->Q, &q_lo, &q_hi);
+    for (long i = b; i < e; i++) {
+        long p = i % a->P, nc = i / a->P, ih = p * a->stride_h - a->pad_h;
+        float *dst = t->xs + i * a->Q;
+        if (ih < 0 || ih >= a->H) { memset(dst, 0, (size_t)a->Q * 4); continue; }
+        const float *src = t->x + (nc * a->H + ih) * a->W - a->pad_w;
+        for (int q = 0; q < q_lo; q++) dst[q] = 0.0f;
+        for (int q = q_lo; q < q_hi; q++) dst[q] = src[(long)q * a->stride_w];
+        for (int q = q_hi; q < a->Q; q++) dst[q] = 0.0f;
+    }
 }
 
 // the next run's input (rows of C channels, lines of 16 floats), a share per block of k
@@ -248,16 +272,31 @@ static void pw_range(void *vc, long b, long e) {
     }
 }
 
-mk_status mk_cpu_conv2d_pointwise(const mk_conv2d_args *a, const void *xv, const void *wv,
+mk_status mk_cpu_conv2d_pointwise(const mk_conv2d_args *a0, const void *xv, const void *wv,
                                   const float *bias, void *y) {
     const float *x = xv, *w = wv;
+    // strided or padded (256->512 1x1/2 @56): the output's pixels gathered once, then the
+    // dense 1x1 over them
+    mk_conv2d_args dense = *a0;
+    const mk_conv2d_args *a = &dense;
+    float *xs = NULL;
+    if (!pw_dense(a0)) {
+        xs = mk_alloc((size_t)a0->N * a0->C * a0->P * a0->Q * 4);
+        if (!xs) return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory (pointwise)");
+        pw_gather_ctx gc = {a0, x, xs};
+        mk_parallel_for((long)a0->N * a0->C * a0->P, mk_grain(a0->Q), pw_gather_rows, &gc);
+        dense.H = a0->P; dense.W = a0->Q;
+        dense.stride_h = dense.stride_w = 1;
+        dense.pad_h = dense.pad_w = 0;
+        x = xs;
+    }
     const mk_dc_kernel *kern = MK_VEC_PICK(dc_kernel);
     long C = a->C, K = a->K, PQ = (long)a->P * a->Q, mr = kern->mr, V = kern->width;
     long kb = (K + mr - 1) / mr;
     long *off = mk_alloc((size_t)C * sizeof(long));
     float *wp = mk_alloc((size_t)kb * C * mr * 4);
     if (!off || !wp) {
-        mk_free(off); mk_free(wp);
+        mk_free(off); mk_free(wp); mk_free(xs);
         return mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory (pointwise)");
     }
     for (long c = 0; c < C; c++) off[c] = c * PQ;
@@ -270,6 +309,6 @@ mk_status mk_cpu_conv2d_pointwise(const mk_conv2d_args *a, const void *xv, const
     pw_ctx t = {a, kern, {off, (int)C, PQ, vecs, PQ, 0}, wp, bias, x, y, full,
                 (vecs + sub - 1) / sub, sub};
     mk_parallel_for((long)a->N * t.runs, mk_grain(K * C * sub * V), pw_range, &t);
-    mk_free(off); mk_free(wp);
+    mk_free(off); mk_free(wp); mk_free(xs);
     return MK_OK;
 }

@@ -149,3 +149,17 @@ def test_other_paths(monkeypatch, path):
     a, b = refs.rand((130, 64), F, rng), refs.rand((64, 90), F, rng)
     got = mpskern.gemm(a, b, activation="gelu", backend="cpu")
     _check(got, ref.activate(_mm64(a, b), "gelu"), 64, path)
+
+
+@pytest.mark.parametrize("offset", [0, 1])   # 64-byte aligned C (streamed stores) or not
+def test_outputs_beyond_the_caches(offset):
+    rng = np.random.default_rng(13)
+    M, N, K = 2048, 2064, 16                   # > 4 Mi floats: one K block streams C
+    a, b = refs.rand((M, K), F, rng), refs.rand((K, N), F, rng)
+    buf = np.full(M * N + 32, np.nan, F)
+    start = (-buf.ctypes.data // 4) % 16 + offset
+    out = buf[start:start + M * N].reshape(M, N)
+    got = mpskern.gemm(a, b, activation="relu", backend="cpu", out=out)
+    assert got is out
+    _check(out, ref.activate(_mm64(a, b), "relu"), K, f"big C offset {offset}")
+    assert np.isnan(buf[:start]).all() and np.isnan(buf[start + M * N:]).all()

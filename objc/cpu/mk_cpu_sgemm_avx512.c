@@ -43,6 +43,7 @@ typedef struct {
     float *C;
     int j0, nc, p0, kc;         // the panel: columns [j0, j0 + nc), K block [p0, p0 + kc)
     int nt, tasks_n;            // columns per task (a multiple of NR), tasks per row block
+    int stream;                 // non-temporal stores of C (one K block, C beyond the caches)
     float *pb;                  // packed panel: ceil(nc / NR) strips of kc x NR floats
 } own_ctx;
 
@@ -106,9 +107,11 @@ static void pack_a(const own_ctx *t, int i0, int mc, float *pa) {
 
 // C[0..mr) x [0..nr) (row stride ldc) from a packed A micro-panel and B strip. first: the
 // first K block (C = alpha AB + beta Cin, Cin not read when beta == 0), else C += alpha AB;
-// last: the activation before the store.
-OWN static void ukernel(int kc, const float *pa, const float *pb, float *c, const float *ci,
-                        long ldc, int mr, int nr, float alpha, float beta, int first, int act) {
+// act: the activation before the store (a constant at each call: inlined per activation);
+// stream: whole vectors go to memory past the caches (C 64-byte aligned, far larger than them)
+OWN static inline __attribute__((always_inline)) void
+ukernel(int kc, const float *pa, const float *pb, float *c, const float *ci, long ldc, int mr,
+        int nr, float alpha, float beta, int first, int act, int stream) {
     __m512 acc[MR][2];
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
@@ -132,7 +135,8 @@ OWN static void ukernel(int kc, const float *pa, const float *pb, float *c, cons
             if (!first) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m[h], c + o));
             else if (beta != 0.0f) v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m[h], ci + o), v);
             if (act != MK_ACT_NONE) v = (__m512)OWN_ACT(v, act);
-            _mm512_mask_storeu_ps(c + o, m[h], v);
+            if (stream && m[h] == 0xffff) _mm512_stream_ps(c + o, v);
+            else _mm512_mask_storeu_ps(c + o, m[h], v);
         }
     }
 }
@@ -150,11 +154,22 @@ OWN static void compute(void *vc, long b, long e) {
             const float *pb = t->pb + (long)(jc / NR) * t->kc * NR;
             for (int r = 0; r < mc; r += MR) {
                 long off = (long)(i0 + r) * t->ldc + t->j0 + jc;
-                ukernel(t->kc, pa + (long)r * t->kc, pb, t->C + off, t->Cin + off, t->ldc,
-                        imin(MR, mc - r), imin(NR, c1 - jc), t->alpha, t->beta, first, act);
+                const float *a = pa + (long)r * t->kc;
+                int h = imin(MR, mc - r), w = imin(NR, c1 - jc);
+#define OWN_CALL(A) ukernel(t->kc, a, pb, t->C + off, t->Cin + off, t->ldc, h, w, t->alpha, \
+                            t->beta, first, A, t->stream)
+                switch (act) {
+                case MK_ACT_RELU: OWN_CALL(MK_ACT_RELU); break;
+                case MK_ACT_GELU: OWN_CALL(MK_ACT_GELU); break;
+                case MK_ACT_GELU_TANH: OWN_CALL(MK_ACT_GELU_TANH); break;
+                case MK_ACT_SILU: OWN_CALL(MK_ACT_SILU); break;
+                default: OWN_CALL(MK_ACT_NONE); break;
+                }
+#undef OWN_CALL
             }
         }
     }
+    if (t->stream) _mm_sfence();   // streamed stores visible before the pool reports done
 }
 
 int mk_own_sgemm_batch(int trans_a, int trans_b, int batch, int M, int N, int K, float alpha,
@@ -170,7 +185,10 @@ int mk_own_sgemm_batch(int trans_a, int trans_b, int batch, int M, int N, int K,
         own_ctx t = {trans_a, trans_b, M, N, K, lda, ldb, ldc, act, alpha, beta,
                      A + item * stride_a, B + item * stride_b,
                      Cin ? Cin + item * stride_c : C + item * stride_out, C + item * stride_out,
-                     0, 0, 0, 0, 0, 0, pb};
+                     0, 0, 0, 0, 0, 0, 0, pb};
+        // one pass writes C: past 16 MiB it would only evict what the next tasks read
+        t.stream = K <= KC && (long)M * N > (4L << 20) && ldc % 16 == 0 &&
+                   ((unsigned long)t.C & 63) == 0;
         for (t.j0 = 0; t.j0 < N; t.j0 += NC) {
             t.nc = imin(NC, N - t.j0);
             // columns per task: at least ~2 tasks a thread where the rows alone give fewer

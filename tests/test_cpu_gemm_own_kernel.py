@@ -163,3 +163,17 @@ def test_outputs_beyond_the_caches(offset):
     assert got is out
     _check(out, ref.activate(_mm64(a, b), "relu"), K, f"big C offset {offset}")
     assert np.isnan(buf[:start]).all() and np.isnan(buf[start + M * N:]).all()
+
+
+def test_concurrent_calls():
+    """Calls from several Python threads at once: each has its own packed panel; a caller
+    that finds the pool busy runs its tasks itself."""
+    from concurrent.futures import ThreadPoolExecutor
+    rng = np.random.default_rng(14)
+    jobs = [(refs.rand((150 + i, 300), F, rng), refs.rand((300, 97 + 5 * i), F, rng), act)
+            for i, act in enumerate(ACTS * 2)]
+    with ThreadPoolExecutor(4) as ex:
+        got = list(ex.map(lambda j: mpskern.gemm(j[0], j[1], activation=j[2], backend="cpu"),
+                          jobs))
+    for (a, b, act), g in zip(jobs, got):
+        _check(g, ref.activate(_mm64(a, b), act), 300, f"concurrent {act}")

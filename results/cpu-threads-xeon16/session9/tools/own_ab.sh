@@ -8,7 +8,7 @@ cd .devkit/gemm9 && timeout 120 python3 -m pip install -q --no-index --no-deps .
 A=$R/.devkit/gemm9/results/cpu-threads-xeon16/session9/tools/own_ab.py
 cd "$(mktemp -d)"
 lscpu | grep -i "model name" > $OUT/cpu.txt
-( time OPENBLAS_NUM_THREADS=2 taskset -c 0,1 timeout 110 python3 $A 2 smallk,gpt2,square ) > $OUT/ab_2.txt 2>&1
-( time OPENBLAS_NUM_THREADS=16 timeout 45 python3 $A 16 gpt2,square ) > $OUT/ab_16.txt 2>&1
-( time OPENBLAS_NUM_THREADS=8 timeout 45 python3 $A 8 gpt2,square ) > $OUT/ab_8.txt 2>&1
+( time OPENBLAS_NUM_THREADS=2 taskset -c 0,1 timeout 44 python3 $A 2 smallk,gpt2,square ) > $OUT/ab_2.txt 2>&1
+( time OPENBLAS_NUM_THREADS=16 timeout 22 python3 $A 16 gpt2,square ) > $OUT/ab_16.txt 2>&1
+( time OPENBLAS_NUM_THREADS=8 timeout 22 python3 $A 8 gpt2,square ) > $OUT/ab_8.txt 2>&1
 cat $OUT/cpu.txt $OUT/ab_2.txt $OUT/ab_16.txt $OUT/ab_8.txt

@@ -161,10 +161,17 @@ NUMERIC = tuple(c for c in COLUMNS if c.endswith("_ms") and c != "samples_ms") +
     "n_outliers", "threads", "load_avg")
 
 
+# of them, times and counts: a finite number >= 0 (max_err may be inf or NaN: a failed check)
+MEASURES = tuple(c for c in NUMERIC if c.endswith("_ms")) + (
+    "flops", "bytes", "n_samples", "inner_loop", "n_outliers", "threads")
+
+
 def _not_numbers(r):
-    """The NUMERIC columns of row `r` holding something else than a number or None."""
+    """The NUMERIC columns of row `r` holding something else than a number or None, and the
+    MEASURES holding a negative, infinite or NaN one (json reads NaN, Infinity, 1e400)."""
     return [c for c in NUMERIC if r.get(c) is not None and
-            (isinstance(r[c], bool) or not isinstance(r[c], (int, float)))]
+            (isinstance(r[c], bool) or not isinstance(r[c], (int, float)) or
+             c in MEASURES and not 0 <= r[c] < math.inf)]
 
 
 _OUTSIDE_STRINGS = set("{}[],:0123456789+-.eE \t\r\ntruefalsn")
@@ -241,8 +248,8 @@ def read_jsonl(paths, skipped=None):
                 wrong = _not_numbers(r)
                 if wrong:
                     raise ValueError(f"{p}:{i}: " + ", ".join(f"{c} is {r[c]!r}" for c in wrong)
-                                     + ": a results row holds a number or null there (an "
-                                     "edited or damaged row?)")
+                                     + ": a results row holds a number (times and counts: "
+                                     "finite, >= 0) or null there (an edited or damaged row?)")
                 rows.append(r)
     return rows
 

@@ -372,7 +372,8 @@ def _synopsis(doc, cwd):
             assert re.search(rf"(^|[\s,]){re.escape(opt)}\b", r.stdout), \
                 f"{doc.where}: {opt} is not an option of mpskern {sub}"
         if opt == "--shape" and argv[0] == "mpskern" and i + 1 < len(argv) and \
-                not PLACEHOLDER.fullmatch(argv[i + 1]):          # a literal shape parses
+                not any(PLACEHOLDER.fullmatch(a) or a == "..." for a in (argv[2], argv[i + 1])):
+            # a literal shape of a literal op parses (`profile OP --shape ...` is a shape)
             from mpskern import ops
             op = ops.get(argv[2])
             op.validate(op.parse(argv[i + 1]))

@@ -16,7 +16,7 @@ import pytest
 
 import mpskern
 from mpskern import _outputs
-from tests import refs
+import refs
 
 SHAPE = (2048, 1024)                    # 8 MiB of float32, 4 MiB of float16: both pooled
 

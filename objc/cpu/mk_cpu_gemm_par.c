@@ -106,6 +106,18 @@ static void whole_call(const tile_ctx *t, int threads) {
     if (t->ep) mk_parallel_for(t->M, grain, ep_rows, &r);
 }
 
+// whether each of `threads` can have a core of this process's affinity set (paths whose
+// threads wait for each other lose badly when they share cores)
+static int threads_fit_cores(int threads) {
+#ifdef __APPLE__
+    (void)threads;
+    return 0;
+#else
+    cpu_set_t cs;
+    return sched_getaffinity(0, sizeof cs, &cs) == 0 && threads <= CPU_COUNT(&cs);
+#endif
+}
+
 // The GEMMs one threaded BLAS call runs faster than our grid. Device A/B (16-core Xeon VM,
 // one build, interleaved, results/cpu-threads-xeon16/session8/): whole call / grid time at
 // 2 and 8 threads: 1024^2 0.78 / 0.76, 2048^2 1.03 / 0.75, 4096^2 - / 1.04; at 16 threads
@@ -123,8 +135,7 @@ static int whole_call_wins(int M, int N, int K, int threads) {
     if (threads > 8 || M < 1024 || N < 1024 || K < 1024) return 0;
     if ((double)M * N * K > (threads >= 4 ? 2048.0 * 2048 * 2048 : 2.0 * 1024 * 1024 * 1024))
         return 0;
-    cpu_set_t cs;
-    return sched_getaffinity(0, sizeof cs, &cs) == 0 && threads <= CPU_COUNT(&cs);
+    return threads_fit_cores(threads);
 #endif
 }
 
@@ -140,11 +151,16 @@ int mk_gemm_path(void) {
     return -1;
 }
 
-// The GEMMs our own kernel takes by default: none yet (its device A/B is not done; it runs
-// under MPSKERN_CPU_GEMM=own).
+// The GEMMs our own kernel takes by default. Device A/B (16-core Xeon VM, one build, arms per
+// call, interleaved medians, session 9, results/cpu-threads-xeon16/session9/own_ab_*.txt),
+// own / today's path: at 16 threads square 512^2 0.84, 1024^2 0.93, 2048^2 0.90, 4096^2
+// 0.80 (numpy / own 0.77-1.22); GPT-2's 256-row linears 0.95-1.37 (the grid stays); at 8
+// threads 512^2 0.86 but 1024-4096^2 0.98-1.09 (the whole call stays) and at 2 threads
+// small-K rows 0.82-1.23 in one run (not settled). So: one GEMM of >= 512 in every
+// dimension on more than 8 threads, each with a core. One run: re-measure before widening.
 static int own_wins(int batch, int M, int N, int K, int threads) {
-    (void)batch; (void)M; (void)N; (void)K; (void)threads;
-    return 0;
+    return batch == 1 && threads > 8 && M >= 512 && N >= 512 && K >= 512 &&
+           threads_fit_cores(threads);
 }
 
 static double grid_cost(int batch, int M, int N, int K, int threads, int pm, int pn) {

@@ -6,6 +6,9 @@ Metal Performance Shaders), "sim" (our MSL kernels in the CPU simulator), "auto"
 from mpskern._version import __version__
 from mpskern._errors import (BackendUnavailable, KernelCheckError, KernelCompileError,
                              KernelError, MpskernError, Unsupported)
+from mpskern import env as _env
+
+_env.check_at_import()        # every MPSKERN_* variable: a bad value is one clear error now
 from mpskern import _blas_preload  # noqa: F401  (loads OpenBLAS before _native)
 from mpskern import _unbuilt
 

@@ -11,19 +11,15 @@ held this way (results in use count too: past that, results are plain np.empty a
 so the pool never grows with the results a program keeps. MPSKERN_OUTPUT_POOL_MB=0 turns
 it off (every result np.empty)."""
 import math
-import os
-import re
 import sys
 import threading
 
 import numpy as np
 
+from mpskern import env
+
 MIN_BYTES = 4 << 20        # smaller results: malloc's heap reuses them already
-_MB = os.environ.get("MPSKERN_OUTPUT_POOL_MB", "").strip() or "256"   # empty: unset
-if not re.fullmatch(r"[0-9]+", _MB):    # int() would take -1, 1_0 and other scripts' digits
-    raise ValueError(f"MPSKERN_OUTPUT_POOL_MB={_MB!r}: give a whole number of MiB >= 0 "
-                     "(0 turns the output pool off)")
-POOL_BYTES = int(_MB) << 20
+POOL_BYTES = int(env.get("MPSKERN_OUTPUT_POOL_MB", "256")) << 20
 MAX_BLOCKS = 8
 
 _blocks = []               # uint8 arrays, each referenced by this list only when free

@@ -15,6 +15,7 @@ import platform
 import time
 from dataclasses import asdict, dataclass
 
+from mpskern import env
 from mpskern.atomic_write import atomic_write
 
 ESTIMATE = "public estimate: GPU cores x 128 ALUs x 2 x clock; memory interface bandwidth"
@@ -193,11 +194,8 @@ def chip(name_or_family):
 
 
 def cache_path():
-    """peaks.json in $MPSKERN_CACHE_DIR, else $XDG_CACHE_HOME/mpskern, else ~/.cache/mpskern."""
-    base = os.environ.get("MPSKERN_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "mpskern")
-    return os.path.join(base, "peaks.json")
+    """peaks.json in mpskern's cache folder (env.cache_dir)."""
+    return os.path.join(env.cache_dir(), "peaks.json")
 
 
 def _load_measured():
@@ -304,7 +302,7 @@ def cpu_peak(measure=True):
     if dev in _session_peak:
         return _session_peak[dev]
     old = _load_measured().get(dev)
-    if not measure or (old is not None and os.environ.get(REMEASURE_ENV, "") in ("", "0")):
+    if not measure or (old is not None and not env.flag(REMEASURE_ENV)):
         if old is not None:
             _session_peak[dev] = old
         return old

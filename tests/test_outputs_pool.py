@@ -102,4 +102,4 @@ def test_the_pool_size_setting(tmp_path, value, ok):
         assert r.stdout.strip() == ("0" if value == "0" else "1")
     else:
         assert r.returncode != 0          # -1 was taken as 0 (off), '' refused, 1_0 as 10
-        assert f"MPSKERN_OUTPUT_POOL_MB={value!r}: give a whole number of MiB >= 0" in r.stderr
+        assert f"MPSKERN_OUTPUT_POOL_MB={value!r}: expected a whole number of MiB >= 0" in r.stderr

@@ -9,10 +9,11 @@ them with their links); `mpskern devices` names the ones active on this Mac.
 A version range is [since, before): `before` None means no fixed version is known yet.
 MPSKERN_MPS_QUIRKS=0 turns the routing off (to reproduce a bug on purpose).
 """
-import os
 import platform
 import re
 from dataclasses import dataclass
+
+from mpskern import env
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def macos_version(text=None):
 
 
 def _enabled():
-    return os.environ.get("MPSKERN_MPS_QUIRKS", "1") != "0"
+    return env.flag("MPSKERN_MPS_QUIRKS") is not False
 
 
 def active(macos=None):

@@ -20,7 +20,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 from functools import lru_cache
@@ -30,6 +29,7 @@ try:
 except ImportError:   # not POSIX: builders race, which the checks below still survive
     fcntl = None
 
+from mpskern import env
 from mpskern._errors import KernelCompileError
 from mpskern.paths import SIM_INCLUDE_DIR
 from mpskern.sim import frontend, profile_build, strict, toolchain
@@ -51,14 +51,7 @@ _built = {}
 
 
 def cache_dir():
-    d = os.environ.get("MPSKERN_CACHE_DIR")
-    if not d:
-        if sys.platform == "darwin":
-            d = os.path.join(os.path.expanduser("~"), "Library", "Caches", "mpskern")
-        else:
-            base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-            d = os.path.join(base, "mpskern")
-    return d
+    return env.cache_dir()
 
 
 def _cache_error(e, path):
@@ -316,7 +309,7 @@ def _compile(source, macros, check, key, out, profile=False):
                                       dir=os.path.dirname(out))
     except OSError as e:
         raise _cache_error(e, out) from None
-    keep = os.environ.get("MPSKERN_SIM_KEEP")
+    keep = env.flag("MPSKERN_SIM_KEEP")
     stem = tmp_cc[:-3]
     try:
         with os.fdopen(fd, "w") as f:

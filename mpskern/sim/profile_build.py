@@ -16,6 +16,7 @@ import os
 import subprocess
 from functools import lru_cache
 
+from mpskern import env
 from mpskern._errors import KernelCompileError
 from mpskern.paths import SIM_INCLUDE_DIR
 from mpskern.sim import toolchain
@@ -97,7 +98,7 @@ def build(cc_path, so_path, log):
         os.replace(so_path + ".tmp", so_path)
     finally:
         for p in (ll, ll2, obj, so_path + ".tmp"):
-            if os.path.exists(p) and not os.environ.get("MPSKERN_SIM_KEEP"):
+            if os.path.exists(p) and not env.flag("MPSKERN_SIM_KEEP"):
                 os.unlink(p)
 
 

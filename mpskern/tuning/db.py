@@ -22,13 +22,13 @@ warning (TuningDatabaseWarning) and is ignored: a tuning database never breaks a
 import contextlib
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
 import warnings
 from dataclasses import dataclass, field
 
+from mpskern import env
 from mpskern.atomic_write import atomic_write
 
 FORMAT = "mpskern-tuning-db"
@@ -71,19 +71,9 @@ def bucket_of(shape):
 
 def user_path():
     """Where the user database lives: $MPSKERN_TUNING_DB, else tuning.json in mpskern's
-    cache directory (the simulator's rule, mpskern/sim/compiler.py: $MPSKERN_CACHE_DIR,
-    else ~/Library/Caches/mpskern on macOS, else $XDG_CACHE_HOME/mpskern or ~/.cache/mpskern)."""
-    p = os.environ.get(ENV_PATH)
-    if p:
-        return os.path.abspath(os.path.expanduser(p))
-    d = os.environ.get("MPSKERN_CACHE_DIR")
-    if not d:
-        if sys.platform == "darwin":
-            base = os.path.expanduser("~/Library/Caches")
-        else:
-            base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-        d = os.path.join(base, "mpskern")
-    return os.path.join(os.path.abspath(os.path.expanduser(d)), "tuning.json")
+    cache folder (env.cache_dir)."""
+    p = env.get(ENV_PATH) or os.path.join(env.cache_dir(), "tuning.json")
+    return os.path.abspath(os.path.expanduser(p))
 
 
 def defaults_path(family):

@@ -24,8 +24,9 @@
 #define NR 32      // columns of the micro-kernel (two vectors)
 #define KC 256     // K block: a 12 x 256 A micro-panel (12 KiB) and a 256 x 32 B strip (32 KiB)
 #define MC 96      // rows a task packs (8 micro-panels, 96 KiB: in L2)
-#define NC 4096    // columns of one shared B panel (up to 4 MiB)
+#define PANEL_FLOATS (4L << 20)   // a shared packed B panel (K x columns) holds at most this
 #define NT_MAX 512 // columns a task covers at most
+#define PACK_COLS 8   // packing a task's MC x KC of op(A) costs about this many columns of work
 
 // the activation macros of mk_cpu_activation_impl.h for 16-float vectors, applied below to
 // registers (their act_tile, compiled here too, is not used)
@@ -41,61 +42,104 @@ typedef struct {
     float alpha, beta;
     const float *A, *B, *Cin;   // this item's operands; Cin: C to read (may be C itself)
     float *C;
-    int j0, nc, p0, kc;         // the panel: columns [j0, j0 + nc), K block [p0, p0 + kc)
+    int j0, nc;                 // the panel: columns [j0, j0 + nc), all of K
     int nt, tasks_n;            // columns per task (a multiple of NR), tasks per row block
+    int kcb;                    // AB-ONLY
     int stream;                 // non-temporal stores of C (one K block, C beyond the caches)
-    float *pb;                  // packed panel: ceil(nc / NR) strips of kc x NR floats
+    float *pb;                  // packed panel: ceil(nc / NR) strips of K x NR floats
 } own_ctx;
 
 static int imin(int a, int b) { return a < b ? a : b; }
 
+// AB-ONLY: MPSKERN_OWN_KC (K block, <= 256) and MPSKERN_OWN_STREAM=0 for the device A/B
+static int ab_kc(void) { const char *e = getenv("MPSKERN_OWN_KC"); int v = e ? atoi(e) : KC; return v >= 16 && v <= KC ? v : KC; }
+static int ab_stream(void) { const char *e = getenv("MPSKERN_OWN_STREAM"); return !e || atoi(e) != 0; }
+
 static __mmask16 lane_mask(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 
-// strips [b, e) of the panel: op(B)[p0 + k][j .. j + 32) as kc rows of NR floats
-OWN static void pack_b(void *vc, long b, long e) {
-    const own_ctx *t = vc;
-    for (long s = b; s < e; s++) {
-        int j = t->j0 + (int)s * NR, w = imin(NR, t->j0 + t->nc - j), kc = t->kc;
-        float *d = t->pb + s * (long)kc * NR;
-        if (!t->tb) {
-            __mmask16 m0 = lane_mask(w), m1 = lane_mask(w - 16);
-            for (int k = 0; k < kc; k++) {
-                const float *r = t->B + (long)(t->p0 + k) * t->ldb + j;
-                _mm512_store_ps(d + k * NR, _mm512_maskz_loadu_ps(m0, r));
-                _mm512_store_ps(d + k * NR + 16, _mm512_maskz_loadu_ps(m1, r + 16));
-            }
-        } else {   // B stored N x K: 16 values of K per column, transposed through L1
-            float tmp[NR][16] __attribute__((aligned(64)));
-            for (int k = 0; k < kc; k += 16) {
-                int kk = imin(16, kc - k);
-                __mmask16 m = lane_mask(kk);
-                for (int jj = 0; jj < NR; jj++)
-                    _mm512_store_ps(tmp[jj], jj < w ? _mm512_maskz_loadu_ps(m, t->B +
-                                    (long)(j + jj) * t->ldb + t->p0 + k) : _mm512_setzero_ps());
-                for (int q = 0; q < kk; q++)
-                    for (int jj = 0; jj < NR; jj++) d[(long)(k + q) * NR + jj] = tmp[jj][q];
-            }
-        }
+// r[0..16) rows of 16 floats -> r[q] = column q (four rounds of 16 shuffles)
+OWN static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
+    __m512 t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < 16; g += 4) {   // u[g + c]: column c (+4, 8, 12) of rows g..g+3
+        u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+        u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xee);
+        u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xee);
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {       // 128-bit lanes: rows 0-7 and 8-15, then all 16
+        __m512 a = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), b = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);
+        __m512 x = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88), y = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_f32x4(a, x, 0x88);
+        r[c + 8] = _mm512_shuffle_f32x4(a, x, 0xdd);
+        r[c + 4] = _mm512_shuffle_f32x4(b, y, 0x88);
+        r[c + 12] = _mm512_shuffle_f32x4(b, y, 0xdd);
     }
 }
 
+// rows < h of src (row stride ld) x 16 columns (mask m) into out[q * step] (store mask
+// sm), q < kk: 16 x 16 transposes (rows >= h are zeros)
+OWN static inline __attribute__((always_inline)) void
+put_columns(const float *src, long ld, int h, __mmask16 m, int kk, float *out, int step,
+            __mmask16 sm) {
+    __m512 r[16];
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) r[i] = i < h ? _mm512_maskz_loadu_ps(m, src + i * ld) : _mm512_setzero_ps();
+    transpose16(r);
+#pragma GCC unroll 16
+    for (int q = 0; q < 16; q++) if (q < kk) _mm512_mask_storeu_ps(out + (long)q * step, sm, r[q]);
+}
+
+// strips [b, e) of the panel: op(B)[k][j .. j + 32) as K rows of NR floats each, a K
+// block of all the strips at a time (the source's next columns are still in L1/L2)
+OWN static void pack_b(void *vc, long b, long e) {
+    const own_ctx *t = vc;
+    for (int k0 = 0; k0 < t->K; k0 += KC)
+        for (long s = b; s < e; s++) {
+            int j = t->j0 + (int)s * NR, w = imin(NR, t->j0 + t->nc - j), k1 = imin(k0 + KC, t->K);
+            float *d = t->pb + s * (long)t->K * NR;
+            if (!t->tb) {
+                __mmask16 m0 = lane_mask(w), m1 = lane_mask(w - 16);
+                for (int k = k0; k < k1; k++) {
+                    const float *r = t->B + (long)k * t->ldb + j;
+                    _mm512_store_ps(d + k * NR, _mm512_maskz_loadu_ps(m0, r));
+                    _mm512_store_ps(d + k * NR + 16, _mm512_maskz_loadu_ps(m1, r + 16));
+                }
+            } else {   // B stored N x K: 16 x 16 blocks (columns of op(B) x values of K) turned
+                const float *r = t->B + (long)j * t->ldb;
+                for (int k = k0; k < k1; k += 16) {
+                    int kk = imin(16, k1 - k);
+                    __mmask16 m = lane_mask(kk);
+                    put_columns(r + k, t->ldb, imin(w, 16), m, kk, d + (long)k * NR, NR, 0xffff);
+                    put_columns(r + 16L * t->ldb + k, t->ldb, w - 16, m, kk,
+                                d + (long)k * NR + 16, NR, 0xffff);
+                }
+            }
+        }
+}
+
 // rows [i0, i0 + mc) of op(A), K block [p0, p0 + kc), as micro-panels of kc x MR floats
-static void pack_a(const own_ctx *t, int i0, int mc, float *pa) {
-    int kc = t->kc;
+OWN static void pack_a(const own_ctx *t, int i0, int mc, int p0, int kc, float *pa) {
     for (int r = 0; r < mc; r += MR) {
         float *d = pa + (long)r * kc;
         int h = imin(MR, mc - r);
-        if (!t->ta) {
-            for (int i = 0; i < MR; i++) {
-                if (i >= h) { for (int k = 0; k < kc; k++) d[k * MR + i] = 0.0f; continue; }
-                const float *s = t->A + (long)(i0 + r + i) * t->lda + t->p0;
-                for (int k = 0; k < kc; k++) d[k * MR + i] = s[k];
+        if (!t->ta) {   // rows of A: 12 (or h) x 16 blocks turned into 16 rows of MR
+            const float *s = t->A + (long)(i0 + r) * t->lda + p0;
+            for (int k = 0; k < kc; k += 16) {
+                int kk = imin(16, kc - k);
+                put_columns(s + k, t->lda, h, lane_mask(kk), kk, d + (long)k * MR, MR, 0xfff);
             }
-        } else {
-            for (int k = 0; k < kc; k++) {
-                const float *s = t->A + (long)(t->p0 + k) * t->lda + i0 + r;
-                for (int i = 0; i < MR; i++) d[k * MR + i] = i < h ? s[i] : 0.0f;
-            }
+        } else {        // A stored K x M: MR consecutive values per k
+            __mmask16 m = lane_mask(h);
+            const float *s = t->A + (long)p0 * t->lda + i0 + r;
+            for (int k = 0; k < kc; k++)
+                _mm512_mask_storeu_ps(d + k * MR, 0xfff, _mm512_maskz_loadu_ps(m, s + (long)k * t->lda));
         }
     }
 }
@@ -141,35 +185,62 @@ ukernel(int kc, const float *pa, const float *pb, float *c, const float *ci, lon
     }
 }
 
-// tasks [b, e): row block x column slice of the panel
+// tasks [b, e): row block x column slice of the panel, all of K: per K block its rows of
+// op(A) are packed into this thread's scratch (heap: pool threads and callers' threads may
+// have small stacks) and run against each strip; C's tile stays in L2 across K blocks.
+// Without scratch (malloc failed) it packs one micro-panel at a time on the stack.
 OWN static void compute(void *vc, long b, long e) {
     const own_ctx *t = vc;
-    float pa[MC * KC] __attribute__((aligned(64)));   // 96 KiB of the thread's stack
-    int first = t->p0 == 0, act = t->p0 + t->kc == t->K ? t->act : MK_ACT_NONE;
+    float small[MR * KC] __attribute__((aligned(64)));
+    float *heap = aligned_alloc(64, MC * KC * sizeof(float)), *pa = heap ? heap : small;
+    int step = heap ? MC : MR;
     for (long q = b; q < e; q++) {
         int i0 = (int)(q / t->tasks_n) * MC, mc = imin(MC, t->M - i0);
         int c0 = (int)(q % t->tasks_n) * t->nt, c1 = imin(c0 + t->nt, t->nc);
-        pack_a(t, i0, mc, pa);
-        for (int jc = c0; jc < c1; jc += NR) {
-            const float *pb = t->pb + (long)(jc / NR) * t->kc * NR;
-            for (int r = 0; r < mc; r += MR) {
-                long off = (long)(i0 + r) * t->ldc + t->j0 + jc;
-                const float *a = pa + (long)r * t->kc;
-                int h = imin(MR, mc - r), w = imin(NR, c1 - jc);
-#define OWN_CALL(A) ukernel(t->kc, a, pb, t->C + off, t->Cin + off, t->ldc, h, w, t->alpha, \
+        for (int p0 = 0; p0 < t->K; p0 += t->kcb) {
+            int kc = imin(t->kcb, t->K - p0), first = p0 == 0;
+            int act = p0 + kc == t->K ? t->act : MK_ACT_NONE;
+            for (int ib = 0; ib < mc; ib += step) {
+                int ih = imin(step, mc - ib);
+                pack_a(t, i0 + ib, ih, p0, kc, pa);
+                for (int jc = c0; jc < c1; jc += NR) {
+                    const float *pb = t->pb + ((long)(jc / NR) * t->K + p0) * NR;
+                    for (int r = 0; r < ih; r += MR) {
+                        long off = (long)(i0 + ib + r) * t->ldc + t->j0 + jc;
+                        const float *a = pa + (long)r * kc;
+                        int h = imin(MR, ih - r), w = imin(NR, c1 - jc);
+#define OWN_CALL(A) ukernel(kc, a, pb, t->C + off, t->Cin + off, t->ldc, h, w, t->alpha, \
                             t->beta, first, A, t->stream)
-                switch (act) {
-                case MK_ACT_RELU: OWN_CALL(MK_ACT_RELU); break;
-                case MK_ACT_GELU: OWN_CALL(MK_ACT_GELU); break;
-                case MK_ACT_GELU_TANH: OWN_CALL(MK_ACT_GELU_TANH); break;
-                case MK_ACT_SILU: OWN_CALL(MK_ACT_SILU); break;
-                default: OWN_CALL(MK_ACT_NONE); break;
-                }
+                        switch (act) {
+                        case MK_ACT_RELU: OWN_CALL(MK_ACT_RELU); break;
+                        case MK_ACT_GELU: OWN_CALL(MK_ACT_GELU); break;
+                        case MK_ACT_GELU_TANH: OWN_CALL(MK_ACT_GELU_TANH); break;
+                        case MK_ACT_SILU: OWN_CALL(MK_ACT_SILU); break;
+                        default: OWN_CALL(MK_ACT_NONE); break;
+                        }
 #undef OWN_CALL
+                    }
+                }
             }
         }
     }
+    free(heap);
     if (t->stream) _mm_sfence();   // streamed stores visible before the pool reports done
+}
+
+// Columns per task: the multiple of NR up to NT_MAX with the least modelled time, rounds of
+// tasks (ceil(tasks / threads)) x (columns + PACK_COLS: a task's packing of its rows of
+// op(A), in columns of work); ties to wider tasks. GPT-2's 256 x 2304 at 16 threads: 3 row
+// blocks x 15 slices of 160 columns (was 3 x 11 of 224: 33 tasks, 3 rounds for one thread).
+static int task_columns(int nc, int tasks_m, int threads) {
+    int best = NR;
+    double best_cost = -1.0;
+    for (int nt = imin(NT_MAX, (nc + NR - 1) / NR * NR); nt >= NR; nt -= NR) {
+        long tasks = (long)tasks_m * ((nc + nt - 1) / nt);
+        double cost = (double)((tasks + threads - 1) / threads) * (nt + PACK_COLS);
+        if (best_cost < 0.0 || cost < best_cost) { best_cost = cost; best = nt; }
+    }
+    return best;
 }
 
 int mk_own_sgemm_batch(int trans_a, int trans_b, int batch, int M, int N, int K, float alpha,
@@ -177,32 +248,31 @@ int mk_own_sgemm_batch(int trans_a, int trans_b, int batch, int M, int N, int K,
                        long stride_b, float beta, const float *Cin, long stride_c, float *C,
                        int ldc, long stride_out, int act) {
     if (!mk_vec_wide() || K <= 0) return 0;
-    int ncmax = imin(N, NC), kcmax = imin(K, KC);
-    float *pb = aligned_alloc(64, (size_t)(ncmax + NR - 1) / NR * NR * kcmax * 4);
+    // panels of at most PANEL_FLOATS packed floats (K x columns), as even as whole strips allow
+    long max_nc = PANEL_FLOATS / K / NR * NR;
+    int panels, nc_even;
+    if (max_nc < NR) max_nc = NR;
+    panels = (int)((N + max_nc - 1) / max_nc);
+    nc_even = (N + panels - 1) / panels;
+    nc_even = (nc_even + NR - 1) / NR * NR;
+    float *pb = aligned_alloc(64, (size_t)nc_even * K * sizeof(float));
     if (!pb) return 0;
     int threads = mk_cpu_threads(), tasks_m = (M + MC - 1) / MC;
     for (int item = 0; item < batch; item++) {
         own_ctx t = {trans_a, trans_b, M, N, K, lda, ldb, ldc, act, alpha, beta,
                      A + item * stride_a, B + item * stride_b,
                      Cin ? Cin + item * stride_c : C + item * stride_out, C + item * stride_out,
-                     0, 0, 0, 0, 0, 0, 0, pb};
+                     0, 0, 0, 0, ab_kc(), 0, pb};
         // one pass writes C: past 16 MiB it would only evict what the next tasks read
-        t.stream = K <= KC && (long)M * N > (4L << 20) && ldc % 16 == 0 &&
+        t.stream = ab_stream() && K <= t.kcb && (long)M * N > (4L << 20) && ldc % 16 == 0 &&
                    ((unsigned long)t.C & 63) == 0;
-        for (t.j0 = 0; t.j0 < N; t.j0 += NC) {
-            t.nc = imin(NC, N - t.j0);
-            // columns per task: at least ~2 tasks a thread where the rows alone give fewer
-            int want_n = (2 * threads + tasks_m - 1) / tasks_m;
-            int nt = (t.nc + want_n - 1) / want_n;
-            nt = (nt + NR - 1) / NR * NR;
-            t.nt = nt > NT_MAX ? NT_MAX : nt;
+        for (t.j0 = 0; t.j0 < N; t.j0 += nc_even) {
+            t.nc = imin(nc_even, N - t.j0);
+            t.nt = task_columns(t.nc, tasks_m, threads);
             t.tasks_n = (t.nc + t.nt - 1) / t.nt;
-            for (t.p0 = 0; t.p0 < K; t.p0 += KC) {
-                t.kc = imin(KC, K - t.p0);
-                long strips = (t.nc + NR - 1) / NR;
-                mk_parallel_for(strips, 1 + 16384 / ((long)t.kc * NR), pack_b, &t);
-                mk_parallel_for((long)tasks_m * t.tasks_n, 1, compute, &t);
-            }
+            long strips = (t.nc + NR - 1) / NR;
+            mk_parallel_for(strips, 1 + 16384 / ((long)K * NR), pack_b, &t);
+            mk_parallel_for((long)tasks_m * t.tasks_n, 1, compute, &t);
         }
     }
     free(pb);

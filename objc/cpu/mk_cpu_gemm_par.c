@@ -152,15 +152,24 @@ int mk_gemm_path(void) {
 }
 
 // The GEMMs our own kernel takes by default. Device A/B (16-core Xeon VM, one build, arms per
-// call, interleaved medians, session 9, results/cpu-threads-xeon16/session9/own_ab_*.txt),
-// own / today's path: at 16 threads square 512^2 0.84, 1024^2 0.93, 2048^2 0.90, 4096^2
-// 0.80 (numpy / own 0.77-1.22); GPT-2's 256-row linears 0.95-1.37 (the grid stays); at 8
-// threads 512^2 0.86 but 1024-4096^2 0.98-1.09 (the whole call stays) and at 2 threads
-// small-K rows 0.82-1.23 in one run (not settled). So: one GEMM of >= 512 in every
-// dimension on more than 8 threads, each with a core. One run: re-measure before widening.
-static int own_wins(int batch, int M, int N, int K, int threads) {
-    return batch == 1 && threads > 8 && M >= 512 && N >= 512 && K >= 512 &&
-           threads_fit_cores(threads);
+// call, interleaved medians of 5, session 10, results/cpu-threads-xeon16/session10/own_ab_*),
+// own / the path auto took before: at 8 threads 512^2 0.88, 1024^2 0.79, 2048^2 0.81 (4096^2
+// not measured), at 16 threads 512-4096^2 0.99-1.01 against session 9's own (session 9: own
+// 0.80-0.93 of the grid); GPT-2's 256-row linears (trans_b) at 16 threads 256x768 -> 3072
+// 0.76, LM head -> 50257 0.86 (-> 2304 0.98, -> 768 1.00, 3072 -> 768 1.09: these stay), at
+// 8 threads the LM head 0.87 (-> 3072 0.99, -> 768 0.88 but 1.00 at 16: within noise,
+// stay). At 2 threads own loses unfused (1.04-1.25), but with an activation on 4096^2 x
+// K 64 / 256 it beats BLAS + the activation's pass over C: relu 0.90 / 1.00, gelu 0.91 /
+// 0.90, silu 0.84 / 0.90 (the pass re-reads a C beyond the caches; own's is in registers).
+// One run: the rules take only what it measured, each with a core per thread.
+static int own_wins(int batch, int M, int N, int K, int threads, int act) {
+    if (batch != 1 || !threads_fit_cores(threads)) return 0;
+    if (threads >= 8 && M >= 512 && N >= 512 && K >= 512)
+        return threads > 8 || (double)M * N * K <= 2048.0 * 2048 * 2048;
+    if (threads >= 8 && M >= 256 && K >= 512 && N >= (threads > 8 ? 4 : 16) * K && N >= 3072)
+        return 1;
+    return act != MK_ACT_NONE && threads == 2 && K >= 64 && K <= 256 &&
+           (long)M * N >= (4L << 20);
 }
 
 static double grid_cost(int batch, int M, int N, int K, int threads, int pm, int pn) {
@@ -200,11 +209,11 @@ void mk_sgemm_batch_par_ep(int trans_a, int trans_b, int batch, int M, int N, in
     int pm = 1, pn = 1;
     if (Cin == C && stride_c == stride_out) Cin = NULL;      // C is the output: nothing to copy
     if (beta == 0.0f) Cin = NULL;
+    int act = ep == mk_activate_tile ? *(const int *)ep_ctx : MK_ACT_NONE;   // else not an int
     if ((ep == NULL || ep == mk_activate_tile) &&
-        (path == MK_GEMM_OWN || (path == MK_GEMM_AUTO && own_wins(batch, M, N, K, threads))) &&
+        (path == MK_GEMM_OWN || (path == MK_GEMM_AUTO && own_wins(batch, M, N, K, threads, act))) &&
         mk_own_sgemm_batch(trans_a, trans_b, batch, M, N, K, alpha, A, lda, stride_a, B, ldb,
-                           stride_b, beta, Cin, stride_c, C, ldc, stride_out,
-                           ep ? *(const int *)ep_ctx : MK_ACT_NONE))
+                           stride_b, beta, Cin, stride_c, C, ldc, stride_out, act))
         return;
     int par = threads > 1 && (2.0 * M * N * K * batch >= MIN_PAR_FLOPS ||
                               (long)M * N * batch >= MIN_PAR_OUT);

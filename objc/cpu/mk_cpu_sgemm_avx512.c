@@ -3,17 +3,21 @@
 // store: the activation runs on the accumulator registers of the last K block, so at small
 // K (where the GEMM is bound by writing C) its arithmetic hides behind the store stream
 // instead of being a second pass over C after a BLAS call (OpenBLAS has no epilogue hook).
-// Loops as GotoBLAS/BLIS: for each NC-column panel and KC block of K, op(B)'s panel is
-// packed ONCE into a buffer that every thread of the call reads (the grid of BLAS tiles
-// packs B once per tile); then tasks of MC rows x a slice of the panel's columns run on the
-// pool, each packing its own MC x KC block of op(A) and running a 12 x 32 register
-// micro-kernel (24 accumulators, two B vectors, one broadcast) over it. Edges are padded
-// with zeros in the packed buffers and written with masked loads/stores: nothing outside
-// M x N is read or written. K blocks after the first add to C (the first one reads beta*C,
-// so C may alias the output, and beta == 0 never reads C: NaN there is cleared, as BLAS).
+// Loops as GotoBLAS/BLIS: for each panel of columns (at most PANEL_FLOATS packed floats,
+// all of K), op(B) is packed ONCE into a buffer that every thread of the call reads (the
+// grid of BLAS tiles packs B once per tile); then tasks of MC rows x a slice of the panel's
+// columns run on the pool, each over all of K: per K block it packs its MC x KC block of
+// op(A) and runs a 12 x 32 register micro-kernel (24 accumulators, two B vectors, one
+// broadcast) over it; C's tile stays in L2 between K blocks. Packing is vectorised: rows
+// of B (trans_b) and of A (not trans_a) are turned by 16 x 16 register transposes. Edges
+// are padded with zeros in the packed buffers and written with masked loads/stores:
+// nothing outside M x N is read or written. K blocks after the first add to C (the first
+// one reads beta*C, so C may alias the output; beta == 0 never reads C: NaN there is
+// cleared, as BLAS).
 // mk_sgemm_batch_par_ep (mk_cpu_gemm_par.c) decides when this runs.
 #include "mk_cpu.h"
 #include "mk_cpu_vecmath.h"
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,16 +48,14 @@ typedef struct {
     float *C;
     int j0, nc;                 // the panel: columns [j0, j0 + nc), all of K
     int nt, tasks_n;            // columns per task (a multiple of NR), tasks per row block
-    int kcb;                    // AB-ONLY
+    long tasks;                 // row blocks x column slices
     int stream;                 // non-temporal stores of C (one K block, C beyond the caches)
     float *pb;                  // packed panel: ceil(nc / NR) strips of K x NR floats
+    float *pa;                  // per slot (an mk_parallel_for index) an MC x KC block of A
+    _Atomic long next;          // the next task to take
 } own_ctx;
 
 static int imin(int a, int b) { return a < b ? a : b; }
-
-// AB-ONLY: MPSKERN_OWN_KC (K block, <= 256) and MPSKERN_OWN_STREAM=0 for the device A/B
-static int ab_kc(void) { const char *e = getenv("MPSKERN_OWN_KC"); int v = e ? atoi(e) : KC; return v >= 16 && v <= KC ? v : KC; }
-static int ab_stream(void) { const char *e = getenv("MPSKERN_OWN_STREAM"); return !e || atoi(e) != 0; }
 
 static __mmask16 lane_mask(int n) { return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 
@@ -185,53 +187,49 @@ ukernel(int kc, const float *pa, const float *pb, float *c, const float *ci, lon
     }
 }
 
-// tasks [b, e): row block x column slice of the panel, all of K: per K block its rows of
-// op(A) are packed into this thread's scratch (heap: pool threads and callers' threads may
-// have small stacks) and run against each strip; C's tile stays in L2 across K blocks.
-// Without scratch (malloc failed) it packs one micro-panel at a time on the stack.
+// Slots [b, e) of the pool's range, each with its own MC x KC scratch for op(A) (on the heap:
+// the pool's and callers' threads may have small stacks); a slot takes tasks (a row block x
+// a column slice of the panel, all of K) one at a time until none is left, so a thread
+// that starts late takes fewer. Per K block a task packs its rows of op(A) and runs them
+// against each strip; C's tile stays in L2 across K blocks.
 OWN static void compute(void *vc, long b, long e) {
-    const own_ctx *t = vc;
-    float small[MR * KC] __attribute__((aligned(64)));
-    float *heap = aligned_alloc(64, MC * KC * sizeof(float)), *pa = heap ? heap : small;
-    int step = heap ? MC : MR;
-    for (long q = b; q < e; q++) {
+    own_ctx *t = vc;
+    float *pa = t->pa + b * (long)MC * KC;
+    (void)e;
+    for (long q; (q = atomic_fetch_add_explicit(&t->next, 1, memory_order_relaxed)) < t->tasks;) {
         int i0 = (int)(q / t->tasks_n) * MC, mc = imin(MC, t->M - i0);
         int c0 = (int)(q % t->tasks_n) * t->nt, c1 = imin(c0 + t->nt, t->nc);
-        for (int p0 = 0; p0 < t->K; p0 += t->kcb) {
-            int kc = imin(t->kcb, t->K - p0), first = p0 == 0;
+        for (int p0 = 0; p0 < t->K; p0 += KC) {
+            int kc = imin(KC, t->K - p0), first = p0 == 0;
             int act = p0 + kc == t->K ? t->act : MK_ACT_NONE;
-            for (int ib = 0; ib < mc; ib += step) {
-                int ih = imin(step, mc - ib);
-                pack_a(t, i0 + ib, ih, p0, kc, pa);
-                for (int jc = c0; jc < c1; jc += NR) {
-                    const float *pb = t->pb + ((long)(jc / NR) * t->K + p0) * NR;
-                    for (int r = 0; r < ih; r += MR) {
-                        long off = (long)(i0 + ib + r) * t->ldc + t->j0 + jc;
-                        const float *a = pa + (long)r * kc;
-                        int h = imin(MR, ih - r), w = imin(NR, c1 - jc);
+            pack_a(t, i0, mc, p0, kc, pa);
+            for (int jc = c0; jc < c1; jc += NR) {
+                const float *pb = t->pb + ((long)(jc / NR) * t->K + p0) * NR;
+                for (int r = 0; r < mc; r += MR) {
+                    long off = (long)(i0 + r) * t->ldc + t->j0 + jc;
+                    const float *a = pa + (long)r * kc;
+                    int h = imin(MR, mc - r), w = imin(NR, c1 - jc);
 #define OWN_CALL(A) ukernel(kc, a, pb, t->C + off, t->Cin + off, t->ldc, h, w, t->alpha, \
                             t->beta, first, A, t->stream)
-                        switch (act) {
-                        case MK_ACT_RELU: OWN_CALL(MK_ACT_RELU); break;
-                        case MK_ACT_GELU: OWN_CALL(MK_ACT_GELU); break;
-                        case MK_ACT_GELU_TANH: OWN_CALL(MK_ACT_GELU_TANH); break;
-                        case MK_ACT_SILU: OWN_CALL(MK_ACT_SILU); break;
-                        default: OWN_CALL(MK_ACT_NONE); break;
-                        }
-#undef OWN_CALL
+                    switch (act) {
+                    case MK_ACT_RELU: OWN_CALL(MK_ACT_RELU); break;
+                    case MK_ACT_GELU: OWN_CALL(MK_ACT_GELU); break;
+                    case MK_ACT_GELU_TANH: OWN_CALL(MK_ACT_GELU_TANH); break;
+                    case MK_ACT_SILU: OWN_CALL(MK_ACT_SILU); break;
+                    default: OWN_CALL(MK_ACT_NONE); break;
                     }
+#undef OWN_CALL
                 }
             }
         }
     }
-    free(heap);
     if (t->stream) _mm_sfence();   // streamed stores visible before the pool reports done
 }
 
 // Columns per task: the multiple of NR up to NT_MAX with the least modelled time, rounds of
 // tasks (ceil(tasks / threads)) x (columns + PACK_COLS: a task's packing of its rows of
 // op(A), in columns of work); ties to wider tasks. GPT-2's 256 x 2304 at 16 threads: 3 row
-// blocks x 15 slices of 160 columns (was 3 x 11 of 224: 33 tasks, 3 rounds for one thread).
+// blocks x 5 slices of 480 columns, one round (was 3 x 11 of 224: 33 tasks, 3 rounds).
 static int task_columns(int nc, int tasks_m, int threads) {
     int best = NR;
     double best_cost = -1.0;
@@ -250,32 +248,34 @@ int mk_own_sgemm_batch(int trans_a, int trans_b, int batch, int M, int N, int K,
     if (!mk_vec_wide() || K <= 0) return 0;
     // panels of at most PANEL_FLOATS packed floats (K x columns), as even as whole strips allow
     long max_nc = PANEL_FLOATS / K / NR * NR;
-    int panels, nc_even;
     if (max_nc < NR) max_nc = NR;
-    panels = (int)((N + max_nc - 1) / max_nc);
-    nc_even = (N + panels - 1) / panels;
+    int panels = (int)((N + max_nc - 1) / max_nc), nc_even = (N + panels - 1) / panels;
     nc_even = (nc_even + NR - 1) / NR * NR;
-    float *pb = aligned_alloc(64, (size_t)nc_even * K * sizeof(float));
-    if (!pb) return 0;
     int threads = mk_cpu_threads(), tasks_m = (M + MC - 1) / MC;
+    float *pb = aligned_alloc(64, (size_t)nc_even * K * sizeof(float));
+    float *pa = aligned_alloc(64, (size_t)threads * MC * KC * sizeof(float));
+    if (!pb || !pa) { free(pb); free(pa); return 0; }   // nothing written: the BLAS path runs
     for (int item = 0; item < batch; item++) {
         own_ctx t = {trans_a, trans_b, M, N, K, lda, ldb, ldc, act, alpha, beta,
                      A + item * stride_a, B + item * stride_b,
                      Cin ? Cin + item * stride_c : C + item * stride_out, C + item * stride_out,
-                     0, 0, 0, 0, ab_kc(), 0, pb};
+                     0, 0, 0, 0, 0, 0, pb, pa, 0};
         // one pass writes C: past 16 MiB it would only evict what the next tasks read
-        t.stream = ab_stream() && K <= t.kcb && (long)M * N > (4L << 20) && ldc % 16 == 0 &&
+        t.stream = K <= KC && (long)M * N > (4L << 20) && ldc % 16 == 0 &&
                    ((unsigned long)t.C & 63) == 0;
         for (t.j0 = 0; t.j0 < N; t.j0 += nc_even) {
             t.nc = imin(nc_even, N - t.j0);
             t.nt = task_columns(t.nc, tasks_m, threads);
             t.tasks_n = (t.nc + t.nt - 1) / t.nt;
-            long strips = (t.nc + NR - 1) / NR;
-            mk_parallel_for(strips, 1 + 16384 / ((long)K * NR), pack_b, &t);
-            mk_parallel_for((long)tasks_m * t.tasks_n, 1, compute, &t);
+            t.tasks = (long)tasks_m * t.tasks_n;
+            atomic_store_explicit(&t.next, 0, memory_order_relaxed);
+            mk_parallel_for((t.nc + NR - 1) / NR, 1 + 16384 / ((long)K * NR), pack_b, &t);
+            // one slot per thread, each its own index (the pool hands out disjoint ranges)
+            mk_parallel_for(t.tasks < threads ? t.tasks : threads, 1, compute, &t);
         }
     }
     free(pb);
+    free(pa);
     return 1;
 }
 

@@ -82,7 +82,8 @@ def matmul(a, b):
 
 
 def gemm(a, b, c=None, alpha=1.0, beta=None, trans_a=False, trans_b=False, activation=None):
-    """beta=None: 1 with c, else 0 (torch.addmm); beta=0 ignores c (NaN in it too)."""
+    """beta=None: 1 with c, else 0 (torch.addmm); beta=0 ignores c (NaN in it too), and
+    alpha=0 the product (torch.addmm and BLAS compute none: NaN/Inf in a or b are not read)."""
     a, b, c = f64(a, b, c)
     if beta is None:
         beta = 0.0 if c is None else 1.0
@@ -90,7 +91,8 @@ def gemm(a, b, c=None, alpha=1.0, beta=None, trans_a=False, trans_b=False, activ
         a = np.swapaxes(a, -1, -2)
     if trans_b:
         b = np.swapaxes(b, -1, -2)
-    y = alpha * (a @ b)
+    y = alpha * (a @ b) if alpha != 0 else np.zeros(np.broadcast_shapes(
+        a.shape[:-1] + (1,), b.shape[:-2] + (1, b.shape[-1])))
     if c is not None and beta != 0:
         y = y + beta * c
     return activate(y, activation)

@@ -35,6 +35,20 @@ def test_alpha_zero_computes_no_product(backend, bad, beta):
     got = mpskern.gemm(a, b, c, alpha=0.0, beta=beta, backend=backend)
     assert not np.isnan(want).any()
     np.testing.assert_array_equal(got, want)
+    # the float64 reference (bench, selftest, tests) too: it had 0 * NaN rows (qa10)
+    np.testing.assert_array_equal(mpskern.reference.gemm(a, b, c, alpha=0.0, beta=beta), want)
+    b3 = np.broadcast_to(b, (2, 3, 5))
+    assert mpskern.reference.gemm(a, b3, alpha=0.0).shape == (2, 4, 5)
+
+
+def test_float16_overflow_of_beta_c_is_inf_without_a_warning(recwarn):
+    """K == 0: beta * c computed in numpy; past float16's range it is inf, as the kernels'
+    result (and torch's), and no RuntimeWarning from inside mpskern (qa10)."""
+    c = np.full((2, 3), 60000, np.float16)
+    got = mpskern.gemm(np.ones((2, 0), np.float16), np.ones((0, 3), np.float16), c, beta=2.0,
+                       backend="cpu")
+    assert np.isposinf(got).all() and got.dtype == np.float16
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

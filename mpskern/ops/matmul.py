@@ -202,7 +202,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=None, trans_a=False, trans_b=False, ac
     if y.size == 0:
         return _args.finish(y, out)
     if K == 0 or alpha == 0:    # no product (BLAS and torch compute none): activation(beta * c)
-        y[...] = ref.activate(beta * c.astype(np.float32), activation) if has_c else 0
+        with np.errstate(over="ignore"):    # beyond float16's range: inf, as the kernels
+            y[...] = ref.activate(beta * c.astype(np.float32), activation) if has_c else 0
         return _args.finish(y, out)
     if sc is None:              # the result holds C, read in place (it may alias out)
         c, sc = (_args.fill_rows(be, y, c) if has_c else c), M * N

@@ -49,3 +49,39 @@ def test_footprint_counts_at_least_the_arrays_a_small_case_draws(name):
     s8 = m.complete({**m.small, "batch": 8})
     assert m.footprint(s8, "float32") > need
     m.check_memory(s, "float32")
+
+
+@pytest.mark.parametrize("name, field, big", [("gpt2", "seq", 1024), ("unet-block", "size", 128)])
+def test_without_torch_the_reference_attention_scores_are_counted(monkeypatch, name, field, big):
+    """Without torch the float64 reference is forward() on mpskern/reference.py's ops: one
+    head's attention holds ~4 float64 copies of its L x S scores (peak RSS 4.02-4.15 x at
+    4096 x 4096), which the estimate left out (qa10): gpt2 seq=1024 34 MB, unet-block size=128
+    (16384 tokens) 9.1 GB more than with torch."""
+    from mpskern.models import model
+    m = MODELS[name]
+    s = m.complete({**m.small, field: big})
+    monkeypatch.setattr(model, "torch_installed", lambda: True)
+    with_torch = m.footprint(s, "float32")
+    monkeypatch.setattr(model, "torch_installed", lambda: False)
+    without = m.footprint(s, "float32")
+    L = s["seq"] if name == "gpt2" else s["size"] ** 2
+    assert without - with_torch >= 4.15 * 8 * L * L
+    monkeypatch.setattr(memory, "available_bytes", lambda: with_torch + 16 * 2**20)
+    with pytest.raises(ValueError, match="needs"):
+        m.check_memory(s, "float32")
+
+
+def test_the_reference_score_bound_holds_for_one_head():
+    """REFERENCE_SCORE_BYTES against the reference's own peak (numpy's allocations, which
+    tracemalloc sees; a child's ru_maxrss starts at its parent's on Linux)."""
+    import tracemalloc
+    from mpskern import reference as ref
+    from mpskern.models.model import REFERENCE_SCORE_BYTES
+    L = 1024
+    q = np.random.default_rng(0).standard_normal((L, 64))
+    for causal in (False, True):
+        tracemalloc.start()
+        ref.scaled_dot_product_attention(q, q, q, is_causal=causal)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert 3 * 8 * L * L < peak <= REFERENCE_SCORE_BYTES * L * L, (causal, peak / (8 * L * L))

@@ -120,3 +120,9 @@ def activations(s):
     residual stream, qkv, attention output, the 4x-wide MLP), attention's scores not (fused);
     Model.footprint's estimate, before anything is allocated."""
     return s["batch"] * s["seq"] * (s["vocab"] + 9 * s["width"])
+
+
+def attention_scores(s):
+    """Elements of one head's score matrix (queries x keys), the most the float64 reference
+    without torch holds per attention (Kit("reference") runs one head at a time)."""
+    return s["seq"] ** 2

@@ -7,12 +7,27 @@ One network module (resnet.py, gpt2.py, unet.py) holds: params(s, rng, dtype) (r
 weights, torch/HF/diffusers names), inputs(s, rng, dtype) (a dict), prepare(P) (the
 weights forward() takes: folded, split), forward(kit, W, *inputs, s) (mpskern + numpy, on a
 mpskern/models/kit.py Kit), torch_forward(F, P, *inputs, s) (torch.nn.functional),
-flops(s) and activations(s) (elements of the largest tensors a layer holds at once)."""
+flops(s), activations(s) (elements of the largest tensors a layer holds at once) and
+attention_scores(s) (elements of one head's largest score matrix)."""
 import numpy as np
 
 from mpskern.models.kit import Kit
 from mpskern.ops.op import Op, _ShapeRng
 from mpskern.structs import Cost
+
+# bytes per score element mpskern/reference.py's attention holds at once: the scores, their
+# exponentials, the quotient and the weights in float64 and two bool masks (peak RSS of one
+# 4096 x 4096 head: 4.02-4.15 x its float64 scores, causal or not)
+REFERENCE_SCORE_BYTES = 4 * 8 + 2
+
+
+def torch_installed():
+    """Whether the float64 reference can be torch's (fused attention: no score matrix)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 class Model(Op):
@@ -57,13 +72,16 @@ class Model(Op):
         """Bytes a bench case at shape `s` holds at once, from the shapes alone (nothing is
         allocated; Op.check_memory refuses what does not fit): the weights as drawn, as
         forward() takes them and in float64 (the reference), the inputs and their float64
-        copy, and the largest activations a layer holds (module.activations(s) elements)
-        in the dtype and in float64."""
+        copy, the largest activations a layer holds (module.activations(s) elements) in the
+        dtype and in float64, and without torch the reference's attention scores of one
+        head (module.attention_scores(s) elements; torch's float64 attention is fused)."""
         dt = np.dtype(dtype)
         w = sum(a.size for a in self.module.params(s, _ShapeRng(), dt).values())
         x = sum(a.size for a in self.module.inputs(s, _ShapeRng(), dt).values())
         act = self.module.activations(s)
-        return (2 * w + x) * dt.itemsize + (w + x) * 8 + act * (dt.itemsize + 8)
+        scores = 0 if torch_installed() else self.module.attention_scores(s)
+        return ((2 * w + x) * dt.itemsize + (w + x) * 8 + act * (dt.itemsize + 8) +
+                scores * REFERENCE_SCORE_BYTES)
 
     def _names(self, inp):
         return [k for k in inp if k not in ("params", "weights", "p")]
@@ -87,11 +105,7 @@ class Model(Op):
         i64 = {k: (inp[k].astype(np.float64) if inp[k].dtype.kind == "f" else inp[k])
                for k in self._names(inp)}
         if torch is None:
-            try:
-                import torch as _t  # noqa: F401
-                torch = True
-            except ImportError:
-                torch = False
+            torch = torch_installed()
         if not torch:
             return self.run(Kit("reference"), {"weights": self.module.prepare(P), **i64,
                                                "p": inp["p"]})

@@ -175,3 +175,8 @@ def activations(s):
     two mid-width results, its output: ~3x the stem's output), the most any layer holds;
     Model.footprint's estimate, before anything is allocated."""
     return 3 * s["batch"] * s["width"] * ((s["image"] + 1) // 2) ** 2
+
+
+def attention_scores(s):
+    """No attention (gpt2.attention_scores)."""
+    return 0

@@ -214,3 +214,10 @@ def activations(s):
     q/k/v, the GEGLU projection 8C wide and its 4C product), attention's scores not (fused);
     Model.footprint's estimate, before anything is allocated."""
     return s["batch"] * (16 * s["channels"] * s["size"] ** 2 + s["context"] * s["ctx_dim"])
+
+
+def attention_scores(s):
+    """Elements of one head's largest score matrix (self-attention: size^2 x size^2 tokens;
+    cross-attention's size^2 x context is smaller), as gpt2.attention_scores."""
+    n = s["size"] ** 2
+    return n * max(n, s["context"])

@@ -5,27 +5,14 @@ on fine (musl's default thread stack is 128 KiB; threading.stack_size may set 32
 case runs in a child process (an overflow is a segfault), every op's selftest checks plus
 cases that reach the threaded paths, checked against float64.
 
-FINDING qa10-1 (session 10, for gemm10): our own AVX-512 GEMM (mk_cpu_sgemm_avx512.c
-compute()) keeps its 96 KiB packed-A block on the stack: a 64 KiB thread segfaults in
-mpskern.matmul with MPSKERN_CPU_GEMM=own (128 KiB passes), which auto takes for >= 512^3 on
-> 8 threads. test_own_gemm_on_a_small_stack is marked xfail(strict) until it is fixed."""
-import platform
+Our own AVX-512 GEMM (mk_cpu_sgemm_avx512.c compute()) kept its 96 KiB packed-A block on the
+stack until 84caf9d (now one heap block per pool slot): a 64 KiB thread segfaulted in
+mpskern.matmul with MPSKERN_CPU_GEMM=own (128 KiB passed), which auto takes for >= 512^3 on
+> 8 threads (qa10, session 10); test_own_gemm_on_a_small_stack fails on 5a37612."""
 import subprocess
 import sys
 
 import pytest
-
-
-def _own_kernel_runs():
-    """Whether MPSKERN_CPU_GEMM=own runs our AVX-512 kernel here (objc/cpu/mk_cpu_vecmath.h:
-    x86-64 Linux builds, an x86-64-v4 CPU); elsewhere it is BLAS and the finding cannot show."""
-    if sys.platform != "linux" or platform.machine() != "x86_64":
-        return False
-    try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return False
-    return all(f in flags for f in ("avx512f", "avx512bw", "avx512dq", "avx512vl"))
 
 CHILD = r"""
 import sys, threading, numpy as np
@@ -92,8 +79,6 @@ def test_every_op_on_a_64_kib_thread(tmp_path, monkeypatch, threads):
     _run(tmp_path, monkeypatch, 64, threads, "all")
 
 
-@pytest.mark.xfail(_own_kernel_runs(), strict=True, reason="FINDING qa10-1: own GEMM's 96 KiB stack buffer "
-                   "(mk_cpu_sgemm_avx512.c compute()) overflows a 64 KiB thread")
 @pytest.mark.parametrize("threads", [1, 2])
 def test_own_gemm_on_a_small_stack(tmp_path, monkeypatch, threads):
     _run(tmp_path, monkeypatch, 64, threads, "own", gemm="own")

@@ -7,9 +7,11 @@ The C side reads some of them itself (the thread count when the first op runs; M
 and MPSKERN_CPU_CONV per call, refusing an unknown value then too); the rules below take only
 values it reads as written (atoi() would read '4abc' as 4 and 'apple7x' as 7).
 Build and tool variables (setup.py, objc/check_shim.py, tests) are in BUILD, not checked here."""
+import difflib
 import os
 import re
 import sys
+import warnings
 from dataclasses import dataclass
 
 
@@ -119,6 +121,18 @@ def check():
         raise EnvError("\n".join(bad))
 
 
+def unknown():
+    """'NAME is not a variable mpskern reads (did you mean ...?)' for each MPSKERN_* variable
+    set that neither VARS nor BUILD has (a misspelt one is otherwise ignored in silence)."""
+    known = list(VARS) + list(BUILD)
+    out = []
+    for n in sorted(k for k in os.environ if k.startswith("MPSKERN_") and k not in known):
+        near = difflib.get_close_matches(n, known, 1, 0.8)
+        out.append(f"{n} is not a variable mpskern reads" +
+                   (f" (did you mean {near[0]}?)" if near else " (mpskern/env.py lists them)"))
+    return out
+
+
 def _is_cli():
     """Whether this process is the `mpskern` command (its console script, or python -m
     mpskern.cli.main), which is importing mpskern now."""
@@ -130,7 +144,8 @@ def _is_cli():
 
 def check_at_import():
     """check(); in the `mpskern` command, a bad value is 'error: ...' lines on stderr and
-    exit status 2, as its other usage errors (an import's traceback said nothing more)."""
+    exit status 2, as its other usage errors (an import's traceback said nothing more).
+    Then a warning for each unknown() variable ('warning: ...' lines in the command)."""
     try:
         check()
     except EnvError as e:
@@ -139,3 +154,8 @@ def check_at_import():
         for ln in str(e).splitlines():
             sys.stderr.write(f"error: {ln}\n")
         raise SystemExit(2) from None
+    for ln in unknown():
+        if _is_cli():
+            sys.stderr.write(f"warning: {ln}\n")
+        else:
+            warnings.warn(f"mpskern: {ln}", RuntimeWarning, stacklevel=3)

@@ -184,3 +184,23 @@ def _readers(name):
             if p.suffix in (".py", ".c", ".cc", ".m") and p.name not in ("env.py", "_native.c"):
                 if name in p.read_text(errors="replace"):
                     yield p
+
+
+def test_a_misspelt_variable_is_a_warning_naming_the_near_one(tmp_path):
+    """An MPSKERN_ name no part of mpskern reads was ignored in silence (MPSKERN_NUM_THREAD=4
+    ran on every core): a RuntimeWarning at import, a 'warning:' line in the command."""
+    bad = {"MPSKERN_NUM_THREAD": "4", "MPSKERN_WHATEVER": "1"}
+    r = _child([sys.executable, "-c", "import mpskern"], **bad)
+    assert r.returncode == 0
+    assert ("RuntimeWarning: mpskern: MPSKERN_NUM_THREAD is not a variable mpskern reads "
+            "(did you mean MPSKERN_NUM_THREADS?)") in r.stderr
+    assert "MPSKERN_WHATEVER is not a variable mpskern reads (mpskern/env.py lists them)" in r.stderr
+    r = _child(_console_script(tmp_path) + ["--version"], **bad)
+    assert r.returncode == 0 and r.stdout.startswith("mpskern ")
+    assert r.stderr.splitlines() == [
+        "warning: MPSKERN_NUM_THREAD is not a variable mpskern reads (did you mean "
+        "MPSKERN_NUM_THREADS?)",
+        "warning: MPSKERN_WHATEVER is not a variable mpskern reads (mpskern/env.py lists them)"]
+    r = _child([sys.executable, "-W", "error", "-c", "import mpskern"],
+               MPSKERN_TEST_BACKENDS="cpu", MPSKERN_SANITIZE="0")    # build / test ones: known
+    assert r.returncode == 0, r.stderr

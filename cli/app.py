@@ -6,7 +6,7 @@ import shutil
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from mpskern import __version__
+from mpskern import __version__, _cli_start
 
 
 class _Context(TyperCommand.context_class):      # (typer >= 0.24 bundles its own click)
@@ -45,6 +45,7 @@ class _App(typer.Typer):
         def decorator(f):
             @functools.wraps(f)
             def guarded(*a, **k):
+                _cli_start.app_interrupts()   # until here: 'interrupted: while starting'
                 try:
                     return f(*a, **k)
                 except KeyboardInterrupt:

@@ -3,6 +3,9 @@
 Backends: "cpu" (our C kernels), "metal" (our MSL kernels on the GPU), "mps" (Apple's
 Metal Performance Shaders), "sim" (our MSL kernels in the CPU simulator), "auto".
 """
+from mpskern import _cli_start
+
+_cli_start.quiet_interrupts()  # the mpskern command: Ctrl-C while it starts is one line, 130
 from mpskern._version import __version__
 from mpskern._errors import (BackendUnavailable, KernelCheckError, KernelCompileError,
                              KernelError, MpskernError, Unsupported)

@@ -14,6 +14,8 @@ import sys
 import warnings
 from dataclasses import dataclass
 
+from mpskern._cli_start import is_cli
+
 
 class EnvError(ValueError):
     """An MPSKERN_* environment variable has a value mpskern does not take; the message has
@@ -133,15 +135,6 @@ def unknown():
     return out
 
 
-def _is_cli():
-    """Whether this process is the `mpskern` command (its console script, or python -m
-    mpskern.cli.main), which is importing mpskern now."""
-    if os.path.basename(sys.argv[0] if sys.argv else "") == "mpskern":
-        return True
-    argv = getattr(sys, "orig_argv", [])      # Python >= 3.10
-    return any(a == "-m" and b.startswith("mpskern.cli") for a, b in zip(argv, argv[1:]))
-
-
 def check_at_import():
     """check(); in the `mpskern` command, a bad value is 'error: ...' lines on stderr and
     exit status 2, as its other usage errors (an import's traceback said nothing more).
@@ -149,13 +142,13 @@ def check_at_import():
     try:
         check()
     except EnvError as e:
-        if not _is_cli():
+        if not is_cli():
             raise
         for ln in str(e).splitlines():
             sys.stderr.write(f"error: {ln}\n")
         raise SystemExit(2) from None
     for ln in unknown():
-        if _is_cli():
+        if is_cli():
             sys.stderr.write(f"warning: {ln}\n")
         else:
             warnings.warn(f"mpskern: {ln}", RuntimeWarning, stacklevel=3)

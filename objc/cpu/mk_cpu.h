@@ -93,10 +93,11 @@ void mk_activate(float *y, long n, int act);
    mk_winograd_applies() convolutions (3x3, stride 1, dilation 1); mk_cpu_conv2d chooses.
    MK_ERR_UNSUPPORTED (no error set): declined, the input or weights hold non-finite or huge
    values (y may be partly written); MK_ERR_NOMEM: scratch did not fit. Either way the
-   caller runs the call another way. */
+   caller runs the call another way. kb_cap: output channels per channel block at most
+   (0: its own rule; 32: the rule before session 10, MPSKERN_CPU_CONV=winograd32 for A/B). */
 int mk_winograd_applies(const mk_conv2d_args *a);
-mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, const void *x,
-                                 const void *w, const float *bias, void *y);
+mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int kb_cap, int dtype,
+                                 const void *x, const void *w, const float *bias, void *y);
 
 /* ---- one image's conv2d GEMM y = w @ col with the reduction cut into chunks
    (mk_cpu_conv_splitk.c; conv2d's small-images path on many threads).
@@ -109,6 +110,15 @@ int mk_conv_splitk_parts(int K, int PQ, long CRS, int threads, int *pm, int *pn)
 mk_status mk_conv_gemm_splitk(int K, int PQ, long CRS, int pm, int pn, int pk,
                               const float *w, const float *col, const float *bias, int act,
                               float *y);
+
+/* ---- a conv2d GEMM over images with few output pixels (mk_cpu_conv_fewpix.c; conv2d's
+   small-images path): mk_conv_fewpix_max_pixels() is the most pixels an image may have
+   (0: not on this CPU). mk_conv_fewpix: y (N images of K x PQ) = act(w (K x CRS) @ col[n]
+   + bias (per row, may be NULL)), col[n] at col + n * col_img with its CRS rows ldc floats
+   apart, ldc a multiple of the vector width >= PQ (lanes past PQ are read, never stored). */
+int mk_conv_fewpix_max_pixels(void);
+void mk_conv_fewpix(int N, int K, int PQ, long CRS, const float *w, const float *col,
+                    long ldc, long col_img, const float *bias, int act, float *y);
 
 /* ---- conv2d by a direct kernel for few input channels (mk_cpu_conv_direct.c: the 7x7/2
    stem): for mk_conv_direct_applies() convolutions (groups 1, at most 7 input channels, a

@@ -25,9 +25,10 @@
 // float16: input rows and weights are converted to float32 (float32 accumulation).
 // MPSKERN_CPU_CONV (read per call) forces an algorithm, for tests and benchmarks: auto
 // (default), gemm (im2col + GEMM: never Winograd, the direct kernels or a split
-// reduction), winograd /
-// winograd2 (F(4x4) / F(2x2) wherever it applies; the other convolutions still take the
-// paths above).
+// reduction), winograd / winograd2 (F(4x4) / F(2x2) wherever it applies; the other
+// convolutions still take the paths above), session9 (auto with session 9's rules, A/B).
+// A small-images call whose images have at most 64 output pixels (AVX-512) runs as
+// mk_cpu_conv_fewpix.c's kernel (512->512 3x3 @7 at batch 1).
 #include "mk_cpu.h"
 #include <math.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@
 
 #define COL_BLOCK_FLOATS (1 << 18)   // im2col block (1 MiB): stays in L2 for the GEMM
 #define MIN_COLS 256
+#define OUT_PASS_FLOATS (1L << 17)   // output (512 KiB) per GEMM before its output pass: in L2
 #define MIN_TILES 16                 // Winograd's 4x4 output tiles per call (winograd_choice)
 // Scratch bound per thread (8 MiB each for the im2col block and the output block): a huge
 // kernel (32x32 on 64 channels: 65536 rows of im2col) is cut along the reduction, a wide
@@ -104,6 +106,7 @@ typedef struct {
     int qn, nq;              // rows == 1: columns per block, blocks per row (else Q, 1)
     long kc;                 // reduction rows per im2col chunk (CRS: one GEMM)
     long blocks;             // blocks per group
+    long out_cols;           // columns per GEMM of the output pass (OUT_PASS_FLOATS of output)
     long col_floats, slab_floats, out_floats;
     int failed;
 } gemm_conv_ctx;
@@ -145,6 +148,28 @@ static const float *block_source(gemm_conv_ctx *t, int g, long n, int p0, int ro
     *cstride = srows * a->W;
     *ih0 = (int)lo;
     return slab;
+}
+
+// conv_task's output pass over block columns [c0, c0 + cn) of its Kg rows (ldy apart, in
+// cache): the activation, then (not in place) the copy into y, image by image
+static void output_pass(const gemm_conv_ctx *t, int g, long n0, int p0, int q0, long img_cols,
+                        float *yo, long ldy, int in_place, long c0, long cn) {
+    const mk_conv2d_args *a = t->a;
+    int Kg = a->K / a->groups;
+    long PQ = (long)a->P * a->Q;
+    for (int k = 0; k < Kg; k++) {
+        float *row = yo + (long)k * ldy;
+        mk_activate(row + c0, cn, a->activation);
+        if (in_place) continue;
+        for (long c = c0; c < c0 + cn;) {       // the segment of image n0 + c / img_cols
+            long n = n0 + c / img_cols, at = c % img_cols;
+            long len = img_cols - at < c0 + cn - c ? img_cols - at : c0 + cn - c;
+            long dst = (n * a->K + (long)g * Kg + k) * PQ + (long)p0 * a->Q + q0 + at;
+            if (t->dtype == MK_F16) mk_f2h(row + c, (mk_half *)t->y + dst, len);
+            else memcpy((float *)t->y + dst, row + c, (size_t)len * 4);
+            c += len;
+        }
+    }
 }
 
 static void conv_task(gemm_conv_ctx *t, long task, float *col, float *slab, float *ys) {
@@ -202,19 +227,15 @@ static void conv_task(gemm_conv_ctx *t, long task, float *col, float *slab, floa
                 im2col(a, x, cs, h0, t->phased, k0, k1, p0, rows, q0, qn,
                        col + (n - n0) * img_cols, ncol);
             }
-        mk_sgemm(0, 0, Kg, (int)ncol, (int)(k1 - k0), 1.0f, wg + k0, CRS, B, (int)ldb,
-                 k0 || t->bias ? 1.0f : 0.0f, yo, (int)ldy);
-    }
-    if (in_place && a->activation == MK_ACT_NONE) return;
-    for (int k = 0; k < Kg; k++) {
-        float *row = yo + (long)k * ldy;
-        mk_activate(row, ncol, a->activation);   // fused: the row is still in cache
-        if (in_place) continue;
-        for (long n = n0; n < n1; n++) {
-            long dst = (n * a->K + (long)g * Kg + k) * PQ + (long)p0 * Q + q0;
-            const float *src = row + (n - n0) * img_cols;
-            if (t->dtype == MK_F16) mk_f2h(src, (mk_half *)t->y + dst, img_cols);
-            else memcpy((float *)t->y + dst, src, (size_t)img_cols * 4);
+        // the last chunk's GEMM in column chunks whose output stays in L2 for the output
+        // pass (activation, copy to y) right after each
+        int pass = k1 == CRS && !(in_place && a->activation == MK_ACT_NONE);
+        long step = pass && t->out_cols < ncol ? t->out_cols : ncol;
+        for (long c0 = 0; c0 < ncol; c0 += step) {
+            long cn = ncol - c0 < step ? ncol - c0 : step;
+            mk_sgemm(0, 0, Kg, (int)cn, (int)(k1 - k0), 1.0f, wg + k0, CRS, B + c0, (int)ldb,
+                     k0 || t->bias ? 1.0f : 0.0f, yo + c0, (int)ldy);
+            if (pass) output_pass(t, g, n0, p0, q0, img_cols, yo, ldy, in_place, c0, cn);
         }
     }
 }
@@ -364,24 +385,27 @@ done:
     if (wk != wf) mk_free(wk);
 }
 
-// MPSKERN_CPU_CONV: FORCE_NONE (auto), FORCE_GEMM, or the forced Winograd tile size
-// (4 or 2); -1 after setting the error for an unknown value
-enum { FORCE_NONE = 0, FORCE_GEMM = 1 };
+// MPSKERN_CPU_CONV: FORCE_NONE (auto), FORCE_GEMM, the forced Winograd tile size (4 or 2)
+// or FORCE_SESSION9 (auto with session 9's rules: no fewpix kernel, 32-channel Winograd
+// blocks, the blocked path's output pass after a block's whole GEMM; for A/B); -1 after
+// setting the error for an unknown value
+enum { FORCE_NONE = 0, FORCE_GEMM = 1, FORCE_SESSION9 = 9 };
 static int forced_algorithm(void) {
     const char *e = getenv("MPSKERN_CPU_CONV");
     if (!e || !*e || !strcmp(e, "auto")) return FORCE_NONE;
     if (!strcmp(e, "gemm")) return FORCE_GEMM;
     if (!strcmp(e, "winograd")) return 4;
     if (!strcmp(e, "winograd2")) return 2;
-    mk_set_error(MK_ERR_INVALID, "MPSKERN_CPU_CONV=%s: expected auto, gemm, winograd "
-                 "or winograd2 (unset means auto)", e);
+    if (!strcmp(e, "session9")) return FORCE_SESSION9;
+    mk_set_error(MK_ERR_INVALID, "MPSKERN_CPU_CONV=%s: expected auto, gemm, winograd, "
+                 "winograd2 or session9 (unset means auto)", e);
     return -1;
 }
 
 // Winograd tile size m (4 or 2) for this convolution, 0 for the other paths
 static int winograd_choice(const mk_conv2d_args *a, int forced) {
     if (forced == FORCE_GEMM || !mk_winograd_applies(a)) return 0;
-    if (forced) return forced;
+    if (forced && forced != FORCE_SESSION9) return forced;
     // Measured against im2col (docs/cpu-kernels.md): Winograd pays from 16 input channels
     // per group (the GEMMs' inner dimension), or 8 when there are at most 8x as many output
     // channels (its output transform is per output channel), when its tiles waste little
@@ -415,15 +439,39 @@ static void bias_act_tile(void *ctx, float *C, int ldc, int rows, int cols) {
     }
 }
 
-// small_images' im2col of one image, its rows over the pool (one thread's 4608 x 49 of
-// 512->512 3x3 @7 waited for by the others)
-typedef struct { const mk_conv2d_args *a; const float *x; float *col; } im2col_job;
+// small_images' im2col of its images, rows (image, reduction row) over the pool (one
+// thread's 4608 x 49 of 512->512 3x3 @7 waited for by the others): row k of image n at
+// col + (n * CRS + k) * ld, the ld - PQ floats past its PQ pixels zeroed (fewpix's lanes)
+typedef struct { const mk_conv2d_args *a; const float *x; float *col; long ld; } im2col_job;
 
 static void im2col_rows(void *vc, long b, long e) {
     const im2col_job *j = vc;
     const mk_conv2d_args *a = j->a;
-    long PQ = (long)a->P * a->Q;
-    im2col(a, j->x, (long)a->H * a->W, 0, 0, b, e, 0, a->P, 0, a->Q, j->col + b * PQ, PQ);
+    long PQ = (long)a->P * a->Q, HW = (long)a->H * a->W, CRS = (long)a->C * a->R * a->S;
+    for (long i = b; i < e;) {
+        long n = i / CRS, k0 = i % CRS, k1 = CRS - k0 < e - i ? CRS : k0 + (e - i);
+        float *col = j->col + i * j->ld;
+        im2col(a, j->x + n * a->C * HW, HW, 0, 0, k0, k1, 0, a->P, 0, a->Q, col, j->ld);
+        if (j->ld > PQ)
+            for (long k = 0; k < k1 - k0; k++)
+                memset(col + k * j->ld + PQ, 0, (size_t)(j->ld - PQ) * 4);
+        i += k1 - k0;
+    }
+}
+
+// Images with few output pixels (mk_cpu_conv_fewpix.c): the batch's im2col, rows padded to
+// whole vectors, then one pass per block of output channels over every image. 0 when the
+// im2col does not fit in memory (small_images then)
+static int fewpix(const mk_conv2d_args *a, const float *x, const float *w, const float *bias,
+                  float *y) {
+    long CRS = (long)a->C * a->R * a->S, PQ = (long)a->P * a->Q, ld = (PQ + 15) / 16 * 16;
+    float *col = mk_alloc((size_t)a->N * CRS * ld * 4);
+    if (!col) return 0;
+    im2col_job job = {a, x, col, ld};
+    mk_parallel_for(a->N * CRS, mk_grain(ld), im2col_rows, &job);
+    mk_conv_fewpix(a->N, a->K, (int)PQ, CRS, w, col, ld, CRS * ld, bias, a->activation, y);
+    mk_free(col);
+    return 1;
 }
 
 // Fewer images than threads, each with too few output pixels to give every thread a wide
@@ -441,7 +489,7 @@ static mk_status small_images(const mk_conv2d_args *a, int pointwise, int splitk
     for (long n = 0; n < a->N; n++) {
         const float *xn = (const float *)x + n * a->C * HW;
         float *yn = (float *)y + n * a->K * PQ;
-        im2col_job job = {a, xn, col};
+        im2col_job job = {a, xn, col, PQ};
         if (!pointwise) mk_parallel_for(CRS, mk_grain(PQ), im2col_rows, &job);
         const float *B = pointwise ? xn : col;
         int pm = 1, pn = 1, pk = splitk ? mk_conv_splitk_parts(a->K, (int)PQ, CRS,
@@ -515,6 +563,9 @@ static void plan_blocks(gemm_conv_ctx *t, long threads) {
         t->blocks = (long)a->N * ((a->P + rows - 1) / rows) * t->nq;
     }
     long ncol = t->imgs ? t->imgs * PQ : (long)t->rows * t->qn;
+    // (a narrower GEMM packs the weights once more: 4 KiB-1 MiB of them per output's 512 KiB)
+    t->out_cols = OUT_PASS_FLOATS / Kg / 16 * 16;
+    if (t->out_cols < MIN_COLS) t->out_cols = MIN_COLS;
     t->kc = SCRATCH_FLOATS / ncol > CRS ? CRS : SCRATCH_FLOATS / ncol;
     if (t->kc < 1) t->kc = 1;
     if (!(t->pointwise && t->dtype == MK_F32 && !t->imgs)) t->col_floats = t->kc * ncol;
@@ -527,12 +578,15 @@ static void plan_blocks(gemm_conv_ctx *t, long threads) {
     }
 }
 
-// im2col + GEMM by blocks: the general path
+// im2col + GEMM by blocks: the general path (one_pass: the output pass after the whole
+// block's GEMM, as before session 10, for A/B)
 static mk_status blocked(const mk_conv2d_args *a, int dtype, int pointwise, const void *x,
-                         const void *w, const float *bias, void *y, long threads) {
-    gemm_conv_ctx t = {a, dtype, pointwise, use_phases(a), x, w, bias, y, 0, 0, 0, 0, 0, 0, 0,
-                       0, 0, 0};
+                         const void *w, const float *bias, void *y, long threads,
+                         int one_pass) {
+    gemm_conv_ctx t = {.a = a, .dtype = dtype, .pointwise = pointwise, .phased = use_phases(a),
+                       .x = x, .w = w, .bias = bias, .y = y};
     plan_blocks(&t, threads);
+    if (one_pass) t.out_cols = 1L << 40;
     long CRS = (long)(a->C / a->groups) * a->R * a->S, Kg = a->K / a->groups;
     float *wf = NULL;
     if (dtype == MK_F16) {
@@ -571,9 +625,10 @@ static long blocked_tasks(const mk_conv2d_args *a, int dtype, long threads) {
 
 // The paths, in the order they are tried (mk_cpu_conv2d)
 enum { PATH_DEPTHWISE, PATH_BIAS_ONLY, PATH_WINOGRAD, PATH_DIRECT, PATH_POINTWISE,
-       PATH_SMALL_IMAGES, PATH_BLOCKED };
+       PATH_FEWPIX, PATH_SMALL_IMAGES, PATH_BLOCKED };
+// fewpix: the small-images path may run as mk_cpu_conv_fewpix.c's kernel (few pixels)
 static int choose_path(const mk_conv2d_args *a, int dtype, int wino, int direct, int pw,
-                       long threads) {
+                       int fewpix, long threads) {
     long Cg = a->C / a->groups, CRS = Cg * a->R * a->S, PQ = (long)a->P * a->Q;
     if (Cg == 1 && a->groups > 1) return PATH_DEPTHWISE;
     if (CRS == 0) return PATH_BIAS_ONLY;
@@ -582,6 +637,7 @@ static int choose_path(const mk_conv2d_args *a, int dtype, int wino, int direct,
     if (pw) return PATH_POINTWISE;
     if (dtype == MK_F32 && a->groups == 1 && threads > 1 && a->N < threads &&
         PQ < MIN_COLS * threads) {
+        if (fewpix && a->N * CRS * ((PQ + 15) / 16 * 16) <= 2 * SCRATCH_FLOATS) return PATH_FEWPIX;
         if (CRS * PQ <= COL_BLOCK_FLOATS) return PATH_SMALL_IMAGES;
         // a deeper im2col where the blocks would leave the threads idle: one task, or fewer
         // than half as many as threads (strided 3x3 at batch 1: 256->256 /2 @28 was ONE
@@ -608,21 +664,28 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     int pw = forced != FORCE_GEMM && mk_conv_pointwise_applies(a, dtype);
     int pointwise = a->R == 1 && a->S == 1 && a->stride_h == 1 && a->stride_w == 1 &&
                     a->pad_h == 0 && a->pad_w == 0 && a->P == a->H && a->Q == a->W;
+    // the few-pixels kernel: float32, groups 1, an image's pixels in one tile's registers
+    int fewpx = forced != FORCE_GEMM && forced != FORCE_SESSION9 && dtype == MK_F32 &&
+                a->groups == 1 && PQ <= mk_conv_fewpix_max_pixels();
     long threads = mk_cpu_threads();
-    int path = choose_path(a, dtype, wino, direct, pw, threads);
+    int path = choose_path(a, dtype, wino, direct, pw, fewpx, threads);
     if (path == PATH_WINOGRAD) {
         // Winograd holds transformed operands (up to 4x the weights); when they do not fit
         // in memory, the other paths still do. Likewise when it declines non-finite or
         // huge values (its tiles would spread or overflow them)
-        mk_status ws = mk_cpu_conv2d_winograd(a, wino, dtype, x, w, bias, y);
+        mk_status ws = mk_cpu_conv2d_winograd(a, wino, forced == FORCE_SESSION9 ? 32 : 0,
+                                              dtype, x, w, bias, y);
         if (ws != MK_ERR_NOMEM && ws != MK_ERR_UNSUPPORTED) return ws;
-        path = choose_path(a, dtype, 0, direct, pw, threads);
+        path = choose_path(a, dtype, 0, direct, pw, fewpx, threads);
     }
     if (path == PATH_DIRECT) {       // its padded input copy did not fit: im2col's blocks may
         mk_status ds = mk_cpu_conv2d_direct(a, dtype, x, w, bias, y);
         if (ds != MK_ERR_NOMEM) return ds;
-        path = choose_path(a, dtype, 0, 0, pw, threads);
+        path = choose_path(a, dtype, 0, 0, pw, fewpx, threads);
     }
+    if (path == PATH_FEWPIX && fewpix(a, x, w, bias, y)) return MK_OK;
+    if (path == PATH_FEWPIX)         // its im2col did not fit: the small-images path's may
+        path = choose_path(a, dtype, 0, 0, pw, 0, threads);
     switch (path) {
     case PATH_DEPTHWISE: {
         dw_ctx t = {a, dtype, x, w, bias, y, 0};
@@ -634,11 +697,11 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     case PATH_POINTWISE: {      // a strided one's gathered copy did not fit: im2col's blocks
         mk_status ps = mk_cpu_conv2d_pointwise(a, x, w, bias, y);
         if (ps != MK_ERR_NOMEM) return ps;
-        return blocked(a, dtype, pointwise, x, w, bias, y, threads);
+        return blocked(a, dtype, pointwise, x, w, bias, y, threads, forced == FORCE_SESSION9);
     }
     case PATH_SMALL_IMAGES:
         return small_images(a, pointwise, forced != FORCE_GEMM, x, w, bias, y);
     default:
-        return blocked(a, dtype, pointwise, x, w, bias, y, threads);
+        return blocked(a, dtype, pointwise, x, w, bias, y, threads, forced == FORCE_SESSION9);
     }
 }

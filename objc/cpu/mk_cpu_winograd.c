@@ -37,6 +37,9 @@
 #define BLOCK_BYTES (3L << 19)
 #define FILTER_BLOCK_BYTES (1L << 19)
 #define MIN_KB_PACKED 32         // output channels per channel block, threads permitting
+#define WIDE_KB_PACKED 64        // ... at <= WIDE_KB_THREADS threads with >= WIDE_KB_TILES tiles
+#define WIDE_KB_THREADS 2
+#define WIDE_KB_TILES 64
 #define V_LIMIT (6L << 20)
 #define U_LIMIT (8L << 20)
 #define X_LIMIT 0x1p48f          // inputs beyond (2.8e14) go to im2col; weights: w_limit
@@ -452,8 +455,8 @@ int mk_winograd_applies(const mk_conv2d_args *a) {
            a->P < (1 << 30) && a->Q < (1 << 30);
 }
 
-mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, const void *x,
-                                 const void *w, const float *bias, void *y) {
+mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int kb_cap, int dtype,
+                                 const void *x, const void *w, const float *bias, void *y) {
     int G = a->groups, Cg = a->C / G, Kg = a->K / G;
     int al = m + 2;
     long A2 = (long)al * al;
@@ -492,9 +495,15 @@ mk_status mk_cpu_conv2d_winograd(const mk_conv2d_args *a, int m, int dtype, cons
     // packing. So at least MIN_KB_PACKED channels where that still leaves a block per
     // thread (AMD EPYC, 1 thread, CPU time, min of 25: 256@14 b8 25.6 ms at 8, 18.7 at 16,
     // 17.4 at 32, 16.9 at 64; 512@7 b8 20.4 / 18.2 / 17.7 / 20.6; 256@14 b1 2.97 -> 2.50)
+    // On few threads with many tiles (GEMMs >= 64 wide) 64-channel blocks pack V half as
+    // often again (device, 2 threads, 256@14 b8: 8.56 -> 7.43 ms and 9.31 -> 8.53 in two
+    // runs); with few tiles (b1, 512@7 b8: 16-32) they lost, the packing being cheap there
     long kb = FILTER_BLOCK_BYTES / (A2 * Cg * 4) / 8 * 8;
     long kb_packed = (long)Kg * G / mk_cpu_threads() / 8 * 8;
-    if (kb_packed > MIN_KB_PACKED) kb_packed = MIN_KB_PACKED;
+    if (!kb_cap)
+        kb_cap = mk_cpu_threads() <= WIDE_KB_THREADS && T_all >= WIDE_KB_TILES
+                 ? WIDE_KB_PACKED : MIN_KB_PACKED;
+    if (kb_packed > kb_cap) kb_packed = kb_cap;
     if (kb < kb_packed) kb = kb_packed;
     // ...and about a block per thread where 8-channel blocks allow: from 64 channels
     // FILTER_BLOCK_BYTES alone gave 56-channel blocks, so 64->64 @56 at batch 1 ran as 2

@@ -36,7 +36,6 @@
 
 #define COL_BLOCK_FLOATS (1 << 18)   // im2col block (1 MiB): stays in L2 for the GEMM
 #define MIN_COLS 256
-#define OUT_PASS_FLOATS (1L << 17)   // output (512 KiB) per GEMM before its output pass: in L2
 #define MIN_TILES 16                 // Winograd's 4x4 output tiles per call (winograd_choice)
 // Scratch bound per thread (8 MiB each for the im2col block and the output block): a huge
 // kernel (32x32 on 64 channels: 65536 rows of im2col) is cut along the reduction, a wide
@@ -106,7 +105,6 @@ typedef struct {
     int qn, nq;              // rows == 1: columns per block, blocks per row (else Q, 1)
     long kc;                 // reduction rows per im2col chunk (CRS: one GEMM)
     long blocks;             // blocks per group
-    long out_cols;           // columns per GEMM of the output pass (OUT_PASS_FLOATS of output)
     long col_floats, slab_floats, out_floats;
     int failed;
 } gemm_conv_ctx;
@@ -148,28 +146,6 @@ static const float *block_source(gemm_conv_ctx *t, int g, long n, int p0, int ro
     *cstride = srows * a->W;
     *ih0 = (int)lo;
     return slab;
-}
-
-// conv_task's output pass over block columns [c0, c0 + cn) of its Kg rows (ldy apart, in
-// cache): the activation, then (not in place) the copy into y, image by image
-static void output_pass(const gemm_conv_ctx *t, int g, long n0, int p0, int q0, long img_cols,
-                        float *yo, long ldy, int in_place, long c0, long cn) {
-    const mk_conv2d_args *a = t->a;
-    int Kg = a->K / a->groups;
-    long PQ = (long)a->P * a->Q;
-    for (int k = 0; k < Kg; k++) {
-        float *row = yo + (long)k * ldy;
-        mk_activate(row + c0, cn, a->activation);
-        if (in_place) continue;
-        for (long c = c0; c < c0 + cn;) {       // the segment of image n0 + c / img_cols
-            long n = n0 + c / img_cols, at = c % img_cols;
-            long len = img_cols - at < c0 + cn - c ? img_cols - at : c0 + cn - c;
-            long dst = (n * a->K + (long)g * Kg + k) * PQ + (long)p0 * a->Q + q0 + at;
-            if (t->dtype == MK_F16) mk_f2h(row + c, (mk_half *)t->y + dst, len);
-            else memcpy((float *)t->y + dst, row + c, (size_t)len * 4);
-            c += len;
-        }
-    }
 }
 
 static void conv_task(gemm_conv_ctx *t, long task, float *col, float *slab, float *ys) {
@@ -227,15 +203,19 @@ static void conv_task(gemm_conv_ctx *t, long task, float *col, float *slab, floa
                 im2col(a, x, cs, h0, t->phased, k0, k1, p0, rows, q0, qn,
                        col + (n - n0) * img_cols, ncol);
             }
-        // the last chunk's GEMM in column chunks whose output stays in L2 for the output
-        // pass (activation, copy to y) right after each
-        int pass = k1 == CRS && !(in_place && a->activation == MK_ACT_NONE);
-        long step = pass && t->out_cols < ncol ? t->out_cols : ncol;
-        for (long c0 = 0; c0 < ncol; c0 += step) {
-            long cn = ncol - c0 < step ? ncol - c0 : step;
-            mk_sgemm(0, 0, Kg, (int)cn, (int)(k1 - k0), 1.0f, wg + k0, CRS, B + c0, (int)ldb,
-                     k0 || t->bias ? 1.0f : 0.0f, yo + c0, (int)ldy);
-            if (pass) output_pass(t, g, n0, p0, q0, img_cols, yo, ldy, in_place, c0, cn);
+        mk_sgemm(0, 0, Kg, (int)ncol, (int)(k1 - k0), 1.0f, wg + k0, CRS, B, (int)ldb,
+                 k0 || t->bias ? 1.0f : 0.0f, yo, (int)ldy);
+    }
+    if (in_place && a->activation == MK_ACT_NONE) return;
+    for (int k = 0; k < Kg; k++) {
+        float *row = yo + (long)k * ldy;
+        mk_activate(row, ncol, a->activation);   // fused: the row is still in cache
+        if (in_place) continue;
+        for (long n = n0; n < n1; n++) {
+            long dst = (n * a->K + (long)g * Kg + k) * PQ + (long)p0 * Q + q0;
+            const float *src = row + (n - n0) * img_cols;
+            if (t->dtype == MK_F16) mk_f2h(src, (mk_half *)t->y + dst, img_cols);
+            else memcpy((float *)t->y + dst, src, (size_t)img_cols * 4);
         }
     }
 }
@@ -387,8 +367,7 @@ done:
 
 // MPSKERN_CPU_CONV: FORCE_NONE (auto), FORCE_GEMM, the forced Winograd tile size (4 or 2)
 // or FORCE_SESSION9 (auto with session 9's rules: no fewpix kernel, 32-channel Winograd
-// blocks, the blocked path's output pass after a block's whole GEMM; for A/B); -1 after
-// setting the error for an unknown value
+// blocks; for A/B); -1 after setting the error for an unknown value
 enum { FORCE_NONE = 0, FORCE_GEMM = 1, FORCE_SESSION9 = 9 };
 static int forced_algorithm(void) {
     const char *e = getenv("MPSKERN_CPU_CONV");
@@ -563,9 +542,6 @@ static void plan_blocks(gemm_conv_ctx *t, long threads) {
         t->blocks = (long)a->N * ((a->P + rows - 1) / rows) * t->nq;
     }
     long ncol = t->imgs ? t->imgs * PQ : (long)t->rows * t->qn;
-    // (a narrower GEMM packs the weights once more: 4 KiB-1 MiB of them per output's 512 KiB)
-    t->out_cols = OUT_PASS_FLOATS / Kg / 16 * 16;
-    if (t->out_cols < MIN_COLS) t->out_cols = MIN_COLS;
     t->kc = SCRATCH_FLOATS / ncol > CRS ? CRS : SCRATCH_FLOATS / ncol;
     if (t->kc < 1) t->kc = 1;
     if (!(t->pointwise && t->dtype == MK_F32 && !t->imgs)) t->col_floats = t->kc * ncol;
@@ -578,15 +554,12 @@ static void plan_blocks(gemm_conv_ctx *t, long threads) {
     }
 }
 
-// im2col + GEMM by blocks: the general path (one_pass: the output pass after the whole
-// block's GEMM, as before session 10, for A/B)
+// im2col + GEMM by blocks: the general path
 static mk_status blocked(const mk_conv2d_args *a, int dtype, int pointwise, const void *x,
-                         const void *w, const float *bias, void *y, long threads,
-                         int one_pass) {
-    gemm_conv_ctx t = {.a = a, .dtype = dtype, .pointwise = pointwise, .phased = use_phases(a),
-                       .x = x, .w = w, .bias = bias, .y = y};
+                         const void *w, const float *bias, void *y, long threads) {
+    gemm_conv_ctx t = {a, dtype, pointwise, use_phases(a), x, w, bias, y, 0, 0, 0, 0, 0, 0, 0,
+                       0, 0, 0};
     plan_blocks(&t, threads);
-    if (one_pass) t.out_cols = 1L << 40;
     long CRS = (long)(a->C / a->groups) * a->R * a->S, Kg = a->K / a->groups;
     float *wf = NULL;
     if (dtype == MK_F16) {
@@ -637,7 +610,8 @@ static int choose_path(const mk_conv2d_args *a, int dtype, int wino, int direct,
     if (pw) return PATH_POINTWISE;
     if (dtype == MK_F32 && a->groups == 1 && threads > 1 && a->N < threads &&
         PQ < MIN_COLS * threads) {
-        if (fewpix && a->N * CRS * ((PQ + 15) / 16 * 16) <= 2 * SCRATCH_FLOATS) return PATH_FEWPIX;
+        if (fewpix && a->N * CRS * ((PQ + 15) / 16 * 16) <= 2 * SCRATCH_FLOATS)
+            return PATH_FEWPIX;          // (its im2col of the batch: at most 16 MiB)
         if (CRS * PQ <= COL_BLOCK_FLOATS) return PATH_SMALL_IMAGES;
         // a deeper im2col where the blocks would leave the threads idle: one task, or fewer
         // than half as many as threads (strided 3x3 at batch 1: 256->256 /2 @28 was ONE
@@ -697,11 +671,11 @@ mk_status mk_cpu_conv2d(const mk_conv2d_args *a, int dtype, const void *x, const
     case PATH_POINTWISE: {      // a strided one's gathered copy did not fit: im2col's blocks
         mk_status ps = mk_cpu_conv2d_pointwise(a, x, w, bias, y);
         if (ps != MK_ERR_NOMEM) return ps;
-        return blocked(a, dtype, pointwise, x, w, bias, y, threads, forced == FORCE_SESSION9);
+        return blocked(a, dtype, pointwise, x, w, bias, y, threads);
     }
     case PATH_SMALL_IMAGES:
         return small_images(a, pointwise, forced != FORCE_GEMM, x, w, bias, y);
     default:
-        return blocked(a, dtype, pointwise, x, w, bias, y, threads, forced == FORCE_SESSION9);
+        return blocked(a, dtype, pointwise, x, w, bias, y, threads);
     }
 }

@@ -52,7 +52,7 @@ VARS = {v.name: v for v in (
         "(0 turns the output pool off)", "most MiB of freed results kept for reuse (unset: 256)"),
     _choice("MPSKERN_CPU_GEMM", ["auto", "own", "grid", "whole"],
             "the cpu GEMM's path, read per call (unset: auto)"),
-    _choice("MPSKERN_CPU_CONV", ["auto", "gemm", "winograd", "winograd2"],
+    _choice("MPSKERN_CPU_CONV", ["auto", "gemm", "winograd", "winograd2", "session9"],
             "the cpu conv2d's algorithm, read per call (unset: auto)"),
     Var("MPSKERN_SIM_FAMILY", r"(?i:apple)?(7|8|9|10)", "apple7, apple8, apple9 or apple10",
         "the GPU family the simulator models (unset: apple8)"),

@@ -4,9 +4,10 @@ an image (AVX-512), one tile holds every pixel of an image for 6 output channels
 the weights in place. Checked against the float64 reference at 1, 2 and 16 threads: ResNet's
 512->512 3x3 @7, pixel counts at and between vector edges (1, 17, 35, 48, 64), output
 channels off the 6-row tile, 1x1 and strided/dilated/padded windows, every activation, no
-bias, two images, non-finite inputs and weights; that auto takes it (its sums run in
-another order than the im2col GEMM's: not bitwise MPSKERN_CPU_CONV=gemm's, bitwise the
-same at any thread count) and that MPSKERN_CPU_CONV=session9 does not. Also Winograd's
+bias, two images, non-finite inputs and weights; that auto takes it where its rule says
+(its sums run in another order than the im2col GEMM's: not bitwise what
+MPSKERN_CPU_CONV=session9, the paths before it, gives; bitwise the same at any thread
+count). Also Winograd's
 64-output-channel blocks (<= 2 threads, >= 64 tiles) at their edges."""
 import pathlib
 
@@ -33,12 +34,7 @@ CASES = [
 ]
 
 
-@pytest.fixture(params=[1, 2, 16])
-def threads(request):
-    old = mpskern.get_num_threads()
-    mpskern.set_num_threads(request.param)
-    yield request.param
-    mpskern.set_num_threads(old)
+THREADS = pytest.mark.parametrize("threads", [1, 2, 16], indirect=True)   # conftest's
 
 
 def case(N, C, H, W, K, R, S, seed, dtype=np.float32):
@@ -59,6 +55,7 @@ def run(shape, activation, bias=True, seed=50, dtype=np.float32, x=None, w=None)
     return got, ref
 
 
+@THREADS
 @pytest.mark.parametrize("shape", CASES, ids=["x".join(map(str, c)) for c in CASES])
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_matches_the_reference(threads, shape, activation):
@@ -67,6 +64,7 @@ def test_matches_the_reference(threads, shape, activation):
                       what=f"{shape} {activation}")
 
 
+@THREADS
 @pytest.mark.parametrize("dtype", [np.float16])
 def test_float16_and_groups_keep_their_paths(threads, dtype):
     shape = (1, 64, 7, 7, 32, 3, 3, 1, 1, 1)
@@ -78,6 +76,7 @@ def test_float16_and_groups_keep_their_paths(threads, dtype):
                       np.float32, terms=32 * 9, what="groups 2")
 
 
+@THREADS
 def test_non_finite_values(threads):
     shape = (1, 512, 7, 7, 20, 3, 3, 1, 1, 1)
     x, w, _ = case(1, 512, 7, 7, 20, 3, 3, 52)
@@ -110,16 +109,13 @@ def test_auto_takes_it_where_the_rule_says(monkeypatch, n_threads, shape, taken)
             mpskern.set_num_threads(16)
             auto16, _ = run(shape, "relu", seed=53)
             mpskern.set_num_threads(n_threads)
-        monkeypatch.setenv("MPSKERN_CPU_CONV", "gemm")
-        gemm, _ = run(shape, "relu", seed=53)
         monkeypatch.setenv("MPSKERN_CPU_CONV", "session9")
         s9, _ = run(shape, "relu", seed=53)
     finally:
         mpskern.set_num_threads(old)
     refs.assert_close(auto, ref, np.float32, terms=shape[1] * 9)
-    assert np.array_equal(auto, gemm) != taken
-    assert np.array_equal(auto, auto16)          # one tile per output: no thread dependence
     assert np.array_equal(s9, auto) != taken      # session9: the paths before it
+    assert np.array_equal(auto, auto16)          # one tile per output: no thread dependence
 
 
 @pytest.mark.parametrize("n_threads", [1, 2])

@@ -37,7 +37,7 @@ GOOD = {
     "MPSKERN_NUM_THREADS": ["0", "1", " 3 ", "+2", "256"],
     "MPSKERN_OUTPUT_POOL_MB": ["0", "12", " 12 "],
     "MPSKERN_CPU_GEMM": ["auto", "own", "grid", "whole"],
-    "MPSKERN_CPU_CONV": ["auto", "gemm", "winograd", "winograd2"],
+    "MPSKERN_CPU_CONV": ["auto", "gemm", "winograd", "winograd2", "session9"],
     "MPSKERN_SIM_FAMILY": ["apple7", "Apple10", "8"],
     "MPSKERN_SIM_STACK_KB": ["16", "256"],
     "MPSKERN_METAL_MIN_FAMILY": ["5", "apple6", "APPLE7"],

@@ -1,9 +1,11 @@
 """conv10's device A/B (session 10): mpskern auto (this build) against MPSKERN_CPU_CONV=session9
 (the same build with session 9's rules: no few-pixels kernel, 32-channel Winograd blocks, the
 blocked path's output pass after a whole block's GEMM) and torch, in one process, arms
-interleaved per round, 0.1 s idle before each sample, medians. 16 and 8 threads first, then
-2 threads with every thread of the process pinned to cores 0,1 (as taskset -c 0,1).
-usage: python3 conv10_ab.py [--rounds 7]   (run from outside the checkout)"""
+interleaved per round, 0.1 s idle before each sample, medians.
+usage (from outside the checkout): python3 conv10_ab.py --only 16,8 --rounds 7, and the 2-thread
+part in its own process: taskset -c 0,1 python3 conv10_ab.py --only 2 --rounds 5. (Pinning the
+threads of a process that had run at 16 threads to two cores, as this script first did, left
+both libraries' 16-thread pools spinning on them: 2-4x slower, the first run's 2-thread part.)"""
 import argparse, os, time
 import numpy as np
 import torch
@@ -81,20 +83,12 @@ def threads(n):
     print(f"\n== {n} threads (affinity {sorted(os.sched_getaffinity(0))[:4]}...)", flush=True)
 
 
-def pin(cores):
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            os.sched_setaffinity(int(tid), cores)
-        except OSError:
-            pass
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--only", default="16,8,2")
-    r = ap.parse_args().rounds
-    only = ap.parse_args().only.split(",")
+    args = ap.parse_args()
+    r, only = args.rounds, args.only.split(",")
     print(f"torch {torch.__version__}, mpskern {mpskern.__version__}, cores {os.cpu_count()}, medians of {r}")
     ACTS = (None, "relu", "gelu", "gelu_tanh", "silu")
     if "16" in only:
@@ -107,7 +101,6 @@ def main():
         case("512->512 3x3 @7 b1", 1, 512, 7, 512, 3, 1, 1, r)
         case("256->512 1x1/2 @56 b8", 8, 256, 56, 512, 1, 2, 0, r)
     if "2" in only:
-        pin({0, 1})
         threads(2)
         case("3->64 7x7/2 @224 b1", 1, 3, 224, 64, 7, 2, 3, r)
         case("512->512 3x3 @7 b1", 1, 512, 7, 512, 3, 1, 1, r)

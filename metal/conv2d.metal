@@ -199,34 +199,50 @@ inline mk_conv_tap mk_conv_tap_next(mk_conv_tap t, thread const mk_conv_tap& ste
 // The halo of a 2-D tile (MK_CONV_HALO 1): input rows hlo .. hlo+HR-1 of each channel of
 // the slice, columns wa .. wa+SPAN-1, staged per channel slice with zeros outside the image
 // (so nothing that reads it checks a bound). Its layout comes from the host
-// (gpu/conv2d.py halo_layout, buffer 5: one place decides it): input column wa+u of halo
-// row hr of slice channel cl at Hs[cl*PL + hr*HLD + col(u) + al]. Staged by VEC:
-//   1 (stride 1, every row of x 4-aligned alike: W and H*W multiples of 4): chunks stored
-//     4-wide where they were loaded, col(u) = u, al = wa & 3 the same for every row;
-//   2 (stride 1, each row of x at its own 4-alignment, NV dividing 32): each 4-wide store
-//     of columns 4*ch .. 4*ch+3 built from the lane's chunk and the next lane's (the row's
-//     next chunk, simd_shuffle_down), col(u) = u, al = 0;
-//   0 (else): element by element, col(u) = u, or at stride 2 (H2 > 0) the two column
-//     phases apart, (u & 1)*H2 + (u >> 1); al = 0.
-// Pixel q of a tap column u0 is at col(u0) + al + q*ES (ES: 1 at strides 1 and 2, else the
-// stride). HLD and PL are chosen there so that the 8 im2col rows x 4 pixels a fragment
-// load reads (mk_conv_halo_step), and the 4-wide staging stores, use every bank alike.
+// (gpu/conv2d_halo.py halo_layout, buffer 5: one place decides it): input column wa+u of
+// halo row hr of slice channel cl at Hs[cl*PL + hr*HLD + col(u + al)], col(v) = v, or at
+// stride 2 (H2 > 0) the two column phases apart, (v & 1)*H2 + (v >> 1). Staged by VEC,
+// every mode loading aligned 4-wide chunks of x's rows:
+//   1 (stride 1, W a multiple of 4: every row of x 4-aligned alike): chunks stored 4-wide
+//     where they were loaded, al = wa & 3 the same for every row (and tile);
+//   2 (stride 1, each row of x at its own 4-alignment): each 4-wide store of columns
+//     4*ch .. 4*ch+3 built from the lane's chunk and the next lane's (the row's next
+//     chunk, simd_shuffle_down), al = 0;
+//   3 (stride 2, W a multiple of 4): chunks in place as 1, each split to the two phases as
+//     two 2-wide stores (.xz even columns, .yw odd ones), al = wa & 3;
+//   4 (stride 2 otherwise): realigned as 2, then split as 3, al = 0;
+//   0 (else: stride 3 and more, or a row of more than 32 chunks): element by element,
+//     al = 0.
+// Modes 2-4 need NV <= 32: their SIMD-groups stage whole rows (mk_conv_halo_at; mode 1 too
+// where NV <= 32).
+// Pixel q of a tap column u0 is at col(u0 + al) + q*ES (ES: 1 at strides 1 and 2, else the
+// stride). HLD, PL and H2 are chosen there so that the 8 im2col rows x 4 pixels a fragment
+// load reads (mk_conv_halo_step), and the staging stores, use every bank alike.
 
 inline int mk_conv_col(int u, constant mk_conv_layout& L)
 {
     return L.H2 != 0 ? (u & 1) * L.H2 + (u >> 1) : u;
 }
 
-// The first input column's place in a VEC 1 halo row (0 otherwise): x's 4-alignment of wa.
+// The first input column's place in a VEC 1 or 3 halo row (0 otherwise): x's 4-alignment
+// of wa.
 inline int mk_conv_halo_al(thread const mk_conv_tile& t, constant mk_conv_layout& L,
                            constant mk_conv2d_args& a)
 {
-    return L.VEC == 1 ? (t.q0 * a.stride_w - a.pad_w) & 3 : 0;
+    return L.VEC == 1 || L.VEC == 3 ? (t.q0 * a.stride_w - a.pad_w) & 3 : 0;
 }
+
+// whether a VEC mode's SIMD-groups stage whole rows (rows of at most 32 chunks; modes 2-4
+// always), realign the chunks by shuffles, split them to the two stride-2 column phases
+#define MK_CONV_WHOLE_ROWS(L) ((L).VEC != 0 && (L).NV <= MK_SIMD_WIDTH)
+#define MK_CONV_REALIGNED(L) ((L).VEC == 2 || (L).VEC == 4)
+#define MK_CONV_PHASES(L) ((L).VEC >= 3)
 
 struct mk_conv_halo {
     int hlo, wa, al, total, last;     // al: mk_conv_halo_al; last: x's last whole chunk
-    int cl0, hr0, ch0, dcl, dch;      // the thread's first (channel, row, chunk) and its step
+    int cl0, hr0, ch0;                // the thread's first (channel, row, chunk)
+    int dcl, dhr, dch, pass;          // its step per pass (channels, rows, chunks); items a pass
+    bool slot;                        // whether this lane stages (WHOLE_ROWS: some idle)
 };
 
 inline mk_conv_halo mk_conv_halo_at(constant mk_conv2d_args& a, constant mk_conv_layout& L,
@@ -242,13 +258,32 @@ inline mk_conv_halo mk_conv_halo_at(constant mk_conv2d_args& a, constant mk_conv
     h.total = a.N * a.C * a.H * a.W;
     h.last = (h.total - 4) & ~3;
     // items (row, channel, chunk), chunks fastest, then CB channels (so the 8 rows a
-    // SIMD-group's stores reach are 8 channels' or rows' alike: halo_layout's pitches)
-    const int row = tid / L.NV;
-    h.ch0 = tid - row * L.NV;
+    // SIMD-group's stores reach are 8 channels' or rows' alike: halo_layout's pitches):
+    // whole rows per SIMD-group, 32/NV rows of NV lanes (a row's next chunk in the next
+    // lane), the other lanes idle; else (VEC 0, or 1 with NV > 32) consecutive items
+    int row, rows;                    // the thread's first row (hr*CB + cl); rows a pass
+    h.slot = true;
+    if (MK_CONV_WHOLE_ROWS(L)) {
+        const int lane = tid % MK_SIMD_WIDTH;
+        const int per = MK_SIMD_WIDTH / L.NV;
+        const int lr = lane / L.NV;
+        h.slot = lr < per;
+        h.ch0 = lane - lr * L.NV;
+        row = tid / MK_SIMD_WIDTH * per + lr;
+        rows = MK_NT / MK_SIMD_WIDTH * per;
+        h.dch = 0;
+        h.pass = rows * L.NV;
+    } else {
+        row = tid / L.NV;
+        h.ch0 = tid - row * L.NV;
+        rows = MK_NT / L.NV;
+        h.dch = MK_NT - rows * L.NV;
+        h.pass = MK_NT;
+    }
     h.hr0 = row / L.CB;
     h.cl0 = row - h.hr0 * L.CB;
-    h.dcl = MK_NT / L.NV;
-    h.dch = MK_NT - h.dcl * L.NV;
+    h.dhr = rows / L.CB;
+    h.dcl = rows - h.dhr * L.CB;
     return h;
 }
 
@@ -307,8 +342,8 @@ inline void mk_conv_gather_restart(thread mk_conv_gather& g, int c0,
 
 // Stage the halo of channels [c0, c0 + CB) of image n (xg: its channel 0 of group g, an
 // offset into x): per (channel, row) the NV aligned 4-wide chunks from the one holding
-// column wa, stored 4-wide (VEC 1 in place, VEC 2 realigned) or each element at its
-// column's place (VEC 0), 0 outside the image. Every lane runs every pass (VEC 2's shuffle).
+// column wa, stored by VEC (the halo's comment above), 0 outside the image. Every lane runs
+// every pass (the realigning shuffles).
 template <typename T>
 inline void mk_conv_halo_stage(threadgroup T* Hs, thread const mk_conv_halo& h,
                                constant mk_conv_layout& L, int c0, int xg,
@@ -316,15 +351,16 @@ inline void mk_conv_halo_stage(threadgroup T* Hs, thread const mk_conv_halo& h,
                                thread const mk_conv_view& v, int tid)
 {
     typedef typename mk_vec<T>::v4 V;
+    typedef typename mk_vec<T>::v2 V2;
     const int nch = min(L.CB, v.c1 - c0);
     const int items = L.HR * L.CB * L.NV;
     int cl = h.cl0, hr = h.hr0, ch = h.ch0;
-    for (int i0 = 0; i0 < items; i0 += MK_NT) {
+    for (int i0 = 0; i0 < items; i0 += h.pass) {
         const int ih = h.hlo + hr;
         const bool rin = ih >= 0 && ih < a.H;
-        // (the last pass may have fewer items, the last slice fewer channels: VEC 1 and 2
-        // store zeros for those, never read, so every lane stores alike)
-        const bool on = i0 + tid < items;
+        // (the last pass may have fewer items, the last slice fewer channels: VEC 1-4 store
+        // zeros for those, never read, so every lane stores alike)
+        const bool on = h.slot && hr < L.HR;
         const bool here = on && cl < nch;
         const int rowx = xg + ((c0 + cl) * a.H + ih) * a.W + h.wa;   // x offset of column wa
         const int at = (rowx & ~3) + 4 * ch;
@@ -349,10 +385,10 @@ inline void mk_conv_halo_stage(threadgroup T* Hs, thread const mk_conv_halo& h,
                 val[e] = rin && w >= 0 && w < a.W ? val[e] : T(0);
             }
         }
-        if (L.VEC == 2) {
+        if (MK_CONV_REALIGNED(L)) {
             // columns 4*ch.. : this chunk's from column 4*ch (element sh) on, the rest from
-            // the next lane's, the row's next chunk (NV divides 32: a row's chunks share a
-            // SIMD-group; the last chunk's tail, past SPAN, is never read)
+            // the next lane's, the row's next chunk (a row's chunks share a SIMD-group; the
+            // last chunk's tail, past SPAN, is never read)
             const V nx = simd_shuffle_down(val, ushort(1));
             const int sh = rowx & 3;
             val = sh == 0 ? val : sh == 1 ? V(val.yzw, nx.x)
@@ -360,7 +396,12 @@ inline void mk_conv_halo_stage(threadgroup T* Hs, thread const mk_conv_halo& h,
         }
         threadgroup T* d = Hs + cl * L.PL + hr * L.HLD;
         if (L.VEC != 0 && on) {
-            *reinterpret_cast<threadgroup V*>(d + 4 * ch) = val;
+            if (MK_CONV_PHASES(L)) {       // columns 4*ch + 0, 2 and 4*ch + 1, 3
+                *reinterpret_cast<threadgroup V2*>(d + 2 * ch) = val.xz;
+                *reinterpret_cast<threadgroup V2*>(d + L.H2 + 2 * ch) = val.yw;
+            } else {
+                *reinterpret_cast<threadgroup V*>(d + 4 * ch) = val;
+            }
         } else if (L.VEC == 0 && here) {
             for (int e = 0; e < 4; ++e) {
                 const int u = u0 + e;
@@ -372,11 +413,12 @@ inline void mk_conv_halo_stage(threadgroup T* Hs, thread const mk_conv_halo& h,
         }
         ch += h.dch;
         cl += h.dcl;
+        hr += h.dhr;
         if (ch >= L.NV) {
             ch -= L.NV;
             cl += 1;
         }
-        while (cl >= L.CB) {
+        if (cl >= L.CB) {
             cl -= L.CB;
             hr += 1;
         }
@@ -425,7 +467,7 @@ inline int mk_conv_halo_at_tap(mk_conv_tap t, int pl, int c0, constant mk_conv_l
                                int al, constant mk_conv2d_args& a)
 {
     return (t.c - c0) * L.PL + (pl * a.stride_h + t.r * a.dil_h) * L.HLD
-           + mk_conv_col(t.s * a.dil_w, L) + al;
+           + mk_conv_col(t.s * a.dil_w + al, L);
 }
 
 struct mk_conv_hitems {
@@ -700,8 +742,8 @@ kernel void conv2d_tiled(const device T* x [[buffer(0)]],
 // carries its row's tap forward by 8 per step as a halo offset (compares and constant
 // deltas, no division); rows past the channel slice (kd >= kend) read as 0.
 struct mk_conv_lane {
-    int fr, kd, s, r, u;          // fragment row; im2col row; its tap's s, r; column s*dil_w
-    int off;                      // (c - c0)*PL + r*dil_h*HLD + u (+ the first pixel, al)
+    int fr, kd, s, r, u;          // fragment row; im2col row; its tap's s, r; s*dil_w + al
+    int off;                      // (c - c0)*PL + r*dil_h*HLD + u (+ the first pixel)
     int s0, r0, u0, off0;         // the same for the channel slice's first row
     int ds, du, dr, doff;         // the step by 8 rows: s, s*dil_w, r, its offset
     int du_wrap, doff_s, doff_r;  // the carries: s by S, r by R (and c by 1)
@@ -722,8 +764,8 @@ inline mk_conv_lane mk_conv_lane_at(constant mk_conv2d_args& a, constant mk_conv
     ln.fr = f.fr;
     ln.s0 = t0.s;
     ln.r0 = t0.r;
-    ln.u0 = t0.s * a.dil_w;
-    ln.off0 = t0.c * L.PL + t0.r * dhH + ln.u0 + (f.fc >> 1) * L.ES + al;
+    ln.u0 = t0.s * a.dil_w + al;
+    ln.off0 = t0.c * L.PL + t0.r * dhH + ln.u0 + (f.fc >> 1) * L.ES;
     ln.ds = st.s;
     ln.du = st.s * a.dil_w;
     ln.dr = st.r;

@@ -241,14 +241,21 @@ def test_unaligned_rows_stage_the_halo_without_bank_conflicts(packaged_defaults,
     chunk and the next lane's (conv2d.metal VEC 2), so the staging stores have no bank
     conflict (element by element they had 1.18-1.36) and the loads stay vector."""
     prof, info = prun.profile_op("conv2d", shape, dtype, family=family, max_groups=0)
+    _halo_without_bank_conflicts(prof, info)
+
+
+def _halo_without_bank_conflicts(prof, info):
+    """The one dispatch of a halo-tiled conv2d: no bank conflict, its loads (every one,
+    edge threadgroups too: small grids may have no interior one) >= 90% vector, no
+    division in a loop. Returns (its counters, a label)."""
     assert info["config"]["tiles"] == 2, info["config"]
     (d,) = prof.dispatches
-    where = f"conv2d {shape} apple{family} {dtype}"
+    where = f"conv2d {info['shape']} apple{info['family']} {info['dtype']}"
     for kind in ("load", "store"):
         assert d["threadgroup"][kind]["bank_factor"] == pytest.approx(1.0), (where, kind)
-    # every load, edge threadgroups too (small grids may have no interior one)
     assert d["device"]["load"]["vector"] >= 0.9, (where, d["device"]["load"])
     assert d["int_div"]["in_loops"] == 0, (where, d["int_div"])
+    return d, where
 
 
 WIDE = [(shape, dt) for shape in ("1,8,29,29,32,5,pad=2", "1,8,29,29,32,3,pad=2,dil=2")
@@ -267,3 +274,45 @@ def test_wide_tap_fragment_reads_are_conflict_free(packaged_defaults, shape, dty
     (d,) = prof.dispatches
     load = d["threadgroup"]["load"]
     assert load["bank_factor"] == pytest.approx(1.0), (shape, dtype, load)
+
+
+SEVEN = [(shape, fam, dt) for shape in ("1,3,80,80,64,7,stride=2,pad=3", "1,3,79,79,64,7,stride=2,pad=3",
+                                        "1,8,29,29,32,7,pad=3", "1,8,28,28,32,7,pad=3")
+         for fam in (7, 9) for dt in ("float32", "float16")]
+
+
+@pytest.mark.parametrize("shape,family,dtype", SEVEN,
+                         ids=[f"{s}-apple{f}-{d}" for s, f, d in SEVEN])
+def test_seven_by_seven_halos_stage_without_bank_conflicts(packaged_defaults, shape, family,
+                                                           dtype):
+    """The 7x7/2 stem (W = 80, a multiple of 4: conv2d.metal VEC 3, each aligned chunk split
+    to the two column phases as two 2-wide stores), a 7x7/2 at W = 79 (VEC 4: realigned by
+    shuffles first) and a 7x7 stride-1 at W = 29 (VEC 2 with rows of 5 chunks), SIMD-groups
+    staging whole rows: no bank conflict on the staging stores (element by element they had
+    1.06-1.50), the loads vector, no division in a loop, >= 8 SIMD-groups per core on
+    Apple7; at W = 28 (VEC 1, in place) too: rows of 5 chunks over consecutive lanes had
+    no conflict-free pitches (float16 1.04)."""
+    prof, info = prun.profile_op("conv2d", shape, dtype, family=family, max_groups=0)
+    d, where = _halo_without_bank_conflicts(prof, info)
+    assert d["device"]["interior"]["loads"] > 0, where
+    assert d["device"]["interior"]["vector"] >= 0.9, (where, d["device"]["interior"])
+    (est,) = prun.model_of(prof, info).dispatches
+    if family in (7, 8):
+        assert est.simdgroups_per_core >= 8, (where, est)
+
+
+@pytest.mark.parametrize("family", [7, 9])
+def test_halo_channel_slices_keep_the_weights_4_aligned(packaged_defaults, family):
+    """The halo layout search prefers pitches whose channel slices start the weights
+    4-aligned (gpu/conv2d_halo.py: 5x5 dilation 2 with 8 channels at float32 had taken
+    3-channel slices, 75 weight columns each, so the later slices' weights loaded
+    scalar: 21-23% vector); the interior loads stay >= 90% vector. (Its staging stores
+    keep a 1.04 factor: no 4-aligned slice of it has conflict-free pitches, and the search
+    puts the weights' vector loads first.)"""
+    shape = "1,8,28,28,32,5,pad=4,dil=2"
+    prof, info = prun.profile_op("conv2d", shape, "float32", family=family, max_groups=0)
+    assert info["config"]["tiles"] == 2, info["config"]
+    (d,) = prof.dispatches
+    assert d["device"]["interior"]["loads"] > 0
+    assert d["device"]["interior"]["vector"] >= 0.9, d["device"]["interior"]
+    assert d["threadgroup"]["load"]["bank_factor"] == pytest.approx(1.0)

@@ -9,6 +9,7 @@ import pytest
 from mpskern import _native
 from simtools import checked, sim  # noqa: F401  (sim: fixture)
 from mpskern.backends.gpu import conv2d as conv_op
+from mpskern.backends.gpu import conv2d_halo as halo_op
 from mpskern.tuning import spaces
 from test_gpu_gemm import DTYPES, TILE_KEYS, UNIT, shipped_tiles, tiles_id, variants_of
 
@@ -16,6 +17,7 @@ import refs
 
 CODE = {np.dtype(np.float32): _native.F32, np.dtype(np.float16): _native.F16}
 SFX = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
+ACT = {"relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}     # metal/mk_args.h MK_ACT_*
 
 
 def pair(v):
@@ -39,8 +41,10 @@ def make_args(x, w, bias, stride, padding, dilation, groups):
                 has_bias=int(bias is not None), activation=0)
 
 
-def run(be, x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, config=None):
+def run(be, x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, config=None,
+        act=None):
     args = make_args(x, w, bias, stride, padding, dilation, groups)
+    args["activation"] = ACT.get(act, 0)
     y = np.full((args["N"], args["K"], args["P"], args["Q"]), np.nan, x.dtype)
     be.execute("conv2d", args, CODE[x.dtype], x, w, bias, y, config=config)
     return y
@@ -244,7 +248,7 @@ def test_halo_tiles_two_orders_and_checked(sim, xs, ws, stride, padding, dilatio
     bias = data(rng, (ws[0],), np.float32)
     args = make_args(np.zeros(xs), np.zeros(ws), bias, stride, padding, dilation, 1)
     assert conv_op.uses_halo(args, cfg) is halo
-    assert (conv_op.halo_plane(args, 64) <= conv_op.tiles.HALO_CAP) is halo
+    assert (halo_op.halo_plane(args, 64) <= conv_op.tiles.HALO_CAP) is halo
     x, w = data(rng, xs, np.float32), data(rng, ws, np.float32)
     got = two_orders(sim, x, w, bias, stride, padding, dilation, 1, config=cfg)
     assert sim.last_config["tiles"] == (2 if halo else 1)
@@ -255,22 +259,71 @@ def test_halo_tiles_two_orders_and_checked(sim, xs, ws, stride, padding, dilatio
         check(got, *reference(x, w, bias, stride, padding, dilation, 1), what="float16 checked")
 
 
+# Each staging mode of the halo (conv2d_halo.stage_mode) against float64, both variants (the
+# simd kernel's fragments and the tiled kernel's B slices read the halo): stride 2 split to
+# the column phases in place (3: W a multiple of 4, the first column at every 4-alignment
+# al = -pad & 3, odd C, more channels than a slice, dilation 2) or realigned first (4: odd W,
+# per-axis strides), stride-1 realigned rows of 5 chunks (2: 7x7, whole rows per SIMD-group,
+# two images, several channel slices); bias and an activation; odd H everywhere.
+MODES = [((1, 5, 19, 32), (8, 5, 3, 3), 2, 1, 1, 3, "relu"),
+         ((2, 3, 33, 40), (12, 3, 7, 7), 2, 3, 1, 3, None),
+         ((1, 3, 21, 36), (8, 3, 3, 3), 2, 2, 2, 3, "silu"),
+         ((1, 9, 17, 24), (8, 9, 5, 5), 2, 0, 1, 3, None),
+         ((1, 5, 23, 29), (8, 5, 3, 3), 2, 2, 2, 4, "gelu"),
+         ((1, 3, 15, 21), (8, 3, 5, 5), (1, 2), 2, 1, 4, None),
+         ((1, 3, 31, 39), (16, 3, 7, 7), 2, 3, 1, 4, "relu"),
+         ((2, 5, 17, 19), (8, 5, 7, 7), 1, 3, 1, 2, None),
+         ((1, 13, 15, 15), (8, 13, 7, 7), 1, 3, 1, 2, "gelu_tanh")]
+
+
+@pytest.mark.parametrize("variant", ["simd", "tiled"])
+@pytest.mark.parametrize("xs,ws,stride,padding,dilation,mode,act", MODES,
+                         ids=[f"{c[0]}-{c[1]}-s{c[2]}p{c[3]}d{c[4]}-vec{c[5]}" for c in MODES])
+def test_halo_stage_modes_two_orders_and_checked(sim, variant, xs, ws, stride, padding,
+                                                 dilation, mode, act):
+    """float32 bit-identical in both fiber orders, float16 under the checking mode (races,
+    bounds, barrier divergence, uninitialised halo reads) in random fiber order."""
+    from mpskern.reference import activate
+    cfg = dict(variant=variant, BM=32, BN=64, BK=16, WM=2, WN=2, tiles=3)
+    rng = np.random.default_rng(sum(xs) + sum(ws) + mode)
+    bias = data(rng, (ws[0],), np.float32)
+    args = make_args(np.zeros(xs), np.zeros(ws), bias, stride, padding, dilation, 1)
+    assert halo_op.stage_mode(args, cfg["BN"]) == mode and conv_op.uses_halo(args, cfg)
+    conv = (stride, padding, dilation, 1)
+    x, w = data(rng, xs, np.float32), data(rng, ws, np.float32)
+    ref, bound = reference(x, w, bias, *conv)
+    got = two_orders(sim, x, w, bias, *conv, config=cfg, act=act)
+    assert sim.last_config["tiles"] == 2, sim.last_config
+    check(got, activate(ref, act) if act else ref, bound, "float32")
+    for dtype in checked(sim, [np.float16]):
+        x, w = data(rng, xs, dtype), data(rng, ws, dtype)
+        ref, bound = reference(x, w, bias, *conv)
+        got = run(sim, x, w, bias, *conv, config=cfg, act=act)
+        check(got, activate(ref, act) if act else ref, bound, "float16 checked")
+
+
 def test_halo_stage_modes():
-    """How the halo is staged (conv_op.stage_mode, the layout's VEC): 4-wide in place at
-    stride 1 with W a multiple of 4; 4-wide realigned at stride 1 otherwise when a row's
-    chunks divide a SIMD-group (3x3, 5x5, dilation 2: 4 chunks); element by element where
-    they do not (7x7: 5 chunks; dilation 16: 11) and at stride 2."""
+    """How the halo is staged (conv2d_halo.stage_mode, the layout's VEC): stride 1, 4-wide
+    in place with W a multiple of 4 (1), else realigned when a row takes at most 32 chunks
+    (2: 3x3, 5x5, dilation 2, 7x7's 5 chunks, dilation 16's 11); stride 2, split to the two
+    column phases in place (3, W a multiple of 4) or realigned (4); element by element where
+    a row takes more than 32 chunks (dilation 60) and at stride 3 (0)."""
     cfg = dict(variant="simd", BM=64, BN=64, BK=16, WM=2, WN=2, tiles=3)
     for xs, ws, stride, dil, mode in (((1, 4, 16, 16), (8, 4, 3, 3), 1, 1, 1),
                                       ((1, 4, 16, 13), (8, 4, 3, 3), 1, 1, 2),
                                       ((1, 4, 29, 29), (8, 4, 5, 5), 1, 1, 2),
                                       ((1, 4, 29, 30), (8, 4, 3, 3), 1, 2, 2),
-                                      ((1, 4, 29, 29), (8, 4, 7, 7), 1, 1, 0),
-                                      ((1, 2, 48, 47), (8, 2, 3, 3), 1, 16, 0),
-                                      ((1, 4, 31, 30), (8, 4, 3, 3), 2, 1, 0)):
+                                      ((1, 4, 29, 29), (8, 4, 7, 7), 1, 1, 2),
+                                      ((1, 2, 48, 47), (8, 2, 3, 3), 1, 16, 2),
+                                      ((1, 1, 8, 135), (8, 1, 1, 3), 1, 60, 0),
+                                      ((1, 4, 31, 32), (8, 4, 3, 3), 2, 1, 3),
+                                      ((1, 3, 40, 40), (8, 3, 7, 7), 2, 1, 3),
+                                      ((1, 4, 31, 30), (8, 4, 3, 3), 2, 1, 4),
+                                      ((1, 3, 39, 39), (8, 3, 7, 7), 2, 1, 4),
+                                      ((1, 4, 31, 32), (8, 4, 3, 3), 3, 1, 0)):
         args = make_args(np.zeros(xs), np.zeros(ws), None, stride, 1, dil, 1)
-        assert conv_op.stage_mode(args, 64) == mode, (xs, ws, stride, dil)
-        assert conv_op.halo_layout(args, cfg)["VEC"] == mode, (xs, ws, stride, dil)
+        assert halo_op.stage_mode(args, 64) == mode, (xs, ws, stride, dil)
+        assert halo_op.halo_layout(args, cfg)["VEC"] == mode, (xs, ws, stride, dil)
 
 
 def test_halo_layout_fits_the_cap_wherever_halo_tiles_run():
@@ -289,7 +342,7 @@ def test_halo_layout_fits_the_cap_wherever_halo_tiles_run():
                         continue
                     ran += 1
                     for dtype in ("float32", "float16"):
-                        lay = conv_op.halo_layout(args, cfg, dtype)
+                        lay = halo_op.halo_layout(args, cfg, dtype)
                         assert lay["CB"] * lay["PL"] <= conv_op.tiles.HALO_CAP, (r, stride, dil,
                                                                                w, dtype, lay)
     assert ran > 500, ran
@@ -373,16 +426,6 @@ def test_padded_weight_rows_and_bias_rows_two_orders_and_checked(sim, cfg):
 # groups; 2-D tiles from the halo and the 1-D gather, both variants.
 SPLITS = [dict(variant=v, BM=32, BN=32, BK=16, WM=2, WN=2, tiles=t, split_k=4)
           for v, t in (("simd", 3), ("simd", 1), ("tiled", 3), ("tiled", 1))]
-ACT = {"relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}     # metal/mk_args.h MK_ACT_*
-
-
-def run_act(be, x, w, bias, act, config, **kw):
-    args = make_args(x, w, bias, kw.get("stride", 1), kw.get("padding", 0),
-                     kw.get("dilation", 1), kw.get("groups", 1))
-    args["activation"] = ACT.get(act, 0)
-    y = np.full((args["N"], args["K"], args["P"], args["Q"]), np.nan, x.dtype)
-    be.execute("conv2d", args, CODE[x.dtype], x, w, bias, y, config=config)
-    return y
 
 
 @pytest.mark.parametrize("cfg", SPLITS, ids=lambda c: f"{c['variant']}-tiles{c['tiles']}")
@@ -398,21 +441,14 @@ def test_split_k_two_orders_and_checked(sim, cfg):
     bias = (4 * data(rng, (10,), np.float32)).astype(np.float32)   # visible if added per split
     ref, bound = reference(x, w, bias, kw["stride"], 1, 1, 2)
     for act in (None, "relu", "gelu", "gelu_tanh", "silu"):
-        outs = []
-        try:
-            for order in ("forward", "reverse"):
-                sim.set_sim_options(order=order)
-                outs.append(run_act(sim, x, w, bias, act, cfg, **kw))
-        finally:
-            sim.set_sim_options()
+        got = two_orders(sim, x, w, bias, config=cfg, act=act, **kw)
         assert sim.last_config["split_k"] == 4, sim.last_config
-        assert np.array_equal(outs[0].view(np.uint8), outs[1].view(np.uint8)), act
         want = activate(ref, act) if act else ref
-        check(outs[0], want, bound, f"{cfg} {act}")
+        check(got, want, bound, f"{cfg} {act}")
     for dtype in checked(sim, [np.float16]):
         x16, w16 = data(rng, x.shape, dtype), data(rng, w.shape, dtype)
         ref16, bound16 = reference(x16, w16, bias, kw["stride"], 1, 1, 2)
-        got = run_act(sim, x16, w16, bias, "relu", cfg, **kw)
+        got = run(sim, x16, w16, bias, config=cfg, act="relu", **kw)
         check(got, activate(ref16, "relu"), bound16, f"{cfg} float16 checked")
 
 

@@ -7,17 +7,15 @@ Three paths, by the problem (route() says which, and so which tuning space appli
   conv2d            everything else: implicit GEMM (conv2d_simd_* / conv2d_tiled_*) per
                     group with im2col gathered into threadgroup memory, never stored
 """
-import functools
-
 import numpy as np
 
 from mpskern import _native, structs
 from mpskern._errors import Unsupported
 from mpskern.backends.gpu import gemm as _gemm
+from mpskern.backends.gpu.conv2d_halo import LAYOUT_FIELDS, halo_layout, halo_plane
 from mpskern.backends.gpu.context import (MAX_GRID_YZ, activation_macros, cdiv, configure,
                                           gpu_cores, helper_threads, nothing, pipelines)
 from mpskern.tuning import spaces, tiles
-from mpskern.tuning.lookup import dtype_name
 
 FILE = "conv2d.metal"
 FLOAT_BYTES = 4
@@ -53,143 +51,6 @@ def key(args, op):
         return (a["N"], a["K"], a["P"], a["Q"])
     g = a["groups"]
     return (g, a["K"] // g, a["N"] * a["P"] * a["Q"], a["C"] // g * a["R"] * a["S"])
-
-
-# mk_conv_layout: the halo's (halo_layout), the weights' and biases' pitches, split-K
-LAYOUT_FIELDS = ("HLD", "PL", "H2", "ES", "CB", "HR", "NV", "SPAN", "VEC", "WLD", "BLD",
-                 "SPLIT", "CHUNK")
-BANKS = 32                # the bank model the layout is chosen for: 32 x 4 bytes
-
-
-def _worst(words_sets):
-    """Under the bank model, the largest (cycles the most-loaded bank needs / the minimum)
-    over SIMD-group accesses given as sets of 4-byte words."""
-    worst = 1.0
-    for words in words_sets:
-        if words:
-            per = {}
-            for w in words:
-                per[w % BANKS] = per.get(w % BANKS, 0) + 1
-            worst = max(worst, max(per.values()) / -(-len(words) // BANKS))
-    return worst
-
-
-def _fragment_reads(rs, taps, hld, pl, h2, es, word):
-    """The word sets of mk_conv_halo_step's fragment reads: 8 consecutive im2col rows from
-    any start x 4 consecutive pixels (.x: pixels 0-3, .y: 4-7); `taps`: im2col row ->
-    (channel, halo row, tap column)."""
-    for k0 in range(2 * rs):
-        for e in (0, 4):
-            words = set()
-            for kd in range(k0, k0 + 8):
-                c, r, u = taps(kd)
-                col = (u & 1) * h2 + (u >> 1) if h2 else u
-                words.update((c * pl + r * hld + col + (q + e) * es) // word for q in range(4))
-            yield words
-
-
-def _stage_stores(hr, nv, hld, pl, word, cb):
-    """The word sets of VEC staging stores (mk_conv_halo_stage): 32 consecutive (row,
-    channel, chunk) items per SIMD-group (chunks fastest, then cb channels), each a 4-wide
-    store at its chunk's place."""
-    items = cb * hr * nv
-    for i0 in range(0, items, 32):
-        words = set()
-        for i in range(i0, min(i0 + 32, items)):
-            row, ch = divmod(i, nv)
-            r, cl = divmod(row, cb)
-            words.update((cl * pl + r * hld + 4 * ch + e) // word for e in range(4))
-        yield words
-
-
-def _channels(pl, cap, bk, cg):
-    """Channels per slice: whole BK slices of im2col rows where that fits, else a multiple
-    of 4 channels (so every slice of the weights starts 4-aligned)."""
-    cb = max(1, cap // pl)
-    return min(cb - cb % bk if cb >= bk else (cb & ~3 if cb >= 4 else cb), cg)
-
-
-def _rows(R, S, sh, sw, dh, dw, tp, vec):
-    """(halo rows, columns, chunks per row, the stride-2 phase offset's least value, the
-    least row width) of the halo of a tile of tp x 8 outputs; `vec`: chunks stored 4-wide in
-    place (rows as whole chunks), else element by element (stride 2: two column phases)."""
-    hr = (tp - 1) * sh + (R - 1) * dh + 1
-    span = 7 * sw + (S - 1) * dw + 1
-    nv = (span + 6) >> 2
-    h2 = (span + 1) // 2 if sw == 2 and not vec else 0
-    return hr, span, nv, h2, 2 * h2 if h2 else (4 * nv if vec else span)
-
-
-def stage_mode(args, bn):
-    """How the halo of a tile of bn/8 x 8 outputs is staged (mk_conv_layout VEC): 1 at
-    stride 1 with W a multiple of 4 (every row of x 4-aligned alike: chunks stored 4-wide
-    where they were loaded); 2 at stride 1 otherwise when a row's chunks divide a
-    SIMD-group (each 4-wide store realigned from the lane's chunk and the next lane's);
-    else 0 (element by element; stride 2 in two column phases)."""
-    a = args
-    if a["stride_w"] != 1:
-        return 0
-    if a["W"] % 4 == 0:
-        return 1
-    nv = _rows(a["R"], a["S"], 1, 1, a["dil_h"], a["dil_w"], bn // 8, 2)[2]
-    return 2 if 32 % nv == 0 else 0
-
-
-@functools.lru_cache(maxsize=256)
-def _layout(R, S, sh, sw, dh, dw, tp, cg, bk, elem, cap, mode):
-    vec = mode != 0
-    hr, span, nv, h2, width = _rows(R, S, sh, sw, dh, dw, tp, vec)
-    es = 1 if h2 else sw
-    word = 4 // elem
-
-    def taps(kd):
-        c, rs = divmod(kd, R * S)
-        return c, (rs // S) * dh, (rs % S) * dw
-
-    def cost(hld, pl, ph):
-        reads = _worst(_fragment_reads(R * S, taps, hld, pl, ph, es, word))
-        stores = _channels(pl, cap, bk, cg)
-        return (reads, _worst(_stage_stores(hr, nv, hld, pl, word, stores)) if vec else 1.0)
-
-    # the first row pitch, channel pitch and phase offset (in that order) whose fragment
-    # reads (and VEC staging stores) are conflict-free, else the one with the fewest
-    # conflicts; within `cap` (VEC: pitches in whole chunks)
-    step = 4 if vec else 1
-    best = None
-    for hld in range(width, width + 9 * step, step):
-        for ph in ((0,) if not h2 else range(h2, h2 + (hld - width) // 2 + 1)):
-            for pl in range(-(-hr * hld // step) * step, hr * hld + 32, step):
-                if pl > cap and best is not None:
-                    break
-                c = cost(hld, pl, ph)
-                if best is None or c < best[0]:
-                    best = (c, hld, pl, ph)
-                if c == (1.0, 1.0):
-                    break
-            if best[0] == (1.0, 1.0):
-                break
-        if best[0] == (1.0, 1.0):
-            break
-    _, hld, pl, h2 = best
-    if pl > cap:
-        raise ValueError(f"conv2d halo: one channel's plane of {pl} elements exceeds the {cap} "
-                         "staged (uses_halo should have refused this call: halo_plane)")
-    return dict(HLD=hld, PL=pl, H2=h2, ES=es, CB=_channels(pl, cap, bk, cg), HR=hr, NV=nv,
-                SPAN=span, VEC=mode)
-
-
-def halo_layout(args, cfg, dtype="float32"):
-    """The halo layout of a 2-D tile of BN/8 x 8 outputs (metal/conv2d.metal
-    mk_conv_layout, buffer 5): rows, row and channel pitches, stride-2 phase offset, pixel
-    step, channels per slice, chunks per row, columns, the staging mode (stage_mode). The
-    pitches are searched so that the simd kernel's fragment reads and the 4-wide staging
-    stores (modes 1 and 2: aligned, at their chunk's place) have no bank conflict (32 x
-    4-byte banks)."""
-    a = args
-    return _layout(a["R"], a["S"], a["stride_h"], a["stride_w"], a["dil_h"], a["dil_w"],
-                   cfg["BN"] // 8, max(1, a["C"] // a["groups"]), cfg["BK"],
-                   int(np.dtype(dtype_name(dtype)).itemsize), tiles.HALO_CAP,
-                   stage_mode(a, cfg["BN"]))
 
 
 def weight_rows(w, args):
@@ -237,17 +98,6 @@ def split_k(args, cfg, groups, slice_channels, cores):
     if split * a["N"] * a["K"] * a["P"] * a["Q"] >= INT32_LIMIT:
         return 1, chunk
     return split, chunk
-
-
-def halo_plane(args, bn, used=False):
-    """Threadgroup elements one input channel's halo takes for a 2-D tile of bn/8 x 8
-    outputs: its rows x its least row width as halo_layout stages it (stage_mode 1 and 2:
-    whole 4-wide chunks), so the layout fits tiles.HALO_CAP when this does; `used`: the rows x
-    the columns the taps read (what AUTO_HALO_PER_TAP weighs)."""
-    a = args
-    hr, span, _, _, width = _rows(a["R"], a["S"], a["stride_h"], a["stride_w"], a["dil_h"],
-                                  a["dil_w"], bn // 8, stage_mode(a, bn))
-    return hr * (span + (span & 1 if a["stride_w"] == 2 else 0) if used else width)
 
 
 # tiles=2 (the default) takes 2-D tiles where one channel's halo is at most this many elements per

@@ -28,11 +28,12 @@ class Kit:
         self.profile = profile
 
     # -- ops --------------------------------------------------------------------------------
-    def conv(self, x, w, b=None, stride=1, padding=0, act=None):
+    def conv(self, x, w, b=None, stride=1, padding=0, act=None, out=None):
         if self.exact:
-            return self.act(ref.conv2d(x, w, b, stride, padding), act)
+            return _into(out, self.act(ref.conv2d(x, w, b, stride, padding), act))
         t = self._start()
-        y = mpskern.conv2d(x, w, b, stride, padding, activation=act, backend=self.backend)
+        y = mpskern.conv2d(x, w, b, stride, padding, activation=act, backend=self.backend,
+                           out=out)
         if t is not None:
             K, C, R, S = w.shape
             self._stop(t, f"conv2d {R}x{S}/{stride} {C}->{K} @{x.shape[-1]}"

@@ -35,6 +35,7 @@
 #include "mk_cpu_rowvec.h"
 #include "mk_cpu_attention_tiles.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define QB 128   // query rows per task, at most (query_rows())
@@ -263,7 +264,17 @@ static void attend_range(void *vc, long begin, long end) {
 // thread. GPT-2 small's 12 heads x 256 rows are 24 tasks of 128 rows: at 16 threads, with
 // causal's tasks of 1 and 2 units, the last ones end at 3 units where 36 / 16 = 2.25 would do;
 // 64-row tasks end near 8 of their units (= 4 of the 128-row ones') of 120 / 16 = 7.5.
+// MPSKERN_CPU_ATTENTION_ROWS (read per call, for tests and same-build A/B runs) forces the
+// rows of every call: 128, 64 or 32; auto or unset: the rule below.
+static int forced_rows(void) {       // 0: auto; -1: not a choice (check_args' error)
+    const char *e = getenv("MPSKERN_CPU_ATTENTION_ROWS");
+    if (!e || !*e || !strcmp(e, "auto")) return 0;
+    return !strcmp(e, "128") ? 128 : !strcmp(e, "64") ? 64 : !strcmp(e, "32") ? 32 : -1;
+}
+
 static int query_rows(const mk_attention_args *a) {
+    int forced = forced_rows();
+    if (forced > 0) return forced;
     long bh = (long)a->B * a->Hq, want = 3L * mk_cpu_threads();
     int rows = QB;
     while (rows > QB_MIN && bh * ((a->L + rows - 1) / rows) < want) rows /= 2;
@@ -283,6 +294,10 @@ static mk_status check_args(const mk_attention_args *a) {
         return mk_set_error(MK_ERR_INVALID, "mk_cpu_attention: negative stride");
     if (a->mask < MK_ATTN_MASK_NONE || a->mask > MK_ATTN_MASK_ADD)
         return mk_set_error(MK_ERR_INVALID, "mk_cpu_attention: mask kind %d is not MK_ATTN_MASK_*", a->mask);
+    if (forced_rows() < 0)
+        return mk_set_error(MK_ERR_INVALID, "mk_cpu_attention: MPSKERN_CPU_ATTENTION_ROWS=%s: "
+                            "expected auto, 128, 64 or 32 (unset means auto)",
+                            getenv("MPSKERN_CPU_ATTENTION_ROWS"));
     return MK_OK;
 }
 

@@ -223,3 +223,36 @@ def test_argument_errors():
         _native.cpu_attention(dict(a, mask=1), _native.F32, q, q, q, None, out)
     with pytest.raises(ValueError, match="dtype 3"):
         _native.cpu_attention(a, 3, q, q, q, None, out)
+
+
+@pytest.mark.parametrize("rows", ["128", "64", "32", "auto", ""])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f16"])
+def test_forced_query_rows(rows, dtype, monkeypatch):
+    """MPSKERN_CPU_ATTENTION_ROWS (benchmarks' A/B switch) forces every call's query block:
+    each size over odd L (200: 128 + 72, 3 x 64 + 8, 6 x 32 + 8), causal or not, with a
+    mask, at 1 and 16 threads, matches the float64 reference and the default's bits (a
+    query row's sums do not depend on its block)."""
+    rng = np.random.default_rng(12)
+    q, k, v, m = T.case(rng, dtype, 2, 3, 3, 3, 200, 300, 24, 20, "add", (2, 1, 200, 300))
+    old = _native.cpu_get_num_threads()
+    try:
+        for n in (1, 16):
+            _native.cpu_set_num_threads(n)
+            for causal in (False, True):
+                monkeypatch.delenv("MPSKERN_CPU_ATTENTION_ROWS", raising=False)
+                want = T.run_cpu(q, k, v, m, causal)
+                monkeypatch.setenv("MPSKERN_CPU_ATTENTION_ROWS", rows)
+                got = T.run_cpu(q, k, v, m, causal)
+                T.check(got, q, k, v, m, causal, what=f"rows={rows} threads={n}")
+                assert got.tobytes() == want.tobytes()
+    finally:
+        _native.cpu_set_num_threads(old)
+
+
+@pytest.mark.parametrize("bad", ["256", "16", "0", "64 ", "big"])
+def test_forced_query_rows_refuses_other_values(bad, monkeypatch):
+    q = np.ones((1, 1, 4, 8), np.float32)
+    monkeypatch.setenv("MPSKERN_CPU_ATTENTION_ROWS", bad)
+    with pytest.raises(ValueError, match=f"MPSKERN_CPU_ATTENTION_ROWS={bad}: expected auto, "
+                                         "128, 64 or 32"):
+        T.run_cpu(q, q, q)

@@ -90,6 +90,30 @@ def test_resnet_fold_is_batch_norm():
     assert max_error(m.reference(inp, torch=False), m.reference(inp, torch=True)) < 1e-12
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+def test_resnet_conv3_bias_in_its_gemm(batch):
+    """Depth 26 (blocks without a downsample): at batch 1 conv3's bias is a column of its
+    GEMM ([w3 | b3] @ [y; 1], conv2 writing above a row of ones: no rank-1 bias pass), at
+    batch 2 the rank-1 pass into the skip. Each agrees with torch's float64 network where
+    torch is installed, and batch 1 with the first image of a batch of 2 (the other path:
+    the reference Kit runs the same forward())."""
+    m = models.RESNET50
+    inp = small(m, batch=batch, depth=26)
+    want = m.reference(inp)
+    prof = {}
+    got = m.run(models.Kit("cpu", prof), inp)
+    tol = tolerance("float32", m.reduction(inp))
+    assert max_error(got, want) <= tol
+    assert np.std(want) > 1e-3 * np.max(np.abs(want))
+    if batch == 1:
+        two = dict(inp, x=np.concatenate([inp["x"], -inp["x"]]), p={**inp["p"], "batch": 2})
+        assert max_error(m.call(two, "cpu")[:1], got) <= tol
+    passes = [k for k in prof if k.startswith("bias ")]
+    mids = [inp["p"]["width"] << i for i in range(4)]
+    folded = [k for k in prof if any(f" x {mid + 1}->" in k for mid in mids)]   # K = mid + 1
+    assert (not passes and len(folded) == 4) if batch == 1 else (len(passes) == 4 and not folded)
+
+
 class CountingF:  # (used with torch only)
     """torch.nn.functional whose scaled_dot_product_attention adds its two products'
     FLOPs (torch's FlopCounterMode does not count the CPU attention)."""

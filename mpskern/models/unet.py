@@ -9,7 +9,7 @@ GELU), 1x1 proj_out, + skip); then the 3x3 stride-2 Downsample2D conv. Inputs: l
 W/2). Parameter names follow diffusers' down_blocks.0 state_dict."""
 import numpy as np
 
-from mpskern.models.kit import head_views, merged
+from mpskern.models.kit import merge_heads
 
 GROUPS = 32
 RES_EPS = 1e-5
@@ -77,15 +77,8 @@ def check(s):
 
 def prepare(P):
     """forward()'s weights: GEGLU's projection cut into its value and gate halves (two
-    linears, so the gate's GELU can be applied to its own result); self-attention's q, k, v
-    projections stacked into one (out, in) matrix, cross-attention's k, v into another."""
+    linears, so the gate's GELU can be applied to its own result)."""
     W = dict(P)
-    for name in [k for k in P if k.endswith("attn1.to_q.weight")]:
-        pre = name[:-len("to_q.weight")]
-        W[pre + "to_qkv.weight"] = np.concatenate([P[pre + f"to_{t}.weight"] for t in "qkv"])
-    for name in [k for k in P if k.endswith("attn2.to_k.weight")]:
-        pre = name[:-len("to_k.weight")]
-        W[pre + "to_kv.weight"] = np.concatenate([P[pre + f"to_{t}.weight"] for t in "kv"])
     for name in [k for k in P if k.endswith("ff.net.0.proj.weight")]:
         pre = name[:-len("weight")]
         w, b = P[pre + "weight"], P[pre + "bias"]
@@ -96,19 +89,13 @@ def prepare(P):
 
 
 def _attention_add(kit, W, p, z, x, ctx, H):
-    """z += attention block p of x (queries) over ctx (keys and values; None: x itself).
-    The projections are plain linears, q|k|v (self-attention) or k|v (cross) stacked as one
-    (prepare()); attention reads its heads in place from their results and writes them
-    merged (out= a strided view), as GPT-2's: no per-head GEMMs (N = 40 wide), no split or
-    merge copy."""
-    B, N, C = x.shape
-    if ctx is None:
-        q, k, v = head_views(kit.linear(x, W[p + "to_qkv.weight"]), 3, H)
-    else:
-        q, = head_views(kit.linear(x, W[p + "to_q.weight"]), 1, H)
-        k, v = head_views(kit.linear(ctx, W[p + "to_kv.weight"]), 2, H)
-    o, heads = merged(B, N, H, C // H, z.dtype)
-    kit.attention(q, k, v, out=heads)
+    """z += attention block p of x (queries) over ctx (keys and values). q, k, v come from
+    a GEMM per head, written in the head layout (kit.heads). Tried: q|k|v as one stacked
+    linear + one head-split copy: the copies on Python threads took what the GEMMs saved."""
+    q = kit.heads(x, W[p + "to_q.weight"], None, H)
+    k = kit.heads(ctx, W[p + "to_k.weight"], None, H)
+    v = kit.heads(ctx, W[p + "to_v.weight"], None, H)
+    o = kit.glue("merge heads", merge_heads, kit.attention(q, k, v))
     return kit.linear_add(z, o, W[p + "to_out.0.weight"], W[p + "to_out.0.bias"])
 
 
@@ -151,7 +138,7 @@ def forward(kit, W, x, temb, ctx, s):
         z = _proj_in(kit, y, W[a + "proj_in.weight"], W[a + "proj_in.bias"])
         b = a + "transformer_blocks.0."
         n = kit.layer_norm(z, W[b + "norm1.weight"], W[b + "norm1.bias"], LN_EPS)
-        _attention_add(kit, W, b + "attn1.", z, n, None, H)
+        _attention_add(kit, W, b + "attn1.", z, n, n, H)
         n = kit.layer_norm(z, W[b + "norm2.weight"], W[b + "norm2.bias"], LN_EPS)
         _attention_add(kit, W, b + "attn2.", z, n, ctx, H)
         n = kit.layer_norm(z, W[b + "norm3.weight"], W[b + "norm3.bias"], LN_EPS)

@@ -3,9 +3,10 @@ place their values are checked. `import mpskern` checks every variable that is s
 and raises EnvError naming the variable, its value and what it takes; the `mpskern` command
 prints that as one line and exits 2. An empty value is the same as unset.
 
-The C side reads some of them itself (the thread count when the first op runs; MPSKERN_CPU_GEMM
-and MPSKERN_CPU_CONV per call, refusing an unknown value then too); the rules below take only
-values it reads as written (atoi() would read '4abc' as 4 and 'apple7x' as 7).
+The C side reads some of them itself (the thread count when the first op runs; MPSKERN_CPU_GEMM,
+MPSKERN_CPU_CONV and MPSKERN_CPU_ATTENTION_ROWS per call, refusing an unknown value then too);
+the rules below take only values it reads as written (atoi() would read '4abc' as 4 and
+'apple7x' as 7).
 Build and tool variables (setup.py, objc/check_shim.py, tests) are in BUILD, not checked here."""
 import difflib
 import os
@@ -54,6 +55,8 @@ VARS = {v.name: v for v in (
             "the cpu GEMM's path, read per call (unset: auto)"),
     _choice("MPSKERN_CPU_CONV", ["auto", "gemm", "winograd", "winograd2", "session9"],
             "the cpu conv2d's algorithm, read per call (unset: auto)"),
+    _choice("MPSKERN_CPU_ATTENTION_ROWS", ["auto", "128", "64", "32"],
+            "query rows of the cpu attention's tasks, read per call (unset: auto)"),
     Var("MPSKERN_SIM_FAMILY", r"(?i:apple)?(7|8|9|10)", "apple7, apple8, apple9 or apple10",
         "the GPU family the simulator models (unset: apple8)"),
     Var("MPSKERN_SIM_STACK_KB", _WHOLE, "a whole number of KiB from 16 to 1048576",

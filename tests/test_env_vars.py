@@ -2,8 +2,8 @@
 error naming the variable, the value and what it takes: `import mpskern` raises EnvError, the
 `mpskern` command (its console script and python -m) prints one 'error:' line and exits 2, no
 traceback. Values it takes import silently; the C side reads them as written (the per-call
-MPSKERN_CPU_GEMM / MPSKERN_CPU_CONV, the thread count); every MPSKERN_ name in the source is
-one env.py knows."""
+MPSKERN_CPU_GEMM / MPSKERN_CPU_CONV / MPSKERN_CPU_ATTENTION_ROWS, the thread count); every
+MPSKERN_ name in the source is one env.py knows."""
 import os
 import re
 import subprocess
@@ -24,6 +24,7 @@ BAD = {
     "MPSKERN_OUTPUT_POOL_MB": ["lots", "-1", "1_0", "1.5"],
     "MPSKERN_CPU_GEMM": ["fast", "OWN", " own", "own "],
     "MPSKERN_CPU_CONV": ["fft", "Gemm", "winograd4"],
+    "MPSKERN_CPU_ATTENTION_ROWS": ["256", "16", "0", " 64", "AUTO"],
     "MPSKERN_SIM_FAMILY": ["apple11", "apple7x", "apple6", "m1"],
     "MPSKERN_SIM_STACK_KB": ["abc", "8", "64k", "2000000"],
     "MPSKERN_SIM_KEEP": ["yes", "true", "2"],
@@ -38,6 +39,7 @@ GOOD = {
     "MPSKERN_OUTPUT_POOL_MB": ["0", "12", " 12 "],
     "MPSKERN_CPU_GEMM": ["auto", "own", "grid", "whole"],
     "MPSKERN_CPU_CONV": ["auto", "gemm", "winograd", "winograd2", "session9"],
+    "MPSKERN_CPU_ATTENTION_ROWS": ["auto", "128", "64", "32"],
     "MPSKERN_SIM_FAMILY": ["apple7", "Apple10", "8"],
     "MPSKERN_SIM_STACK_KB": ["16", "256"],
     "MPSKERN_METAL_MIN_FAMILY": ["5", "apple6", "APPLE7"],
@@ -135,6 +137,9 @@ def test_one_cache_folder_for_compiles_tuning_and_peaks(tmp_path, monkeypatch):
      lambda a: (mpskern.matmul(a, a, backend="cpu"), a.astype(np.float64) @ a)),
     ("MPSKERN_CPU_CONV", GOOD["MPSKERN_CPU_CONV"],
      lambda a: (mpskern.conv2d(a[None, None], a[None, None, :3, :3], backend="cpu")[0, 0],
+                None)),
+    ("MPSKERN_CPU_ATTENTION_ROWS", GOOD["MPSKERN_CPU_ATTENTION_ROWS"],
+     lambda a: (mpskern.scaled_dot_product_attention(a[None], a[None], a[None], backend="cpu"),
                 None))])
 def test_the_c_side_takes_what_env_takes_and_refuses_the_rest(monkeypatch, name, values, call):
     """Read per call in C: every value env.py takes runs (same result), every one it refuses

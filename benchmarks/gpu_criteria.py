@@ -46,8 +46,8 @@ def measure(op, shape, dtype, family, max_groups):
     main = prof.dispatches[0]          # the GEMM kernel (a split-K reduce follows it)
     est = model_of(prof, info)
     interior = main["device"]["interior"]
-    tg = {k: max(d["threadgroup"][k]["bank_factor"] for d in prof.dispatches)
-          for k in ("load", "store")}
+    tg = {k: max(d["threadgroup"][k]["bank_factor"] or 1.0 for d in prof.dispatches)
+          for k in ("load", "store")}       # (None: no such access, the split-K reduce)
     keys = ("variant", "BM", "BN", "BK", "WM", "WN", "tiles", "split_k")
     return dict(op=op, shape=shape, dtype=dtype, family=family,
                 config={k: cfg[k] for k in keys if k in cfg}, kernel=main["kernel"],

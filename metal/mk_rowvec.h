@@ -62,14 +62,15 @@ inline void mk_store4(device T* p, int at, float4 v)
     *((device vec<T, 4>*)(p + at)) = vec<T, 4>(v);
 }
 
-// 4 consecutive float32 parameters (weight / bias) from column k: one vector when k is
-// 4-aligned (the row's head is), else 4 scalar loads.
-inline float4 mk_param4(const device float* p, int k, bool aligned)
+// Where a row's float32 parameters (weight / bias, n columns) start so that its vector
+// columns k (head + 4i) load 4-wide: the host passes them as they are when n % 4 == 0 (every
+// row 4-aligned), else 4 copies, copy h (a row's head mod 4) at h*C + (4 - h) % 4, C =
+// n rounded up to 4 plus 4 (gpu/norm.py params4). (Realigning one copy in the kernel, or 4
+// scalar loads on unaligned rows, made clang scalarise the aligned rows' loads too.)
+inline int mk_param_shift(int head, int n)
 {
-    if (aligned) {
-        return mk_load4(p, k);
-    }
-    return float4(p[k], p[k + 1], p[k + 2], p[k + 3]);
+    const int h = head & 3;
+    return h == 0 ? 0 : h * (((n + 3) & ~3) + 4) + 4 - h;
 }
 
 // The values of one row a thread holds ("rows" variants); dead entries hold `fill`.

@@ -221,16 +221,17 @@ inline float3 nm_held_row(thread mk_rowvals& v, mk_span sp, int t, bool centered
 
 // ---------------------------------------------------------------- layer_norm / rms_norm
 
-// o = (x*S - mean) * rstd, times w[k] plus b[k] (4 columns from k)
+// o = (x*S - mean) * rstd, times w[k] plus b[k] (4 columns from k; w and b shifted by
+// mk_param_shift for the row)
 inline float4 nm_affine4(float4 v, float mean, float rstd, const device float* w,
-                         const device float* b, bool has_w, bool has_b, int k, bool aligned)
+                         const device float* b, bool has_w, bool has_b, int k)
 {
     float4 o = (v - mean) * rstd;
     if (has_w) {
-        o *= mk_param4(w, k, aligned);
+        o *= mk_load4(w, k);
     }
     if (has_b) {
-        o += mk_param4(b, k, aligned);
+        o += mk_load4(b, k);
     }
     return o;
 }
@@ -267,19 +268,22 @@ kernel void norm_rownorm_rows(const device T* x [[buffer(0)]], const device floa
     const float3 ms = nm_held_row(v, sp, t, centered, float(a.n), red0, red1, red2, tid, lane,
                                   sg);
     const float rstd = rsqrt(ms.y + a.eps * ms.z * ms.z);
-    const bool hw = a.has_weight != 0, hb = a.has_bias != 0, al = (sp.head & 3) == 0;
+    const bool hw = a.has_weight != 0, hb = a.has_bias != 0;
+    const int ps = mk_param_shift(sp.head, a.n);
+    const device float* wr = w + ps;
+    const device float* br = b + ps;
     for (int j = 0; j < MK_RV_NV; ++j) {
         if (mk_live_v(sp, t, j)) {
-            v.v[j] = nm_affine4(v.v[j], ms.x, rstd, w, b, hw, hb, mk_col_v(sp, t, j), al);
+            v.v[j] = nm_affine4(v.v[j], ms.x, rstd, wr, br, hw, hb, mk_col_v(sp, t, j));
         }
     }
     for (int j = 0; j < MK_RV_HEADS; ++j) {
         if (mk_live_h(sp, t, j)) {
-            v.h[j] = nm_affine1(v.h[j], ms.x, rstd, w, b, hw, hb, mk_col_h(t, j));
+            v.h[j] = nm_affine1(v.h[j], ms.x, rstd, wr, br, hw, hb, mk_col_h(t, j));
         }
     }
     if (mk_live_t(sp, t)) {
-        v.tl = nm_affine1(v.tl, ms.x, rstd, w, b, hw, hb, mk_col_t(sp, t));
+        v.tl = nm_affine1(v.tl, ms.x, rstd, wr, br, hw, hb, mk_col_t(sp, t));
     }
     mk_rv_store(y, base, sp, t, v);
 }
@@ -308,18 +312,21 @@ kernel void norm_rownorm_looped(const device T* x [[buffer(0)]],
                                     lane, sg);
     const float S = ms.z;
     const float rstd = rsqrt(ms.y + a.eps * S * S);
-    const bool hw = a.has_weight != 0, hb = a.has_bias != 0, al = (sp.head & 3) == 0;
+    const bool hw = a.has_weight != 0, hb = a.has_bias != 0;
+    const int ps = mk_param_shift(sp.head, a.n);
+    const device float* wr = w + ps;
+    const device float* br = b + ps;
     for (int k = t; k < sp.head; k += MK_TPR) {
-        y[base + k] = T(nm_affine1(float(x[base + k]) * S, ms.x, rstd, w, b, hw, hb, k));
+        y[base + k] = T(nm_affine1(float(x[base + k]) * S, ms.x, rstd, wr, br, hw, hb, k));
     }
     for (int i = t; i < sp.nvec; i += MK_TPR) {
         const int k = sp.head + 4 * i;
-        mk_store4(y, base + k, nm_affine4(mk_load4(x, base + k) * S, ms.x, rstd, w, b, hw, hb, k,
-                                          al));
+        mk_store4(y, base + k, nm_affine4(mk_load4(x, base + k) * S, ms.x, rstd, wr, br, hw,
+                                          hb, k));
     }
     if (t < sp.tail) {
         const int k = sp.head + 4 * sp.nvec + t;
-        y[base + k] = T(nm_affine1(float(x[base + k]) * S, ms.x, rstd, w, b, hw, hb, k));
+        y[base + k] = T(nm_affine1(float(x[base + k]) * S, ms.x, rstd, wr, br, hw, hb, k));
     }
 }
 

@@ -17,12 +17,14 @@ LAYER, RMS = 0, 1
 ROW_CONFIGS = spaces.shipped("rownorm") + [{"variant": "looped", "TPR": 64, "RPG": 4, "VPT": 8}]
 assert spaces.shipped("group_norm") == spaces.shipped("rownorm")
 # (rows, n)
+# (rows, n); n % 4 != 0 puts the rows at every 4-alignment, each reading its own copy of
+# the weight and bias (gpu/norm.py params4)
 ROW_CASES = {
     ("rows", 32): [(5, 100), (9, 1), (3, 128)],
-    ("rows", 256): [(3, 1500), (2, 2048)],
+    ("rows", 256): [(3, 1500), (2, 2048), (5, 1001)],
     ("rows", 1024): [(1, 6000), (2, 1100)],
     ("looped", 1024): [(2, 2500), (1, 9000)],
-    ("looped", 64): [(3, 700), (5, 10)],
+    ("looped", 64): [(3, 700), (5, 10), (4, 333)],
 }
 # (N, C, HW, groups); a row is C/groups*HW long
 GROUP_CASES = {

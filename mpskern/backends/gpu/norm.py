@@ -27,6 +27,21 @@ def _optional(ctx, v, fallback):
     return fallback if v is None else ctx.buffer(v)
 
 
+def params4(p, n):
+    """A rownorm weight or bias as norm.metal reads it (mk_rowvec.h mk_param_shift): where
+    n % 4 != 0 (rows at every 4-alignment) 4 copies, copy h (a row's head) at h*C + (4 - h)
+    % 4 with C = n rounded up to 4 plus 4, so that each row's vector columns load 4-wide
+    from its copy; else p itself."""
+    if p is None or n % 4 == 0:
+        return p
+    c = -(-n // 4) * 4 + 4
+    out = np.zeros(4 * c, np.float32)
+    for h in range(4):
+        at = h * c + (4 - h) % 4
+        out[at:at + n] = p.reshape(-1)
+    return out
+
+
 def _rows_op(ctx, op, args, dtype, x, weight, bias, y, rows, n, config):
     if not (rows and n):
         return nothing()
@@ -42,8 +57,9 @@ def _rows_op(ctx, op, args, dtype, x, weight, bias, y, rows, n, config):
 
 def rownorm(ctx, args, dtype, x, weight, bias, y, config=None):
     """Encoder: layer_norm (kind 0) or rms_norm (kind 1) of x viewed as (rows, n)."""
-    return _rows_op(ctx, "rownorm", args, dtype, x, weight, bias, y,
-                    args["rows"], args["n"], config)
+    n = args["n"]
+    return _rows_op(ctx, "rownorm", args, dtype, x, params4(weight, n), params4(bias, n), y,
+                    args["rows"], n, config)
 
 
 def group_norm(ctx, args, dtype, x, weight, bias, y, config=None):

@@ -60,6 +60,11 @@ def empty(shape, dtype=np.float32):
                         f"got {shape!r}") from None
     if any(s < 0 for s in shape):
         raise ValueError(f"mpskern.empty: negative dimension in shape {shape}")
+    if dtype.hasobject:
+        raise TypeError(f"mpskern.empty: dtype {dtype} holds Python objects, which cannot live "
+                        "in raw pages; use numpy.empty for it")
+    probe = np.empty((0,), dtype)  # numpy's reading of it: 'S0' is S1, a subarray dtype adds axes
+    dtype, shape = probe.dtype, shape + probe.shape[1:]
     page = page_size()
     nbytes = prod(shape) * dtype.itemsize     # exact (np.prod's int64 wraps for huge shapes)
     if nbytes >= 2**63:
@@ -77,7 +82,7 @@ def empty(shape, dtype=np.float32):
                               f"({nbytes:,} bytes): more than the OS will lend now; pass a "
                               "smaller shape") from None
         start = (-raw.ctypes.data) % page
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    return np.ndarray(shape, dtype, buffer=raw, offset=start)   # (itemsize 0 too: 'V0')
 
 
 def available_bytes():

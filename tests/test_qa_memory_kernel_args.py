@@ -81,3 +81,20 @@ def test_kernel_binds_every_metal_buffer_slot():
     with pytest.raises(ValueError, match=r"32 arguments; a kernel has at most 31 buffers"):
         mpskern.metal_kernel(_sum_kernel(n + 1), "total")(*ins, y, y, grid=4, threadgroup=4,
                                                          backend="sim")
+
+
+@pytest.mark.parametrize("dtype", ["S0", "U0", "V0", "M8[ns]", "c16", "U5", "?",
+                                   np.dtype((np.float32, (2, 3))), [("a", "<f4"), ("b", "<i2")]])
+def test_empty_reads_a_dtype_as_numpy_empty_does(dtype):
+    """'S0' (numpy: S1) and subarray dtypes (numpy: more axes) were numpy errors from inside
+    mpskern.empty ('When changing to a smaller dtype...'); qa10."""
+    got, want = mpskern.empty((2, 3), dtype), np.empty((2, 3), dtype)
+    assert (got.shape, got.dtype) == (want.shape, want.dtype)
+    assert mpskern.memory.is_page_aligned(got) and got.flags.writeable and got.flags.c_contiguous
+    got[...] = want                          # its memory is all there
+
+
+@pytest.mark.parametrize("dtype", [object, [("a", "O")]])
+def test_empty_refuses_object_dtypes_saying_why(dtype):
+    with pytest.raises(TypeError, match="holds Python objects.*use numpy.empty"):
+        mpskern.empty((2, 3), dtype)

@@ -37,7 +37,8 @@ class _App(typer.Typer):
     """typer.Typer whose commands end a Ctrl-C the one way: 'interrupted: ...' on stderr,
     exit 130 (typer's own handler exits 130 silently). bench and tune say what they kept
     (tty.interrupted inside them); every other command writes its files whole or not at
-    all (mpskern/atomic_write.py), so that is what it says."""
+    all (mpskern/atomic_write.py), so that is what it says. A closed stdout (`| head`)
+    ends them quietly with 141 (console.broken_pipe)."""
 
     def command(self, *args, **kwargs):
         register = super().command(*args, cls=kwargs.pop("cls", _Command), **kwargs)
@@ -52,6 +53,9 @@ class _App(typer.Typer):
                     from mpskern.cli import console as tty
                     tty.interrupted("stopped before the end; its output files are written "
                                     "whole or not at all, so none is partial")
+                except BrokenPipeError:     # stdout's reader went away (typer.echo's writes)
+                    from mpskern.cli import console as tty
+                    tty.broken_pipe()
             register(guarded)
             return f
         return decorator

@@ -12,14 +12,36 @@
   names ("-b, --backend <list[str]>") can be wider, as click never breaks them. check-msl prints a compiler's `file:line: message`
   lines (typer.echo), whole at any width: editors and grep parse them.
 """
+import os
+import sys
+
 import typer
 from rich.console import Console, Group
 from rich.measure import Measurement
 from rich.text import Text
 
 
+BROKEN_PIPE = 128 + 13
+
+
+def broken_pipe():
+    """The reader of stdout went away (`mpskern selftest | head`): stop quietly with 141,
+    the shell's status of a writer killed by SIGPIPE (what `yes | head` reports). rich and
+    click said 1, which is selftest's "a check failed" and every command's failure. stdout
+    goes to /dev/null first, so the interpreter's last flush has nowhere to fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(BROKEN_PIPE)
+
+
+class _Console(Console):
+    def on_broken_pipe(self):
+        self.quiet = True
+        broken_pipe()
+
+
 def console(stderr=False, width=None):
-    c = Console(stderr=stderr, width=width, markup=False, highlight=False)
+    c = _Console(stderr=stderr, width=width, markup=False, highlight=False)
     c.soft_wrap = not c.is_terminal     # a terminal folds at its width; a pipe gets whole lines
     return c
 

@@ -133,6 +133,8 @@ def test_strided_pointwise_matches_the_reference(monkeypatch, threads, shape, ac
     got = mpskern.conv2d(x, w, b, stride, padding, 2, activation=activation, backend="cpu")
     ref = refs.conv2d(x, w, b, stride, padding, 2, activation=activation)
     refs.assert_close(got, ref, np.float32, terms=C, what=f"{shape} {activation}")
+    if b is None:   # both sum the C products in order from 0: the same bits (OpenBLAS's
+        return      # Zen 4 / SkylakeX kernel); with a bias the GEMM adds it last, the tile first
     monkeypatch.setenv("MPSKERN_CPU_CONV", "gemm")      # the path was taken: other rounding
     assert not np.array_equal(got, mpskern.conv2d(x, w, b, stride, padding, 2,
                                                   activation=activation, backend="cpu"))
@@ -163,3 +165,37 @@ def test_strided_pointwise_padding_larger_than_the_input_keeps_the_gemm():
     finally:
         mpskern.set_num_threads(old)
     refs.assert_close(got, refs.conv2d(x, w, b, 1, 40), np.float32, terms=16)
+
+
+SMALL_STACK_CHILD = r"""
+import threading, numpy as np, mpskern
+from mpskern import reference
+mpskern.set_num_threads(8)
+r = np.random.default_rng(0)
+cases = [(r.uniform(-1, 1, shape).astype(np.float32),
+          r.uniform(-1, 1, (24, 512, 1, 1)).astype(np.float32), stride)
+         for shape, stride in (((1, 512, 57, 61), 1), ((2, 512, 80, 83), 2))]  # tails
+got = []
+def work():
+    got.extend(mpskern.conv2d(x, w, stride=s, backend="cpu") for x, w, s in cases)
+threading.stack_size(32 << 10)
+t = threading.Thread(target=work)
+t.start(); t.join()
+# the float64 reference on the main thread (numpy's einsum needs more than 32 KiB)
+print(*(float(np.abs(y - reference.conv2d(x, w, stride=s)).max() /
+              np.abs(reference.conv2d(x, w, stride=s)).max()) for y, (x, w, s) in zip(got, cases)))
+"""
+
+
+def test_on_a_32_kib_python_thread(tmp_path):
+    """The calling thread runs chunks too: pw_range kept 36 KiB of tail copy and offsets on
+    its stack and a 32 KiB thread (threading.stack_size's least) segfaulted at C = 512
+    (qa10, session 10); they are on the heap now."""
+    import subprocess
+    import sys
+    (tmp_path / "child.py").write_text(SMALL_STACK_CHILD)
+    r = subprocess.run([sys.executable, str(tmp_path / "child.py")], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
+    errs = [float(v) for v in r.stdout.split()]
+    assert len(errs) == 2 and max(errs) < 1e-5, r.stdout

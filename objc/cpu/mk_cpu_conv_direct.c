@@ -184,7 +184,7 @@ done:
    full rate (64->256 @56 5.2 -> 6.3 ms), and at batch 1 (too few pixels per thread) the
    GEMM's grid over output channels balances better: those keep the GEMM. Runs of 12288
    input floats beat 4096; the prefetch pays at 8 threads. */
-#define PW_MAX_C 512            // the tail copy's bound (measured up to here)
+#define PW_MAX_C 512            // measured up to here
 #define PW_MIN_THREADS 8
 #define PW_MIN_PIXELS 384       // per thread, over the batch
 #define PW_RUN_FLOATS 12288     // a run's input (C x sub vectors)
@@ -196,6 +196,8 @@ typedef struct {
     const float *wp, *bias, *x;
     float *y;
     long full, runs, sub;       // full vectors and runs per image, vectors a run
+    const long *toff;           // tap c of the last vector's copy: c * width
+    int failed;
 } pw_ctx;
 
 // a 1x1 whose input is the output's pixels: stride 1, no padding
@@ -242,10 +244,11 @@ static void pw_range(void *vc, long b, long e) {
     const mk_conv2d_args *a = t->a;
     long C = a->C, K = a->K, PQ = (long)a->P * a->Q, V = t->kern->width, mr = t->kern->mr;
     long kb = (K + mr - 1) / mr;
-    float tail[PW_MAX_C * 16];  // the last vector's input, zero-padded (V <= 16)
-    long toff[PW_MAX_C];
-    mk_dc_geom gt = {toff, (int)C, PQ, 1, PQ - t->full * V, 0};
-    for (long c = 0; c < C; c++) toff[c] = c * V;
+    // the last vector's input, zero-padded, on the heap (36 KiB on the stack overflowed a
+    // 32 KiB Python thread, which runs chunks too: qa10)
+    float *tail = mk_alloc((size_t)C * V * 4);
+    if (!tail) { __atomic_store_n((int *)&t->failed, 1, __ATOMIC_RELAXED); return; }
+    mk_dc_geom gt = {t->toff, (int)C, PQ, 1, PQ - t->full * V, 0};
     for (long i = b; i < e; i++) {
         long n = i / t->runs, v0 = i % t->runs * t->sub, v1 = v0 + t->sub;
         int last = gt.Q > 0 && v0 <= t->full && t->full < v1;   // holds the partial vector
@@ -270,6 +273,7 @@ static void pw_range(void *vc, long b, long e) {
         long cols = (last ? PQ : v1 * V) - v0 * V;
         mk_activate_tile(&act, out + v0 * V, (int)PQ, (int)K, (int)cols);
     }
+    mk_free(tail);
 }
 
 mk_status mk_cpu_conv2d_pointwise(const mk_conv2d_args *a0, const void *xv, const void *wv,
@@ -293,7 +297,7 @@ mk_status mk_cpu_conv2d_pointwise(const mk_conv2d_args *a0, const void *xv, cons
     const mk_dc_kernel *kern = MK_VEC_PICK(dc_kernel);
     long C = a->C, K = a->K, PQ = (long)a->P * a->Q, mr = kern->mr, V = kern->width;
     long kb = (K + mr - 1) / mr;
-    long *off = mk_alloc((size_t)C * sizeof(long));
+    long *off = mk_alloc((size_t)2 * C * sizeof(long));   // the taps, then the tail copy's
     float *wp = mk_alloc((size_t)kb * C * mr * 4);
     if (!off || !wp) {
         mk_free(off); mk_free(wp); mk_free(xs);
@@ -307,8 +311,10 @@ mk_status mk_cpu_conv2d_pointwise(const mk_conv2d_args *a0, const void *xv, cons
     if (sub < kern->nv) sub = kern->nv;
     long full = PQ / V, vecs = (PQ + V - 1) / V;
     pw_ctx t = {a, kern, {off, (int)C, PQ, vecs, PQ, 0}, wp, bias, x, y, full,
-                (vecs + sub - 1) / sub, sub};
+                (vecs + sub - 1) / sub, sub, off + C, 0};
+    for (long c = 0; c < C; c++) off[C + c] = c * V;
     mk_parallel_for((long)a->N * t.runs, mk_grain(K * C * sub * V), pw_range, &t);
     mk_free(off); mk_free(wp); mk_free(xs);
-    return MK_OK;
+    return t.failed ? mk_set_error(MK_ERR_NOMEM, "mk_cpu_conv2d: out of memory (pointwise)")
+                    : MK_OK;
 }

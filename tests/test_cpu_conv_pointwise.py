@@ -187,6 +187,8 @@ print(*(float(np.abs(y - reference.conv2d(x, w, stride=s)).max() /
 """
 
 
+@pytest.mark.skipif("libasan" in __import__("os").environ.get("LD_PRELOAD", ""),
+                    reason="AddressSanitizer's frames do not fit 32 KiB (.ci/sanitize)")
 def test_on_a_32_kib_python_thread(tmp_path):
     """The calling thread runs chunks too: pw_range kept 36 KiB of tail copy and offsets on
     its stack and a 32 KiB thread (threading.stack_size's least) segfaulted at C = 512

@@ -78,9 +78,30 @@ kernel void inc(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]
 def test_bad_arguments():
     with pytest.raises(TypeError, match="needs a callable"):
         mpskern.benchmark(3)
-    with pytest.raises(ValueError, match="flops must be a number >= 0"):
+    with pytest.raises(ValueError, match="flops must be a finite number >= 0"):
         mpskern.benchmark(lambda: None, flops=-1)
     with pytest.raises(TypeError, match="shape must be a dict"):
         mpskern.benchmark(lambda: None, shape=(1, 2))
     with pytest.raises(ValueError, match="budget must be > 0"):
         mpskern.benchmark(lambda: None, budget=0)
+
+
+@pytest.mark.parametrize("kw, err, msg", [
+    ({"budget": float("nan")}, ValueError, "budget must be > 0 seconds .and finite., got nan"),
+    ({"budget": float("inf")}, ValueError, "budget must be > 0 seconds .and finite., got inf"),
+    ({"budget": "1"}, TypeError, "budget must be a real number, got '1'"),
+    ({"budget": True}, TypeError, "budget must be a real number, got True"),
+    ({"min_samples": 2.5}, TypeError, "min_samples must be an int, got 2.5"),
+    ({"min_samples": True}, TypeError, "min_samples must be an int, got True"),
+    ({"min_samples": 0}, ValueError, "min_samples=0 must be >= 1"),
+    ({"flops": float("nan")}, ValueError, "flops must be a finite number >= 0"),
+    ({"flops": float("inf")}, ValueError, "flops must be a finite number >= 0"),
+    ({"bytes": True}, ValueError, "bytes must be a finite number >= 0")])
+def test_bad_budgets_and_counts_say_what_is_wrong(kw, err, msg):
+    """budget=nan/inf sampled until 10,000 samples (nan < budget is never true), '1' was a
+    str-vs-int TypeError from inside the loop, True ran 1 s; flops=inf gave inf GFLOP/s (qa10)."""
+    calls = []
+    with pytest.raises(err, match=msg):
+        mpskern.benchmark(lambda: calls.append(1), **kw)
+    assert not calls, "the refusal came after timing had started"
+

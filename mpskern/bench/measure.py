@@ -12,6 +12,7 @@ Device time where there is one: for an mpskern.metal_kernel the kernel's own run
 else wall time, or pass device_ms=callable (the device time of the last call, in ms).
 """
 import datetime
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -146,8 +147,9 @@ def benchmark(fn, *args, name=None, budget=0.5, min_samples=10, device_ms=None, 
     if not callable(fn):
         raise TypeError(f"benchmark needs a callable, got {type(fn).__name__}")
     for what, v in (("flops", flops), ("bytes", bytes)):
-        if v is not None and not (isinstance(v, (int, float)) and v >= 0):
-            raise ValueError(f"{what} must be a number >= 0 per call, got {v!r}")
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                  and 0 <= v < math.inf):
+            raise ValueError(f"{what} must be a finite number >= 0 per call, got {v!r}")
     if shape is not None and not isinstance(shape, dict):
         raise TypeError(f"shape must be a dict (field -> value) labelling the row, got {type(shape).__name__}")
     from mpskern import backends, peaks

@@ -18,6 +18,8 @@ import math
 import time
 from dataclasses import dataclass
 
+from mpskern import _args
+
 SLOW_CASE_FACTOR = 4.0
 SLOW_CASE_MIN_SAMPLES = 3
 MAX_INNER = 100_000
@@ -36,9 +38,13 @@ class Timing:
 def measure(fn, *, budget=0.5, warmup=None, min_samples=10, max_samples=10_000,
             target_sample_ms=1.0, device_ms=None, clock=time.perf_counter):
     """Time `fn()` (no arguments; its result is ignored) under the protocol above."""
-    if budget <= 0:
-        raise ValueError(f"budget must be > 0 seconds, got {budget}")
-    if min_samples < 1 or max_samples < min_samples:
+    if isinstance(budget, bool):           # float(True) is 1.0: a slip, not a budget
+        raise TypeError(f"benchmark: budget must be a real number, got {budget!r}")
+    budget = _args.real(budget, "budget", "benchmark")
+    if not 0 < budget < math.inf:           # NaN ran until max_samples, inf the same
+        raise ValueError(f"budget must be > 0 seconds (and finite), got {budget}")
+    min_samples = _args.whole(min_samples, "min_samples", "benchmark", 1)
+    if max_samples < min_samples:
         raise ValueError(f"need 1 <= min_samples <= max_samples, got {min_samples}, {max_samples}")
     if warmup is None:
         warmup = min(0.25, 0.2 * budget)

@@ -28,16 +28,16 @@ def extra():
     f = lambda *s: r.standard_normal(s).astype(np.float32)
     a, b = f(300, 300), f(300, 300)
     yield "matmul 300^3", lambda: mpskern.matmul(a, b, backend="cpu"), \
-        a.astype(np.float64) @ b, 301
+        a.astype(np.float64) @ b, 301, np.float32
     x, w = f(1, 512, 14, 14), f(64, 512, 1, 1)
     yield "conv 1x1/2 C=512", lambda: mpskern.conv2d(x, w, stride=2, backend="cpu"), \
-        mpskern.reference.conv2d(x, w, stride=2), 513
+        mpskern.reference.conv2d(x, w, stride=2), 513, np.float32
     x, w = f(2, 64, 20, 20), f(64, 64, 3, 3)
     yield "conv 3x3 64", lambda: mpskern.conv2d(x, w, padding=1, backend="cpu"), \
-        mpskern.reference.conv2d(x, w, padding=1), 577
+        mpskern.reference.conv2d(x, w, padding=1), 577, np.float32
     q = f(1, 4, 300, 64)
     yield "attention 300", lambda: mpskern.scaled_dot_product_attention(q, q, q, backend="cpu"), \
-        mpskern.reference.scaled_dot_product_attention(q, q, q), 301
+        mpskern.reference.scaled_dot_product_attention(q, q, q), 301, np.float32
 
 def cases():
     if which == "own":
@@ -47,18 +47,24 @@ def cases():
     for c in selftest.CASES:
         for dt in ("float32", "float16"):
             call, want, terms = c.build(np.random.default_rng(1), np.dtype(dt))
-            yield f"{c.op} {c.label} {dt}", (lambda call=call: call("cpu")), want, terms
+            yield f"{c.op} {c.label} {dt}", (lambda call=call: call("cpu")), want, terms, dt
 
 def work():
-    for label, call, want, terms in cases():
-        got = call()
-        refs.assert_close(got, want, np.asarray(got).dtype, terms, what=label)
+    for label, call, want, terms, dt in cases():
+        got = np.asarray(call())
+        # selftest's rule: the case's dtype (a result may hold float32 statistics too)
+        if got.dtype == dt:
+            refs.assert_close(got, want, dt, terms, what=label)
+        else:
+            err, tol = selftest._error(got, want), mpskern.reference.tolerance(dt, terms)
+            assert err <= tol, (label, err, tol)
         done.append(label)
+    done.append("all")
 
 threading.stack_size(int(sys.argv[1]) << 10)
 t = threading.Thread(target=work)
 t.start(); t.join()
-print("ran", len(done))
+print("ran", len(done) - 1 if done[-1:] == ["all"] else "a part:", done[-1:])
 """
 
 
@@ -71,7 +77,8 @@ def _run(tmp_path, monkeypatch, kib, threads, which, gemm="auto"):
     r = subprocess.run([sys.executable, str(tmp_path / "child.py"), str(kib), str(threads), which],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"exit {r.returncode} on a {kib} KiB thread: {r.stderr[-2000:]}"
-    assert r.stdout.startswith("ran ") and int(r.stdout.split()[1]) > 0, r.stdout
+    assert r.stdout.startswith("ran ") and r.stdout.split()[1].isdigit(), r.stdout + r.stderr[-2000:]
+    assert int(r.stdout.split()[1]) >= (1 if which == "own" else 80), r.stdout
 
 
 @pytest.mark.parametrize("threads", [1, 2])

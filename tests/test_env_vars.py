@@ -51,6 +51,14 @@ def test_every_checked_variable_has_bad_values_here():
     assert sorted(BAD) == sorted(CHECKED)
 
 
+def test_every_choice_is_run_through_the_c_side_here():
+    """A choice added to env.py (session9, an attention row count) is one the C side's drift
+    test below must run: GOOD lists each choice variable's words exactly."""
+    for name, v in env.VARS.items():
+        if v.pattern and re.fullmatch(r"[a-z0-9]+(\|[a-z0-9]+)+", v.pattern):
+            assert GOOD.get(name) == v.pattern.split("|"), name
+
+
 @pytest.mark.parametrize("name", CHECKED)
 def test_each_bad_value_is_refused_naming_it(name):
     for value in BAD[name]:

@@ -77,7 +77,8 @@ VARS = {v.name: v for v in (
 
 BUILD = {"MPSKERN_DEBUG": "setup.py", "MPSKERN_SANITIZE": "setup.py",
          "MPSKERN_SDK_CACHE": "objc/check_shim.py", "MPSKERN_MACOS_SDK": "objc/check_shim.py",
-         "MPSKERN_TEST_BACKENDS": "tests", "MPSKERN_HOST_COVERAGE": "tests"}
+         "MPSKERN_TEST_BACKENDS": "tests", "MPSKERN_HOST_COVERAGE": "tests",
+         "MPSKERN_SAN_DIR": ".ci/sanitize", "MPSKERN_BENCH_JOBS": "benchmarks/sim_bench.py"}
 
 
 def problem(name, value):

@@ -170,9 +170,10 @@ def test_the_c_side_takes_what_env_takes_and_refuses_the_rest(monkeypatch, name,
 
 def _names_in_source():
     names = {}
-    for folder in ("mpskern", "cli", "objc", "metal"):
+    for folder in ("mpskern", "cli", "objc", "metal", "benchmarks", "examples", "tests", ".ci"):
         for p in (ROOT / folder).rglob("*"):
-            if p.suffix in (".py", ".pyx", ".pxi", ".pxd", ".c", ".h", ".cc", ".m", ".metal"):
+            if p.suffix in (".py", ".pyx", ".pxi", ".pxd", ".c", ".h", ".cc", ".m", ".metal", "") \
+                    and p.is_file() and p.name != "test_env_vars.py":
                 if p.name in ("_native.c",) or p.name.startswith("_kernels"):
                     continue
                 for n in re.findall(r"(?<![A-Z_])MPSKERN_[A-Z0-9_]*[A-Z0-9]", p.read_text(errors="replace")):

@@ -37,11 +37,27 @@ CASES = {**{k: ("gemm", v) for k, v in GEMM.items()}, **{k: ("conv2d", v) for k,
 FAMILIES = (7, 8, 9)          # 8: for the occupancy criterion (Apple7/8)
 
 
+_PROFILES = {}      # (op, shape, dtype, the configuration that ran) -> (Profile, info)
+
+
+def _profile(op, shape, dtype, family, max_groups):
+    """(Profile, info) of the call as apple`family`: the counters depend on the configuration
+    only (one bank model for every family), so a family whose default is one already
+    profiled (found by running one threadgroup) takes that profile."""
+    from mpskern.profiling.run import profile_op
+    _, probe = profile_op(op, shape, dtype, family=family, max_groups=1)
+    key = (op, shape, dtype, json.dumps(probe["config"], sort_keys=True))
+    if key not in _PROFILES:
+        _PROFILES[key] = profile_op(op, shape, dtype, family=family, max_groups=max_groups)
+    prof, info = _PROFILES[key]
+    return prof, dict(info, family=family)
+
+
 def measure(op, shape, dtype, family, max_groups):
     """One profiled call: its criteria counters and modelled numbers (a dict)."""
-    from mpskern.profiling.run import model_of, profile_op
+    from mpskern.profiling.run import model_of
     from mpskern.tuning import tiles
-    prof, info = profile_op(op, shape, dtype, family=family, max_groups=max_groups)
+    prof, info = _profile(op, shape, dtype, family, max_groups)
     cfg = info["config"]
     main = prof.dispatches[0]          # the GEMM kernel (a split-K reduce follows it)
     est = model_of(prof, info)

@@ -166,8 +166,9 @@ def test_selftest_calibrate_needs_a_mac():
 def test_register_rule_in_the_tile_spaces():
     from mpskern.tuning import spaces, tiles
     info = dict(max_threads_per_threadgroup=1024, max_threadgroup_memory=32768, simd_width=32)
-    cands = spaces.candidates("gemm", info)
-    assert cands and all(tiles.accumulators(c) <= 64 for c in cands)
+    for op in ("gemm", "conv2d"):      # every configuration the tuner may try
+        cands = spaces.candidates(op, info)
+        assert cands and all(tiles.accumulators(c) <= 64 for c in cands), op
     big = {"variant": "simd", "BM": 128, "BN": 128, "BK": 8, "WM": 1, "WN": 1}
     assert tiles.accumulators(big) == 512
     assert any("accumulators per lane" in p for p in spaces.problems("gemm", big, info))

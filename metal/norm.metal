@@ -10,12 +10,13 @@
 //   norm_batch_stats_<dt>            training, x (N, C, HW): moments (count, mean, M2,
 //                                    scale S) of each of `split` chunks per channel;
 //   norm_batch_finish_f32            one thread per channel combines them: batch mean and
-//                                    biased variance (of x*Sc) and Sc into stats[0:3C], and
+//                                    biased variance (of x*Sc) and Sc into the per-channel
+//                                    table params (float4 S, mean, k, bias: see apply), and
 //                                    the running statistics (unbiased variance) when present.
-//   norm_batch_apply_<dt>            y = (x*S - mean[c]) * rsqrt(var[c] + eps*S^2) * w[c] +
-//                                    b[c], S = scale[c], 4 elements per thread: inference
-//                                    binds the running statistics as mean/var and S = 1,
-//                                    training the stats buffer.
+//   norm_batch_apply_<dt>            y = (x*S - mean) * k + bias from params[c], k =
+//                                    rsqrt(var + eps*S^2) * w[c], 4 elements per thread:
+//                                    inference binds the host's table of the running
+//                                    statistics (S = 1), training finish's.
 //
 // Configuration (macros): MK_TPR threads per row (multiple of 32), MK_RPG rows per
 // threadgroup, MK_VPT values per thread for the rows variants (n <= MK_TPR*MK_VPT; the
@@ -599,18 +600,20 @@ kernel void norm_batch_stats(const device T* x [[buffer(0)]], device float* part
 
 // One thread per channel: combine its chunks' moments exactly (Chan et al.) at the
 // channel's scale Sc, the smallest of its chunks' (the others' moments times Sc/S, a power
-// of two: exact, and 1 for ordinary channels); store mean*Sc, var*Sc^2 and Sc in stats[0:C],
-// stats[C:2C], stats[2C:3C] (norm_batch_apply normalises x*Sc with them: finite where the
-// result is, though var itself may pass FLT_MAX) and update the running statistics
+// of two: exact, and 1 for ordinary channels); store (Sc, mean*Sc, rsqrt(var*Sc^2 +
+// eps*Sc^2) * w, b) in params[ch] (norm_batch_apply normalises x*Sc with them: finite where
+// the result is, though var itself may pass FLT_MAX) and update the running statistics
 // (unbiased; unscaled, so they overflow to inf exactly where float32 must).
 template <typename T>
 [[max_total_threads_per_threadgroup(32)]]   // gpu/norm.py: helper_threads(fin, 32)
 kernel void norm_batch_finish(const device float* partial [[buffer(0)]],
                               device float* running_mean [[buffer(1)]],
                               device float* running_var [[buffer(2)]],
-                              device float* stats [[buffer(3)]],
+                              device float4* params [[buffer(3)]],
                               constant mk_batch_norm_args& a [[buffer(4)]],
                               constant int& split [[buffer(5)]],
+                              const device float* w [[buffer(6)]],
+                              const device float* b [[buffer(7)]],
                               uint gid [[thread_position_in_grid]])
 {
     const int ch = int(gid);
@@ -633,9 +636,9 @@ kernel void norm_batch_finish(const device float* partial [[buffer(0)]],
             n = tot;
         }
         const float var = m2 / n;
-        stats[ch] = mean;
-        stats[a.C + ch] = var;
-        stats[2 * a.C + ch] = Sc;
+        const float rstd = rsqrt(var + a.eps * (Sc * Sc));
+        params[ch] = float4(Sc, mean, a.has_weight != 0 ? rstd * w[ch] : rstd,
+                            a.has_bias != 0 ? b[ch] : 0.0f);
         if (a.has_running != 0) {
             const float unbiased = (n > 1.0f ? m2 / (n - 1.0f) : var) / Sc / Sc;
             running_mean[ch] = (1.0f - a.momentum) * running_mean[ch] + a.momentum * (mean / Sc);
@@ -644,33 +647,26 @@ kernel void norm_batch_finish(const device float* partial [[buffer(0)]],
     }
 }
 
-// Four consecutive elements per thread (gid*4 ..): the channel found once (two divisions per
-// 4 elements) and stepped; float4/half4 reads and writes when a channel's plane holds whole
-// vectors (HW % 4 == 0), else scalar ones.
-// Statistics of x*S (norm_batch_finish; S = 1: inference's running statistics): the
-// result is (x*S - mean) * rsqrt(var + eps*S^2), which is (x - mean/S) * rsqrt(var/S^2 +
-// eps) without forming var/S^2 (it may pass FLT_MAX).
-template <typename T>
-inline float batch_norm_one(float v, const device float* mean, const device float* var,
-                            const device float* w, const device float* b,
-                            constant mk_batch_norm_args& a, int ch, float S)
+// One float4 per channel (S, mean, k, bias): y = (x*S - mean) * k + bias, k = rsqrt(var +
+// eps*S^2) * w (the weight joins the scale first: (x - mean) * rstd alone can overflow where
+// the result, |w| < 1, is representable). Statistics of x*S (norm_batch_finish; inference: the
+// host's table of the running statistics, S = 1) give (x - mean/S) * rsqrt(var/S^2 + eps)
+// without forming var/S^2 (it may pass FLT_MAX).
+inline float bn_one(float v, float4 p)
 {
-    // the weight joins the scale first: (x - mean) * rstd alone can overflow where the
-    // result (|w| < 1) is representable
-    const float rstd = rsqrt(var[ch] + a.eps * (S * S));
-    float o = (v * S - mean[ch]) * (a.has_weight != 0 ? rstd * w[ch] : rstd);
-    return a.has_bias != 0 ? o + b[ch] : o;
+    return (v * p.x - p.y) * p.z + p.w;
 }
 
+// Four consecutive elements of the flat N*C*HW tensor per thread (gid*4 ..), one float4/half4
+// load and store (in bounds: the tensor's last partial vector goes one by one). The channel
+// is found once a thread (two divisions) and each channel's parameters are one float4 load:
+// at most two channels where HW >= 4 (HW % 4 == 0: one), else a channel per element.
 template <typename T>
 [[max_total_threads_per_threadgroup(1024)]]   // the batch_norm space's largest `threads`
 kernel void norm_batch_apply(const device T* x [[buffer(0)]],
-                             const device float* mean [[buffer(1)]],
-                             const device float* var [[buffer(2)]],
-                             const device float* w [[buffer(3)]],
-                             const device float* b [[buffer(4)]], device T* y [[buffer(5)]],
-                             constant mk_batch_norm_args& a [[buffer(6)]],
-                             const device float* scale [[buffer(7)]],
+                             const device float4* params [[buffer(1)]],
+                             device T* y [[buffer(2)]],
+                             constant mk_batch_norm_args& a [[buffer(3)]],
                              uint gid [[thread_position_in_grid]])
 {
     const int total = a.N * a.C * a.HW;
@@ -682,21 +678,29 @@ kernel void norm_batch_apply(const device T* x [[buffer(0)]],
     gn_chan g;
     g.c = plane % a.C;
     g.off = i0 - plane * a.HW;
-    if (a.HW % 4 == 0) {            // i0 .. i0+3 lie in one plane
+    const int left = a.HW - g.off;        // elements of this thread's first channel
+    if (i0 + 4 <= total) {
         const float4 v = mk_load4(x, i0);
-        const float S = scale[g.c];
-        const float m = mean[g.c];
-        const float rstd = rsqrt(var[g.c] + a.eps * (S * S));
-        const float k = a.has_weight != 0 ? rstd * w[g.c] : rstd;
-        float4 o = (v * S - m) * k;
-        if (a.has_bias != 0) {
-            o += b[g.c];
+        const float4 p0 = params[g.c];
+        float4 o = (v * p0.x - p0.y) * p0.z + p0.w;
+        if (left < 4 && a.HW >= 4) {      // the rest in the next channel (C wraps to 0)
+            const float4 p1 = params[g.c + 1 == a.C ? 0 : g.c + 1];
+            const float4 o1 = (v * p1.x - p1.y) * p1.z + p1.w;
+            o = select(o, o1, int4(0, 1, 2, 3) >= int4(left));
+        } else if (left < 4) {            // planes of 1-3 elements: a channel each step
+            for (int e = 1; e < 4; ++e) {
+                if (++g.off == a.HW) {
+                    g.off = 0;
+                    g.c = g.c + 1 == a.C ? 0 : g.c + 1;
+                }
+                o[e] = bn_one(v[e], params[g.c]);
+            }
         }
         mk_store4(y, i0, o);
         return;
     }
     for (int e = 0; e < 4 && i0 + e < total; ++e) {
-        y[i0 + e] = T(batch_norm_one<T>(float(x[i0 + e]), mean, var, w, b, a, g.c, scale[g.c]));
+        y[i0 + e] = T(bn_one(float(x[i0 + e]), params[g.c]));
         if (++g.off == a.HW) {
             g.off = 0;
             g.c = g.c + 1 == a.C ? 0 : g.c + 1;

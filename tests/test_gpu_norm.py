@@ -37,7 +37,9 @@ GROUP_CASES = {
 # the shipped one, and one cutting channels into 8 chunks (uneven, or of one element each)
 BATCH_CONFIGS = spaces.shipped("batch_norm") + [
     {"variant": "stats", "TPR": 32, "RPG": 4, "threads": 64, "split": 8}]
-BATCH_CASES = [(2, 3, 50), (5, 9, 1), (1, 2, 300)]
+# planes of HW % 4 == 2 (a thread's 4 elements in two channels), 1 and 3 (up to 4 channels,
+# C wrapping to the next sample), 4-aligned, 7x7 (odd total: a scalar tail)
+BATCH_CASES = [(2, 3, 50), (5, 9, 1), (1, 2, 300), (3, 5, 49), (2, 3, 3), (1, 7, 2)]
 
 
 def _key(cfg):
@@ -163,10 +165,12 @@ def test_norm_checking_mode_is_clean(sim, cfg):
 @pytest.mark.parametrize("cfg", BATCH_CONFIGS, ids=BATCH_IDS)
 def test_batch_norm_checking_mode_is_clean(sim, cfg):
     rng = np.random.default_rng(6)
-    with sim_mode(sim, "random", check=True):
-        for dtype in refs.DTYPES:
-            for training in (False, True):
-                _batch_norm(sim, BATCH_CASES[0], dtype, cfg, training, True, True, rng)
+    for order in ("forward", "random"):
+        with sim_mode(sim, order, check=True):
+            for dtype in refs.DTYPES:
+                for training in (False, True):
+                    for shape in (BATCH_CASES[0], BATCH_CASES[3], BATCH_CASES[4]):
+                        _batch_norm(sim, shape, dtype, cfg, training, True, True, rng)
 
 
 def test_default_choice_by_row_length(sim):

@@ -7,7 +7,8 @@ contiguous in NCHW. batch_norm (space "batch_norm"): inference is one elementwis
 over the running statistics; training is a dispatch list run in one command buffer: the
 moments of `split` chunks per channel (TPR threads per chunk; spaces.stats_split), their
 exact combination per channel with the running-stat update, then the same elementwise
-dispatch over those statistics (`threads` per threadgroup; 4 elements per thread). Channels
+dispatch over those statistics (`threads` per threadgroup; 4 elements per thread; each
+channel's parameters one float4, inference_params or norm_batch_finish). Channels
 with |x| near 2^48 or more have their statistics taken of x times a power of two (norm.metal;
 float32 sums of squares overflow from ~1e19), which the normalisation applies too.
 """
@@ -40,6 +41,23 @@ def params4(p, n):
         at = h * c + (4 - h) % 4
         out[at:at + n] = p.reshape(-1)
     return out
+
+
+def inference_params(mean, var, weight, bias, eps):
+    """norm_batch_apply's per-channel float4 (S, mean, k, bias) of the running statistics:
+    S = 1, k = w / sqrt(var + eps) (in float64, then float32), so that a thread's parameters
+    are one vector load. var + eps <= 0 gives NaN / inf as rsqrt would."""
+    with np.errstate(all="ignore"):
+        k = 1.0 / np.sqrt(np.asarray(var, np.float64).reshape(-1) + np.float64(eps))
+        if weight is not None:
+            k = k * np.asarray(weight, np.float64).reshape(-1)
+    t = np.zeros((k.size, 4), np.float32)
+    t[:, 0] = 1.0
+    t[:, 1] = np.asarray(mean, np.float32).reshape(-1)
+    t[:, 2] = k
+    if bias is not None:
+        t[:, 3] = np.asarray(bias, np.float32).reshape(-1)
+    return t.reshape(-1)
 
 
 def _rows_op(ctx, op, args, dtype, x, weight, bias, y, rows, n, config):
@@ -92,32 +110,30 @@ def batch_norm(ctx, args, dtype, x, running_mean, running_var, weight, bias, y, 
     apply, threads = pipes[0], cfg.get("threads", 256)
     packed = _native.pack_args(op, args)
     xb, yb = ctx.buffer(x), ctx.buffer(y, writable=True)
-    wb, bb = _optional(ctx, weight, xb), _optional(ctx, bias, xb)
     outputs = [yb]
+    nvec = cdiv(N * C * HW, APPLY_PER_THREAD)
     if not training:
-        rm, rv = ctx.buffer(running_mean), ctx.buffer(running_var)
-        unscaled = ctx.buffer(np.ones(C, np.float32))       # apply's S: the stats of x itself
-        run = [R.elementwise_dispatch(apply, threads, cdiv(N * C * HW, APPLY_PER_THREAD),
-                                      [xb, rm, rv, wb, bb, yb, packed, unscaled])]
+        table = ctx.buffer(inference_params(running_mean, running_var, weight, bias,
+                                            args["eps"]))
+        run = [R.elementwise_dispatch(apply, threads, nvec, [xb, table, yb, packed])]
     else:
         split = spaces.stats_split(cfg, N, C, HW)
-        # per chunk (count, mean, M2, S); per channel mean, var of x*S and S (norm.metal)
+        # per chunk (count, mean, M2, S); per channel apply's float4 (S, mean, k, bias)
         partial = ctx.buffer(np.empty(4 * C * split, np.float32), writable=True)
-        stats = ctx.buffer(np.empty(3 * C, np.float32), writable=True)
+        table = ctx.buffer(np.empty(4 * C, np.float32), writable=True)
         if args["has_running"]:
             rm = ctx.buffer(running_mean, writable=True)
             rv = ctx.buffer(running_var, writable=True)
             outputs += [rm, rv]
         else:
-            rm = rv = stats       # never touched: has_running == 0
+            rm = rv = table       # never touched: has_running == 0
         nsplit = np.int32(split).tobytes()
+        wb, bb = _optional(ctx, weight, xb), _optional(ctx, bias, xb)
         fin = ctx.compiled(sp.kernel(cfg, _native.F32, variant="finish"), sp.file,
                            spaces.macros(op, cfg))    # float32 statistics for either dtype
-        mean, var, scale = (stats, 0), (stats, 4 * C), (stats, 8 * C)
         run = [R.row_dispatch(pipes[1], cfg, C * split, [xb, partial, packed, nsplit]),
                R.elementwise_dispatch(fin, helper_threads(fin, 32), C,
-                                      [partial, rm, rv, stats, packed, nsplit]),
-               R.elementwise_dispatch(apply, threads, cdiv(N * C * HW, APPLY_PER_THREAD),
-                                      [xb, mean, var, wb, bb, yb, packed, scale])]
+                                      [partial, rm, rv, table, packed, nsplit, wb, bb]),
+               R.elementwise_dispatch(apply, threads, nvec, [xb, table, yb, packed])]
         cfg = dict(cfg, split=split)
     return ctx.submit(run, dict(cfg, level=level), outputs=outputs)

@@ -22,7 +22,7 @@
 // threadgroup, MK_VPT values per thread for the rows variants (n <= MK_TPR*MK_VPT; the
 // others ignore it); MK_TPR*MK_RPG <= 1024. Dispatch: rows/looped/stats: ceil(rows /
 // MK_RPG) threadgroups of MK_TPR*MK_RPG threads (stats: a row is a chunk of a channel);
-// finish: C threads; apply: N*C*HW threads.
+// finish: C threads; apply: one thread per 4 elements of the flat N*C*HW tensor.
 // Absent weight/bias (has_weight/has_bias == 0) may be bound to any buffer: never read.
 #include "mk_common.h"
 #include "mk_args.h"
